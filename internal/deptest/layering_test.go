@@ -1,0 +1,167 @@
+package deptest
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/dsh-sandbox/dsh-sandbox"
+
+// allowed lists, per package (a trailing "/..." covers subpackages), the
+// project packages it may import directly. The check below closes it
+// transitively and compares against `go list -deps`.
+var allowed = map[string][]string{
+	"session":             {},
+	"persistence":         {"session"},
+	"persistence/jsonl":   {"persistence", "session"},
+	"persistence/sqlite":  {"persistence", "session"},
+	"overlay":             {"session"},
+	"contributors":        {"overlay", "persistence", "session"},
+	"sandbox":             {},
+	"images":              {},
+	"policy":              {"sandbox", "images"},
+	"sandbox/oci":         {"sandbox", "images", "policy", "sandbox/sandboxtest"},
+	"sandbox/local":       {"sandbox", "images", "policy", "sandbox/sandboxtest"},
+	"sandbox/docker":      {"sandbox", "images", "policy", "sandbox/sandboxtest"},
+	"sandbox/containerd":  {"sandbox", "images", "policy", "sandbox/sandboxtest"},
+	"sandbox/sandboxtest": {"sandbox"},
+	"hooks":               {"session", "persistence", "sandbox"},
+	"hooks/claudecode":    {"hooks", "session", "persistence", "sandbox"},
+	"hooks/codex":         {"hooks", "session", "persistence", "sandbox"},
+	"agent":               {"session", "persistence", "persistence/jsonl", "persistence/sqlite", "overlay", "contributors", "sandbox", "policy", "images", "hooks/...", "api/..."},
+	"api/...":             {"session", "persistence", "persistence/jsonl", "persistence/sqlite", "overlay", "contributors", "sandbox", "policy", "images", "hooks/...", "api/..."},
+	"cmd/...":             {"*"},
+	"integration/...":     {"*"},
+	"internal/deptest":    {},
+}
+
+// backends may be picked only by cmd and integration.
+var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd"}
+
+func rule(pkg string) ([]string, bool) {
+	if r, ok := allowed[pkg]; ok {
+		return r, true
+	}
+	for p := pkg; p != "." && p != "/"; p = path.Dir(p) {
+		if r, ok := allowed[p+"/..."]; ok {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+func matches(pattern, pkg string) bool {
+	if pattern == "*" {
+		return true
+	}
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pattern == pkg
+}
+
+// closure returns every project package pkg may reach through allowed
+// direct imports.
+func closure(pkg string, all []string) []string {
+	seen := map[string]bool{pkg: true}
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		r, _ := rule(p)
+		for _, q := range all {
+			if seen[q] {
+				continue
+			}
+			for _, pat := range r {
+				if matches(pat, q) {
+					seen[q] = true
+					queue = append(queue, q)
+					break
+				}
+			}
+		}
+	}
+	var out []string
+	for p := range seen {
+		out = append(out, p)
+	}
+	return out
+}
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr.String())
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func rel(importPath string) (string, bool) {
+	if importPath == module {
+		return ".", true
+	}
+	return strings.CutPrefix(importPath, module+"/")
+}
+
+func TestLayering(t *testing.T) {
+	var pkgs []string
+	for _, ip := range goList(t, "-tags", "integration", "./...") {
+		if p, ok := rel(ip); ok {
+			pkgs = append(pkgs, p)
+		}
+	}
+	if len(pkgs) < 3 {
+		t.Fatalf("go list found only %v; run from the module", pkgs)
+	}
+	for _, pkg := range pkgs {
+		if _, ok := rule(pkg); !ok {
+			t.Errorf("package %s has no layering rule: add it to allowed in %s", pkg, "internal/deptest")
+			continue
+		}
+		ok := closure(pkg, pkgs)
+		for _, ip := range goList(t, "-tags", "integration", "-deps", "-test", module+"/"+pkg) {
+			ip, _, _ = strings.Cut(ip, " ") // test variants look like "p [p.test]"
+			dep, internal := rel(ip)
+			if !internal || dep == pkg || strings.HasSuffix(dep, ".test") {
+				continue
+			}
+			if !slices.Contains(ok, dep) {
+				t.Errorf("%s depends on %s, which DESIGN §2 forbids", pkg, dep)
+			}
+		}
+	}
+}
+
+func TestBackendsPickedOnlyByCmd(t *testing.T) {
+	for _, line := range goList(t, "-tags", "integration", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...") {
+		fields := strings.Fields(line)
+		pkg, _ := rel(fields[0])
+		if matches("cmd/...", pkg) || matches("integration/...", pkg) {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			dep, internal := rel(imp)
+			if internal && slices.Contains(backends, dep) && !strings.HasPrefix(pkg, dep) {
+				t.Errorf("%s imports backend %s; only cmd/dsh-sandbox picks backends", pkg, dep)
+			}
+		}
+	}
+}

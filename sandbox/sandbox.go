@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Executor runs one command in a fresh, short-lived container.
+// Implementations are safe for concurrent use.
+type Executor interface {
+	// Run executes req in the foreground and returns when the container
+	// is gone. A non-nil error means the sandbox itself failed (nothing
+	// ran, or the outcome is unknown); its class maps to exit code 125
+	// or 2. A command that ran and failed is a Result with a non-zero
+	// ExitCode and a nil error.
+	Run(ctx context.Context, req *Request) (*Result, error)
+}
+
+// SpecOpt mutates an OCI runtime spec. Options are pure functions of their
+// arguments so that they can be tested without a runtime; backends that
+// speak OCI (oci, containerd) apply the same options.
+type SpecOpt func(*specs.Spec) error
+
+// Defaults of DESIGN §3.7.
+const (
+	DefaultTimeout        = 120 * time.Second
+	DefaultMaxTimeout     = 600 * time.Second
+	DefaultStdoutMaxBytes = 64000
+	DefaultSpillMaxBytes  = 64 << 20
+	DefaultKillGrace      = 3 * time.Second
+)
+
+// Request is one call. The zero value is not valid: Command and Policy are
+// required. A Request must not be modified while a call that uses it runs.
+type Request struct {
+	// Command is run as `bash -c Command` (or `sh -c` where the image has
+	// no bash).
+	Command string `json:"command"`
+	// Workdir is the absolute working directory inside the container;
+	// empty means the session's cwd when the workspace is mounted, else
+	// /tmp.
+	Workdir string `json:"workdir,omitempty"`
+	// TimeoutMs bounds the call; 0 means the policy's timeout (default
+	// 120 s); it is clamped to the policy's maximum (default 600 s); a
+	// negative value is an invalid-argument error.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// StdoutMaxBytes is how many bytes of each stream's tail are kept in
+	// the Result; 0 means the policy's value (default 64 000).
+	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
+	// Stdin is fed to the command; only trusted in-process callers set it.
+	// Nil means an empty stdin.
+	Stdin []byte `json:"stdin,omitempty"`
+	// Env is ordinary environment (layer 4 of DESIGN §3.6) as KEY=VALUE.
+	// DSH_* names are dropped; malformed entries are an error.
+	Env []string `json:"env,omitempty"`
+	// DSHEnv is the trusted DSH_* snapshot as sorted KEY=VALUE, applied
+	// last. Only the service builds it.
+	DSHEnv []string `json:"dshEnv,omitempty"`
+	// Session describes the agent session the call belongs to; the zero
+	// value is a call with no agent.
+	Session Session `json:"session"`
+	// Policy is the resolved policy that confines the call.
+	Policy Policy `json:"policy"`
+	// CallID names the call in spill files, labels and logs; empty means
+	// the backend makes one up.
+	CallID string `json:"callId,omitempty"`
+	// Labels are extra labels/annotations for the container.
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Stdout and Stderr, when set, receive the output live as it is
+	// produced, in addition to the capture in the Result. Writes must not
+	// block for long.
+	Stdout io.Writer `json:"-"`
+	Stderr io.Writer `json:"-"`
+}
+
+// Session is what a backend needs to know about the call's agent session.
+// The sandbox layer never reads session stores; callers fill this in.
+type Session struct {
+	// ID is the session id; empty means a call with no agent.
+	ID string `json:"id,omitempty"`
+	// Cwd is the session's working directory (the workspace), absolute,
+	// mounted at the same path per Policy.Workspace; empty means none.
+	Cwd string `json:"cwd,omitempty"`
+	// TranscriptDir is the directory holding the session's transcript
+	// (the dir of DSH_SESSION_JSONL), mounted read-only at the same path
+	// per Policy.Transcript and created 0700 when missing; empty means
+	// none. Spill files go to TranscriptDir/spill.
+	TranscriptDir string `json:"transcriptDir,omitempty"`
+}
+
+// Policy is a resolved sandbox policy in machine units, as the policy
+// package produces it from a file or a built-in profile. The zero value
+// is not valid.
+type Policy struct {
+	// Name is the policy's name; Digest the sha256 of its normalized form.
+	Name   string `json:"name"`
+	Digest string `json:"digest,omitempty"`
+	// Backend is "oci", "docker", "containerd" or "local".
+	Backend string `json:"backend"`
+	// Runtime is "runc", "crun" or "runsc" for OCI-speaking backends.
+	Runtime string `json:"runtime,omitempty"`
+	// Image is "host" or a local image name the backend has.
+	Image string `json:"image"`
+	// User is "auto" or "uid:gid".
+	User string `json:"user"`
+	// Network is "none" or "loopback"; both have only the lo interface.
+	Network string `json:"network"`
+	// Workspace is "rw", "ro" or "none" for the session cwd mount.
+	Workspace string `json:"workspace"`
+	// Transcript is "ro" or "none" for the session directory mount.
+	Transcript string `json:"transcript"`
+	// Mounts are extra bind mounts.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Tmpfs are tmpfs mounts; /tmp is always present.
+	Tmpfs []Tmpfs `json:"tmpfs,omitempty"`
+	// Limits are resource limits and output bounds.
+	Limits Limits `json:"limits"`
+	// EnvInherit names variables copied from the service's environment
+	// (after the secret and LD_* filters).
+	EnvInherit []string `json:"envInherit,omitempty"`
+	// EnvSet is ordinary env the policy sets (layer 4).
+	EnvSet map[string]string `json:"envSet,omitempty"`
+}
+
+// Mount is a bind mount from the host.
+type Mount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// Tmpfs is a tmpfs mount. SizeBytes 0 means the runtime's default.
+type Tmpfs struct {
+	Target    string `json:"target"`
+	SizeBytes int64  `json:"sizeBytes,omitempty"`
+}
+
+// Limits bound one call. Zero values mean the documented default.
+type Limits struct {
+	// MemoryBytes is the memory limit (swap included); 0 = 1 GiB.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// CPUs is the CPU quota in cores; 0 = 1.0.
+	CPUs float64 `json:"cpus,omitempty"`
+	// Pids is the maximum number of tasks; 0 = 256.
+	Pids int64 `json:"pids,omitempty"`
+	// TimeoutMs is the default call timeout; 0 = 120 000.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MaxTimeoutMs clamps a requested timeout; 0 = 600 000.
+	MaxTimeoutMs int64 `json:"maxTimeoutMs,omitempty"`
+	// StdoutMaxBytes is the tail kept per stream; 0 = 64 000.
+	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
+	// SpillMaxBytes caps each spill file; 0 = 64 MiB.
+	SpillMaxBytes int64 `json:"spillMaxBytes,omitempty"`
+}
+
+// Result is the outcome of a call that ran.
+type Result struct {
+	// ExitCode is the command's exit status; nil when it was killed by a
+	// signal (including on timeout or abort).
+	ExitCode *int `json:"exitCode"`
+	// Signal names the signal that killed the command ("SIGKILL"), if any.
+	Signal string `json:"signal,omitempty"`
+	// TimedOut is true when the call hit its timeout.
+	TimedOut bool `json:"timedOut"`
+	// Aborted is true when the caller cancelled the call; never together
+	// with TimedOut.
+	Aborted bool `json:"aborted"`
+	// TimeoutMs is the timeout that applied.
+	TimeoutMs int64 `json:"timeoutMs"`
+	Stdout    Stream `json:"stdout"`
+	Stderr    Stream `json:"stderr"`
+	// Sandbox says where the call ran.
+	Sandbox Info `json:"sandbox"`
+	// Timings are the phases of the call.
+	Timings Timings `json:"timings"`
+}
+
+// Stream is one captured output stream.
+type Stream struct {
+	// Text is the kept tail of the stream (at most StdoutMaxBytes bytes).
+	Text string `json:"text"`
+	// Truncated is true when bytes were dropped from the head.
+	Truncated bool `json:"truncated"`
+	// SpillPath is the file holding the full output (up to the spill
+	// cap), set when Truncated.
+	SpillPath string `json:"spillPath,omitempty"`
+	// SpillInside is true when SpillPath is visible inside later calls of
+	// the session (it lies in the read-only session directory).
+	SpillInside bool `json:"spillInside,omitempty"`
+	// DroppedBytes is exactly how many bytes are not in Text.
+	DroppedBytes int64 `json:"droppedBytes"`
+}
+
+// Info says where a call ran.
+type Info struct {
+	Backend     string `json:"backend"`
+	Runtime     string `json:"runtime,omitempty"`
+	Image       string `json:"image"`
+	Policy      string `json:"policy"`
+	ContainerID string `json:"containerId"`
+}
+
+// Timings are the phases of one call.
+type Timings struct {
+	Prepare  time.Duration `json:"prepareNs"`
+	Create   time.Duration `json:"createNs"`
+	Run      time.Duration `json:"runNs"`
+	Teardown time.Duration `json:"teardownNs"`
+}

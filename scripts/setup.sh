@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what dsh-sandbox needs on a Debian machine, as root, and only
+# what is missing: container runtimes, busybox for test images, and tools
+# the tests use. Safe to run again.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have runc || need+=(runc)
+have crun || need+=(crun)
+have runsc || need+=(runsc)
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
+have jq || need+=(jq)
+have python3 || need+=(python3)
+have unshare || need+=(util-linux)
+have git || need+=(git)
+
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: missing ${need[*]}; run as root to install them" >&2
+		exit 1
+	fi
+	echo "setup: installing ${need[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >&2
+	apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+fi
+
+if ! have go; then
+	if [ -x /usr/local/go/bin/go ]; then
+		export PATH="$PATH:/usr/local/go/bin"
+	else
+		echo "setup: Go 1.26 is required (go not found)" >&2
+		exit 1
+	fi
+fi
+echo "setup: ok ($(go version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))" >&2
