@@ -1,0 +1,271 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// MaxFileSize is the largest policy document Parse and Load accept, in
+// bytes (1 MiB). Together with the YAML decoder's alias and depth limits it
+// bounds the work a hostile document can cause.
+const MaxFileSize = 1 << 20
+
+// document is the policy file schema of DESIGN §3.9. Pointers tell an
+// absent key (take the default) from a present one (validate it). The json
+// tags are the only accepted spellings; matching is case-sensitive.
+type document struct {
+	Name       *string         `json:"name,omitempty"`
+	Backend    *string         `json:"backend,omitempty"`
+	Runtime    *string         `json:"runtime,omitempty"`
+	Image      *string         `json:"image,omitempty"`
+	User       *string         `json:"user,omitempty"`
+	Network    *string         `json:"network,omitempty"`
+	Workspace  *string         `json:"workspace,omitempty"`
+	Transcript *string         `json:"transcript,omitempty"`
+	Mounts     []documentMount `json:"mounts,omitempty"`
+	Tmpfs      []documentTmpfs `json:"tmpfs,omitempty"`
+	Limits     *documentLimits `json:"limits,omitempty"`
+	Env        *documentEnv    `json:"env,omitempty"`
+}
+
+type documentMount struct {
+	Source *string `json:"source,omitempty"`
+	Target *string `json:"target,omitempty"`
+	Mode   *string `json:"mode,omitempty"`
+}
+
+type documentTmpfs struct {
+	Target *string    `json:"target,omitempty"`
+	Size   *sizeValue `json:"size,omitempty"`
+}
+
+type documentLimits struct {
+	Memory         *sizeValue `json:"memory,omitempty"`
+	CPUs           *float64   `json:"cpus,omitempty"`
+	Pids           *int64     `json:"pids,omitempty"`
+	TimeoutMs      *int64     `json:"timeoutMs,omitempty"`
+	MaxTimeoutMs   *int64     `json:"maxTimeoutMs,omitempty"`
+	StdoutMaxBytes *sizeValue `json:"stdoutMaxBytes,omitempty"`
+	SpillMaxBytes  *sizeValue `json:"spillMaxBytes,omitempty"`
+}
+
+type documentEnv struct {
+	Inherit []string               `json:"inherit"` // no omitempty: Format writes [] for "inherit nothing"
+	Set     map[string]scalarValue `json:"set,omitempty"`
+}
+
+// sizeValue is a size as written: a JSON number or a string such as
+// "256Mi". It is parsed during validation so that the error names the
+// field.
+type sizeValue string
+
+func (v *sizeValue) UnmarshalJSON(b []byte) error {
+	s, err := scalarText(b)
+	*v = sizeValue(s)
+	return err
+}
+
+func (v sizeValue) MarshalJSON() ([]byte, error) { return json.Marshal(string(v)) }
+
+// scalarValue is an env.set value: a string, number or boolean, kept as
+// its text ("1", "true"), since YAML authors write `DEBUG: 1`.
+type scalarValue string
+
+func (v *scalarValue) UnmarshalJSON(b []byte) error {
+	s, err := scalarText(b)
+	*v = scalarValue(s)
+	return err
+}
+
+func (v scalarValue) MarshalJSON() ([]byte, error) { return json.Marshal(string(v)) }
+
+// scalarText returns a JSON scalar as text: strings unquoted, numbers and
+// booleans verbatim.
+func scalarText(b []byte) (string, error) {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		err := json.Unmarshal(b, &s)
+		return s, err
+	}
+	return string(b), nil
+}
+
+var (
+	sizeType   = reflect.TypeFor[sizeValue]()
+	scalarType = reflect.TypeFor[scalarValue]()
+)
+
+// Parse reads a policy document, YAML or JSON, and returns the resolved
+// policy: defaults (those of the workspace-write profile) filled in for
+// absent keys, everything validated, normalized and digested. A document
+// without a name is named "custom". Unknown keys, wrong types, duplicate
+// keys, null values and documents over MaxFileSize are errors; every error
+// wraps sandbox.ErrInvalid and names the field path, e.g.
+// `limits.memroy` or `mounts[0].source`.
+func Parse(data []byte) (sandbox.Policy, error) {
+	return parse(data, "custom", "policy")
+}
+
+// parse is Parse with the name a nameless document gets and the words
+// that start every error message ("policy", "policy file x.yaml").
+func parse(data []byte, defaultName, where string) (sandbox.Policy, error) {
+	if len(data) > MaxFileSize {
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "%s: document is %d bytes; the limit is %d", where, len(data), MaxFileSize)
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "%s: not valid YAML or JSON: %v", where, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "%s: not valid YAML or JSON: %v", where, err)
+	}
+	if tree == nil {
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "%s: document is empty; want a mapping such as `name: my-policy`", where)
+	}
+	var ps problems
+	checkShape(tree, reflect.TypeFor[document](), "", &ps)
+	if err := ps.err(where); err != nil {
+		return sandbox.Policy{}, err
+	}
+	var doc document
+	if err := json.Unmarshal(js, &doc); err != nil {
+		// checkShape accepted the tree, so this is not the user's fault.
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInternal, "%s: decoding a checked document: %v", where, err)
+	}
+	return fromDocument(&doc, defaultName, where)
+}
+
+// checkShape compares a decoded JSON tree with the schema type t and
+// records, with the field path, every unknown key, null value and value of
+// the wrong type. encoding/json matches keys case-insensitively and
+// reports neither the path of an unknown key nor array indices; this walk
+// does both.
+func checkShape(v any, t reflect.Type, path string, ps *problems) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil {
+		ps.add(path, "has no value (null); give a value or remove the key")
+		return
+	}
+	switch t {
+	case sizeType:
+		switch v.(type) {
+		case string, json.Number:
+			return
+		}
+		ps.add(path, "is %s; want a size such as 256Mi or 64000", kindOf(v))
+		return
+	case scalarType:
+		switch v.(type) {
+		case string, json.Number, bool:
+			return
+		}
+		ps.add(path, "is %s; want a string, number or boolean", kindOf(v))
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			ps.add(path, "is %s; want a mapping", kindOf(v))
+			return
+		}
+		fields := map[string]reflect.Type{}
+		var names []string
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields[name] = f.Type
+			names = append(names, name)
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			ft, ok := fields[k]
+			if !ok {
+				ps.add(join(path, k), "unknown field; want one of %s", strings.Join(names, ", "))
+				continue
+			}
+			checkShape(m[k], ft, join(path, k), ps)
+		}
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			ps.add(path, "is %s; want a mapping", kindOf(v))
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			checkShape(m[k], t.Elem(), join(path, k), ps)
+		}
+	case reflect.Slice:
+		a, ok := v.([]any)
+		if !ok {
+			ps.add(path, "is %s; want a list", kindOf(v))
+			return
+		}
+		for i, e := range a {
+			checkShape(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", ps)
+		}
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			ps.add(path, "is %s; want a string (quote it in YAML)", kindOf(v))
+		}
+	case reflect.Int64:
+		n, ok := v.(json.Number)
+		if !ok {
+			ps.add(path, "is %s; want an integer", kindOf(v))
+			return
+		}
+		if _, err := strconv.ParseInt(string(n), 10, 64); err != nil {
+			ps.add(path, "%s is not a 64-bit integer", n)
+		}
+	case reflect.Float64:
+		n, ok := v.(json.Number)
+		if !ok {
+			ps.add(path, "is %s; want a number", kindOf(v))
+			return
+		}
+		if _, err := strconv.ParseFloat(string(n), 64); err != nil {
+			ps.add(path, "%s is not a number", n)
+		}
+	default:
+		ps.add(path, "has a schema type %v this decoder does not know", t)
+	}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// kindOf names the JSON kind of a decoded value for error messages,
+// without quoting the value itself.
+func kindOf(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"encoding/json"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Format writes p as a policy file (indented JSON, which is also YAML)
+// with every key explicit, sizes in binary units where exact. p is
+// normalized first; Parse(Format(p)) returns the normalized p, digest
+// included.
+func Format(p sandbox.Policy) ([]byte, error) {
+	p, err := Normalize(p)
+	if err != nil {
+		return nil, err
+	}
+	s := func(v string) *string { return &v }
+	size := func(n int64) *sizeValue { v := sizeValue(formatSize(n)); return &v }
+	doc := document{
+		Name: s(p.Name), Backend: s(p.Backend), Runtime: s(p.Runtime), Image: s(p.Image),
+		User: s(p.User), Network: s(p.Network), Workspace: s(p.Workspace), Transcript: s(p.Transcript),
+		Limits: &documentLimits{
+			Memory:         size(p.Limits.MemoryBytes),
+			CPUs:           &p.Limits.CPUs,
+			Pids:           &p.Limits.Pids,
+			TimeoutMs:      &p.Limits.TimeoutMs,
+			MaxTimeoutMs:   &p.Limits.MaxTimeoutMs,
+			StdoutMaxBytes: size(int64(p.Limits.StdoutMaxBytes)),
+			SpillMaxBytes:  size(p.Limits.SpillMaxBytes),
+		},
+		Env: &documentEnv{Inherit: p.EnvInherit, Set: map[string]scalarValue{}},
+	}
+	if doc.Env.Inherit == nil {
+		doc.Env.Inherit = []string{} // explicit: inherit nothing
+	}
+	for k, v := range p.EnvSet {
+		doc.Env.Set[k] = scalarValue(v)
+	}
+	doc.Mounts = []documentMount{}
+	for _, m := range p.Mounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		doc.Mounts = append(doc.Mounts, documentMount{Source: s(m.Source), Target: s(m.Target), Mode: s(mode)})
+	}
+	for _, t := range p.Tmpfs {
+		dt := documentTmpfs{Target: s(t.Target)}
+		if t.SizeBytes > 0 {
+			dt.Size = size(t.SizeBytes)
+		}
+		doc.Tmpfs = append(doc.Tmpfs, dt)
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}

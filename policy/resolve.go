@@ -1,0 +1,286 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Defaults of a policy file's absent keys (DESIGN §3.9); they are the
+// workspace-write profile.
+const (
+	DefaultBackend    = "oci"
+	DefaultRuntime    = "runc"
+	DefaultImage      = "host"
+	DefaultUser       = "auto"
+	DefaultNetwork    = "none"
+	DefaultWorkspace  = "rw"
+	DefaultTranscript = "ro"
+	// DefaultMemoryBytes is the memory limit, swap included: 1 GiB.
+	DefaultMemoryBytes = 1 << 30
+	// DefaultCPUs is the CPU quota in cores.
+	DefaultCPUs = 1.0
+	// DefaultPids is the task limit.
+	DefaultPids = 256
+)
+
+// defaultEnvInherit are the variables a policy inherits by name when its
+// file has no env.inherit.
+var defaultEnvInherit = []string{"LANG", "TZ"}
+
+// defaults returns the policy every document starts from.
+func defaults() sandbox.Policy {
+	return sandbox.Policy{
+		Name:       "workspace-write",
+		Backend:    DefaultBackend,
+		Runtime:    DefaultRuntime,
+		Image:      DefaultImage,
+		User:       DefaultUser,
+		Network:    DefaultNetwork,
+		Workspace:  DefaultWorkspace,
+		Transcript: DefaultTranscript,
+		Tmpfs:      []sandbox.Tmpfs{{Target: "/tmp"}},
+		Limits:     defaultLimits(sandbox.Limits{}),
+		EnvInherit: slices.Clone(defaultEnvInherit),
+	}
+}
+
+// defaultLimits fills the zero fields of l with the defaults that
+// sandbox.Limits documents. A zero timeout takes the default of 120 s, or
+// the maximum when the maximum is smaller.
+func defaultLimits(l sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = DefaultCPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.MaxTimeoutMs == 0 {
+		l.MaxTimeoutMs = sandbox.DefaultMaxTimeout.Milliseconds()
+	}
+	if l.TimeoutMs == 0 {
+		l.TimeoutMs = min(sandbox.DefaultTimeout.Milliseconds(), max(l.MaxTimeoutMs, 1))
+	}
+	if l.StdoutMaxBytes == 0 {
+		l.StdoutMaxBytes = sandbox.DefaultStdoutMaxBytes
+	}
+	if l.SpillMaxBytes == 0 {
+		l.SpillMaxBytes = sandbox.DefaultSpillMaxBytes
+	}
+	return l
+}
+
+// fromDocument overlays a decoded document on the defaults, validates the
+// result and returns it normalized and digested.
+func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, error) {
+	p := defaults()
+	p.Name = defaultName
+	var ps problems
+	str := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	str(&p.Name, doc.Name)
+	str(&p.Backend, doc.Backend)
+	str(&p.Runtime, doc.Runtime)
+	str(&p.Image, doc.Image)
+	str(&p.User, doc.User)
+	str(&p.Network, doc.Network)
+	str(&p.Workspace, doc.Workspace)
+	str(&p.Transcript, doc.Transcript)
+
+	if doc.Mounts != nil {
+		p.Mounts = make([]sandbox.Mount, 0, len(doc.Mounts))
+	}
+	for i, m := range doc.Mounts {
+		f := fmt.Sprintf("mounts[%d]", i)
+		var out sandbox.Mount // a missing source or target is reported by validate
+		str(&out.Source, m.Source)
+		str(&out.Target, m.Target)
+		switch {
+		case m.Mode == nil:
+			ps.add(f+".mode", "is missing; want one of %s", strings.Join(mountModes, ", "))
+		case !slices.Contains(mountModes, *m.Mode):
+			ps.add(f+".mode", "%q is not allowed; want one of %s", *m.Mode, strings.Join(mountModes, ", "))
+		default:
+			out.ReadOnly = *m.Mode == "ro"
+		}
+		p.Mounts = append(p.Mounts, out)
+	}
+
+	if doc.Tmpfs != nil {
+		p.Tmpfs = make([]sandbox.Tmpfs, 0, len(doc.Tmpfs))
+	}
+	for i, t := range doc.Tmpfs {
+		f := fmt.Sprintf("tmpfs[%d]", i)
+		var out sandbox.Tmpfs
+		str(&out.Target, t.Target)
+		if t.Size != nil {
+			out.SizeBytes = sizeField(f+".size", *t.Size, &ps)
+		}
+		p.Tmpfs = append(p.Tmpfs, out)
+	}
+
+	if l := doc.Limits; l != nil {
+		if l.Memory != nil {
+			p.Limits.MemoryBytes = sizeField("limits.memory", *l.Memory, &ps)
+		}
+		if l.CPUs != nil {
+			p.Limits.CPUs = *l.CPUs
+		}
+		if l.Pids != nil {
+			p.Limits.Pids = *l.Pids
+		}
+		if l.MaxTimeoutMs != nil {
+			p.Limits.MaxTimeoutMs = *l.MaxTimeoutMs
+		}
+		switch {
+		case l.TimeoutMs != nil:
+			p.Limits.TimeoutMs = *l.TimeoutMs
+		case p.Limits.MaxTimeoutMs > 0:
+			// A file that lowers only the maximum lowers the default with it.
+			p.Limits.TimeoutMs = min(p.Limits.TimeoutMs, p.Limits.MaxTimeoutMs)
+		}
+		if l.StdoutMaxBytes != nil {
+			n := sizeField("limits.stdoutMaxBytes", *l.StdoutMaxBytes, &ps)
+			if n > maxStdoutMaxBytes {
+				n = maxStdoutMaxBytes + 1 // reported by validate, without overflowing int
+			}
+			p.Limits.StdoutMaxBytes = int(n)
+		}
+		if l.SpillMaxBytes != nil {
+			p.Limits.SpillMaxBytes = sizeField("limits.spillMaxBytes", *l.SpillMaxBytes, &ps)
+		}
+	}
+
+	if e := doc.Env; e != nil {
+		if e.Inherit != nil {
+			p.EnvInherit = slices.Clone(e.Inherit)
+		}
+		if e.Set != nil {
+			p.EnvSet = make(map[string]string, len(e.Set))
+			for k, v := range e.Set {
+				p.EnvSet[k] = string(v)
+			}
+		}
+	}
+
+	validate(&p, &ps)
+	if err := ps.err(where); err != nil {
+		return sandbox.Policy{}, err
+	}
+	return finish(p), nil
+}
+
+// sizeField parses a size written in the document and records a problem
+// naming the field when it is not a size or not positive.
+func sizeField(field string, v sizeValue, ps *problems) int64 {
+	n, err := parseSize(string(v))
+	switch {
+	case err != nil:
+		ps.add(field, "%v", err)
+		return 0
+	case n == 0:
+		ps.add(field, "is 0; want a size > 0 (omit the key for the default)")
+	}
+	return n
+}
+
+// Normalize returns p resolved the way Parse resolves a file: zero limits
+// and an empty runtime take their defaults, /tmp is added to the tmpfs
+// list when missing, mounts and tmpfs are sorted parents first (the order
+// they are mounted in), env.inherit is sorted, and Digest is recomputed.
+// It returns an invalid-argument error naming every field that fails
+// validation. Call it after changing any field of a resolved policy.
+// p is not modified.
+func Normalize(p sandbox.Policy) (sandbox.Policy, error) {
+	q := clonePolicy(p)
+	if q.Runtime == "" {
+		q.Runtime = DefaultRuntime
+	}
+	q.Limits = defaultLimits(q.Limits)
+	var ps problems
+	validate(&q, &ps)
+	if err := ps.err("policy"); err != nil {
+		return sandbox.Policy{}, err
+	}
+	return finish(q), nil
+}
+
+// Validate reports, as one invalid-argument error naming each offending
+// field, whether p is a valid policy; zero limits and an empty runtime
+// count as their defaults. It does not check Digest.
+func Validate(p sandbox.Policy) error {
+	_, err := Normalize(p)
+	return err
+}
+
+// finish puts a validated policy in normal form and digests it.
+func finish(p sandbox.Policy) sandbox.Policy {
+	if !slices.ContainsFunc(p.Tmpfs, func(t sandbox.Tmpfs) bool { return t.Target == "/tmp" }) {
+		p.Tmpfs = append([]sandbox.Tmpfs{{Target: "/tmp"}}, p.Tmpfs...)
+	}
+	slices.SortStableFunc(p.Mounts, func(a, b sandbox.Mount) int { return comparePaths(a.Target, b.Target) })
+	slices.SortStableFunc(p.Tmpfs, func(a, b sandbox.Tmpfs) int { return comparePaths(a.Target, b.Target) })
+	slices.Sort(p.EnvInherit)
+	if len(p.Mounts) == 0 {
+		p.Mounts = nil
+	}
+	if len(p.EnvInherit) == 0 {
+		p.EnvInherit = nil
+	}
+	if len(p.EnvSet) == 0 {
+		p.EnvSet = nil
+	}
+	p.Digest = digest(p)
+	return p
+}
+
+// comparePaths orders mount targets parents first: by depth, then by name.
+func comparePaths(a, b string) int {
+	if da, db := depth(a), depth(b); da != db {
+		return da - db
+	}
+	return strings.Compare(a, b)
+}
+
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}
+
+// digest is the sha256 of the policy's JSON encoding without its Digest.
+// encoding/json writes struct fields in declaration order and map keys
+// sorted, so the encoding of a normalized policy is canonical.
+func digest(p sandbox.Policy) string {
+	p.Digest = ""
+	b, err := json.Marshal(p)
+	if err != nil {
+		// A Policy holds only strings, numbers, slices and a string map;
+		// a validated one has no NaN. Marshal cannot fail.
+		panic("policy: encoding a validated policy: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// clonePolicy returns a deep copy of p.
+func clonePolicy(p sandbox.Policy) sandbox.Policy {
+	p.Mounts = slices.Clone(p.Mounts)
+	p.Tmpfs = slices.Clone(p.Tmpfs)
+	p.EnvInherit = slices.Clone(p.EnvInherit)
+	p.EnvSet = maps.Clone(p.EnvSet)
+	return p
+}

@@ -1,0 +1,383 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// cpuPeriod is the CFS period the CPU quota is expressed in: 100 ms.
+const cpuPeriod = 100000
+
+// Rlimits every call gets. A soft limit of 1024 open files is the usual
+// Linux default; the hard limit lets a command raise it fourfold. Core
+// dumps are off so that a crash cannot fill the workspace.
+const (
+	NofileSoft = 1024
+	NofileHard = 4096
+)
+
+// Hostname is the host name a call sees in its own UTS namespace when the
+// base spec sets none, so that the host's name does not leak in.
+const Hostname = "dsh-sandbox"
+
+// Paths Docker masks (bind-mounts /dev/null or an empty tmpfs over) and
+// makes read-only in every container.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore",
+		"/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi",
+		"/proc/timer_list", "/proc/timer_stats", "/sys/devices/virtual/powercap",
+		"/sys/firmware",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// allowedDevices are the character devices a call may open (read, write,
+// mknod): null, zero, full, random, urandom and tty. Everything else is
+// denied.
+var allowedDevices = []struct{ major, minor int64 }{
+	{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0},
+}
+
+// SpecOpts returns the options that confine one call under p for the
+// session s, run as uid:gid (from ResolveUser or the policy), in the order
+// a backend applies them on top of its own base spec (process args, env
+// and cwd, the rootfs path, and the /proc, /dev and /sys mounts):
+// WithNamespaces, WithNoCapabilities, WithNoNewPrivileges,
+// WithDefaultSeccomp, WithMaskedPaths, WithDeviceAllowList, WithResources,
+// WithReadonlyRoot, WithUser, WithRlimits and WithMounts(Mounts(…)).
+//
+// p is validated first; zero limits take their defaults. Errors wrap
+// sandbox.ErrInvalid and name the field: an invalid policy, a session path
+// that is not absolute and clean or lies on /, /proc, /dev or /sys, the
+// workspace and transcript on the same path, or a policy mount or tmpfs
+// that overlaps them. The options are pure and independent of each other;
+// each is safe to apply to many specs concurrently.
+func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.SpecOpt, error) {
+	// Validate as Normalize does, without the copy, sort and digest that
+	// SpecOpts does not need: it runs once per call.
+	if p.Runtime == "" {
+		p.Runtime = DefaultRuntime
+	}
+	p.Limits = defaultLimits(p.Limits)
+	var ps problems
+	validate(&p, &ps)
+	if err := ps.err("policy"); err != nil {
+		return nil, err
+	}
+	if uid == math.MaxUint32 || gid == math.MaxUint32 {
+		return nil, invalidf("user %d:%d: 4294967295 is not a valid id", uid, gid)
+	}
+	mounts, err := Mounts(p, s, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	return []sandbox.SpecOpt{
+		WithNamespaces(),
+		WithNoCapabilities(),
+		WithNoNewPrivileges(),
+		WithDefaultSeccomp(),
+		WithMaskedPaths(),
+		WithDeviceAllowList(),
+		WithResources(p.Limits),
+		WithReadonlyRoot(),
+		WithUser(uid, gid),
+		WithRlimits(),
+		WithMounts(mounts...),
+	}, nil
+}
+
+func ensureProcess(s *specs.Spec) *specs.Process {
+	if s.Process == nil {
+		s.Process = &specs.Process{}
+	}
+	return s.Process
+}
+
+func ensureLinux(s *specs.Spec) *specs.Linux {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	return s.Linux
+}
+
+func ensureResources(s *specs.Spec) *specs.LinuxResources {
+	l := ensureLinux(s)
+	if l.Resources == nil {
+		l.Resources = &specs.LinuxResources{}
+	}
+	return l.Resources
+}
+
+// WithNamespaces gives the call new pid, mount, ipc, uts and network
+// namespaces, replacing any entry of those types in the spec (including
+// one that joins an existing namespace by path) and keeping the others. A
+// new network namespace has only the loopback interface, for both network
+// "none" and "loopback". It sets the host name to Hostname when the spec
+// has none.
+func WithNamespaces() sandbox.SpecOpt {
+	types := []specs.LinuxNamespaceType{
+		specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace,
+		specs.UTSNamespace, specs.NetworkNamespace,
+	}
+	return func(s *specs.Spec) error {
+		l := ensureLinux(s)
+		l.Namespaces = slices.DeleteFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool {
+			return slices.Contains(types, ns.Type)
+		})
+		for _, t := range types {
+			l.Namespaces = append(l.Namespaces, specs.LinuxNamespace{Type: t})
+		}
+		if s.Hostname == "" {
+			s.Hostname = Hostname
+		}
+		return nil
+	}
+}
+
+// WithNoCapabilities empties all five capability sets, so even uid 0
+// inside has no privilege over files or the kernel.
+func WithNoCapabilities() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		ensureProcess(s).Capabilities = &specs.LinuxCapabilities{
+			Bounding: []string{}, Effective: []string{}, Inheritable: []string{},
+			Permitted: []string{}, Ambient: []string{},
+		}
+		return nil
+	}
+}
+
+// WithNoNewPrivileges sets no_new_privs, so setuid binaries and file
+// capabilities grant nothing.
+func WithNoNewPrivileges() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		ensureProcess(s).NoNewPrivileges = true
+		return nil
+	}
+}
+
+// WithMaskedPaths adds Docker's masked and read-only /proc and /sys paths
+// to those the spec already has (/proc/kcore, /proc/keys, /sys/firmware,
+// … masked; /proc/sys, /proc/sysrq-trigger, … read-only).
+func WithMaskedPaths() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		l := ensureLinux(s)
+		l.MaskedPaths = union(l.MaskedPaths, maskedPaths)
+		l.ReadonlyPaths = union(l.ReadonlyPaths, readonlyPaths)
+		return nil
+	}
+}
+
+func union(have, add []string) []string {
+	for _, p := range add {
+		if !slices.Contains(have, p) {
+			have = append(have, p)
+		}
+	}
+	return have
+}
+
+// WithDeviceAllowList replaces the device cgroup rules with "deny all"
+// followed by allow rules for /dev/null, zero, full, random, urandom and
+// tty.
+func WithDeviceAllowList() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		r := ensureResources(s)
+		r.Devices = make([]specs.LinuxDeviceCgroup, 0, 1+len(allowedDevices))
+		r.Devices = append(r.Devices, specs.LinuxDeviceCgroup{Allow: false, Access: "rwm"})
+		for _, d := range allowedDevices {
+			r.Devices = append(r.Devices, specs.LinuxDeviceCgroup{
+				Allow: true, Type: "c", Major: ptr(d.major), Minor: ptr(d.minor), Access: "rwm",
+			})
+		}
+		return nil
+	}
+}
+
+// WithResources sets the cgroup limits of l (zero fields take their
+// defaults): memory with swap included (the memory+swap limit equals the
+// memory limit), a CPU quota of l.CPUs cores per 100 ms period, and the
+// task limit. Other resource settings in the spec are kept.
+func WithResources(l sandbox.Limits) sandbox.SpecOpt {
+	l = defaultLimits(l)
+	quota := int64(math.Round(l.CPUs * cpuPeriod))
+	return func(s *specs.Spec) error {
+		r := ensureResources(s)
+		if r.Memory == nil {
+			r.Memory = &specs.LinuxMemory{}
+		}
+		r.Memory.Limit = ptr(l.MemoryBytes)
+		r.Memory.Swap = ptr(l.MemoryBytes)
+		if r.CPU == nil {
+			r.CPU = &specs.LinuxCPU{}
+		}
+		r.CPU.Quota = ptr(quota)
+		r.CPU.Period = ptr(uint64(cpuPeriod))
+		r.Pids = &specs.LinuxPids{Limit: ptr(l.Pids)}
+		return nil
+	}
+}
+
+// WithReadonlyRoot makes the container's root filesystem read-only.
+func WithReadonlyRoot() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Root == nil {
+			s.Root = &specs.Root{}
+		}
+		s.Root.Readonly = true
+		return nil
+	}
+}
+
+// WithUser runs the process as uid:gid with no supplementary groups; the
+// spec's umask is kept.
+func WithUser(uid, gid uint32) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		p := ensureProcess(s)
+		p.User.UID, p.User.GID, p.User.AdditionalGids = uid, gid, nil
+		return nil
+	}
+}
+
+// WithRlimits sets RLIMIT_NOFILE to NofileSoft/NofileHard and RLIMIT_CORE
+// to 0, replacing entries of those types and keeping the others.
+func WithRlimits() sandbox.SpecOpt {
+	set := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Soft: NofileSoft, Hard: NofileHard},
+		{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+	}
+	return func(s *specs.Spec) error {
+		p := ensureProcess(s)
+		p.Rlimits = slices.DeleteFunc(p.Rlimits, func(r specs.POSIXRlimit) bool {
+			return slices.ContainsFunc(set, func(n specs.POSIXRlimit) bool { return n.Type == r.Type })
+		})
+		p.Rlimits = append(p.Rlimits, set...)
+		return nil
+	}
+}
+
+// WithMounts appends ms to the spec's mounts in order, first removing any
+// mount the spec has at the same destination.
+func WithMounts(ms ...specs.Mount) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(have specs.Mount) bool {
+			return slices.ContainsFunc(ms, func(m specs.Mount) bool { return m.Destination == have.Destination })
+		})
+		for _, m := range ms {
+			m.Options = slices.Clone(m.Options)
+			s.Mounts = append(s.Mounts, m)
+		}
+		return nil
+	}
+}
+
+// Mounts returns the mounts policy p gives a call of session s, parents
+// before children: the tmpfs mounts (/tmp with mode 1777, others mode 0755
+// owned by uid:gid), the workspace (s.Cwd, read-write or read-only per
+// p.Workspace) and the transcript's session directory (s.TranscriptDir,
+// read-only, noexec) each at its own path, and the policy's bind mounts.
+// Every mount is nosuid and nodev; binds are not recursive, so read-only
+// holds for everything below them. /tmp is included even when p.Tmpfs
+// lacks it. p must be valid (see Validate); the session is checked here.
+func Mounts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]specs.Mount, error) {
+	if !slices.ContainsFunc(p.Tmpfs, func(t sandbox.Tmpfs) bool { return t.Target == "/tmp" }) {
+		p.Tmpfs = append([]sandbox.Tmpfs{{Target: "/tmp"}}, p.Tmpfs...)
+	}
+	var ps problems
+	var roles []role
+	if p.Workspace != "none" && s.Cwd != "" {
+		if checkSessionPath("session.cwd", s.Cwd, &ps) {
+			roles = append(roles, role{"session.cwd", s.Cwd})
+		}
+	}
+	if p.Transcript == "ro" && s.TranscriptDir != "" {
+		if checkSessionPath("session.transcriptDir", s.TranscriptDir, &ps) {
+			roles = append(roles, role{"session.transcriptDir", s.TranscriptDir})
+		}
+	}
+	if len(roles) == 2 && roles[0].path == roles[1].path {
+		ps.add("session.transcriptDir", "%q is also the workspace (session.cwd); the transcript must stay read-only", s.TranscriptDir)
+	}
+	for i, t := range p.Tmpfs {
+		for _, r := range roles {
+			if within(t.Target, r.path) {
+				ps.add(fmt.Sprintf("tmpfs[%d].target", i), "%q would hide %s %q", t.Target, r.field, r.path)
+			}
+		}
+	}
+	for i, m := range p.Mounts {
+		for _, r := range roles {
+			if within(m.Target, r.path) || within(r.path, m.Target) {
+				ps.add(fmt.Sprintf("mounts[%d].target", i), "%q overlaps %s %q", m.Target, r.field, r.path)
+			}
+		}
+	}
+	if err := ps.err("policy"); err != nil {
+		return nil, err
+	}
+
+	var out []specs.Mount
+	for _, t := range p.Tmpfs {
+		opts := []string{"nosuid", "nodev"}
+		if t.Target == "/tmp" {
+			opts = append(opts, "mode=1777")
+		} else {
+			opts = append(opts, "mode=0755", "uid="+strconv.FormatUint(uint64(uid), 10), "gid="+strconv.FormatUint(uint64(gid), 10))
+		}
+		if t.SizeBytes > 0 {
+			opts = append(opts, "size="+strconv.FormatInt(t.SizeBytes, 10))
+		}
+		out = append(out, specs.Mount{Destination: t.Target, Type: "tmpfs", Source: "tmpfs", Options: opts})
+	}
+	if p.Workspace != "none" && s.Cwd != "" {
+		out = append(out, bind(s.Cwd, s.Cwd, p.Workspace == "ro"))
+	}
+	if p.Transcript == "ro" && s.TranscriptDir != "" {
+		m := bind(s.TranscriptDir, s.TranscriptDir, true)
+		m.Options = append(m.Options, "noexec")
+		out = append(out, m)
+	}
+	for _, m := range p.Mounts {
+		out = append(out, bind(m.Source, m.Target, m.ReadOnly))
+	}
+	// Parents first; at equal depth the order above (tmpfs, workspace,
+	// transcript, policy mounts) stands.
+	slices.SortStableFunc(out, func(a, b specs.Mount) int { return depth(a.Destination) - depth(b.Destination) })
+	return out, nil
+}
+
+type role struct{ field, path string }
+
+// checkSessionPath accepts an absolute, clean session path that is not /
+// and does not lie in /proc, /dev or /sys.
+func checkSessionPath(field, p string, ps *problems) bool {
+	if !checkAbsPath(field, p, ps) {
+		return false
+	}
+	if reserved(p) != "" {
+		ps.add(field, "%q may not be mounted: it is / or lies below /proc, /dev or /sys", p)
+		return false
+	}
+	return true
+}
+
+func bind(source, target string, readOnly bool) specs.Mount {
+	mode := "rw"
+	if readOnly {
+		mode = "ro"
+	}
+	return specs.Mount{
+		Destination: target, Type: "bind", Source: source,
+		Options: []string{"bind", "nosuid", "nodev", mode},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,171 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// ResolveUser returns the uid and gid a call under p for session s runs
+// as. A policy user "uid:gid" is returned as given. "auto" is the owner of
+// s.Cwd when it exists; else the owner of the nearest existing ancestor of
+// s.TranscriptDir below / (so the owner of the sessions root when the
+// session directory is not there yet); else nobody, 65534:65534. The root
+// directory itself is never a source, so "auto" only yields uid 0 when
+// the workspace or the sessions tree belongs to root.
+//
+// It reads the file system (stat only). Errors wrap sandbox.ErrInvalid
+// for a bad policy user or a relative session path, and
+// sandbox.ErrUnavailable when a path cannot be inspected (other than not
+// existing).
+func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err error) {
+	uid, gid, auto, err := parseUser(p.User)
+	if err != nil {
+		return 0, 0, invalidf("user: %v", err)
+	}
+	if !auto {
+		return uid, gid, nil
+	}
+	if s.Cwd != "" {
+		var ps problems
+		if !checkAbsPath("session.cwd", s.Cwd, &ps) {
+			return 0, 0, ps.err("policy")
+		}
+		info, err := os.Stat(s.Cwd)
+		switch {
+		case err == nil:
+			return owner(info)
+		case !notExist(err):
+			return 0, 0, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: session.cwd %s: %w", s.Cwd, unwrapPathError(err))
+		}
+	}
+	if s.TranscriptDir != "" {
+		var ps problems
+		if !checkAbsPath("session.transcriptDir", s.TranscriptDir, &ps) {
+			return 0, 0, ps.err("policy")
+		}
+		for dir := s.TranscriptDir; dir != "/"; dir = filepath.Dir(dir) {
+			info, err := os.Stat(dir)
+			switch {
+			case err == nil:
+				return owner(info)
+			case !notExist(err):
+				return 0, 0, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: session.transcriptDir ancestor %s: %w", dir, unwrapPathError(err))
+			}
+		}
+	}
+	return nobodyID, nobodyID, nil
+}
+
+// notExist reports whether a stat error means the path is not there,
+// including "a component is not a directory".
+func notExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+func owner(info fs.FileInfo) (uid, gid uint32, err error) {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: %s: no owner information on this platform", info.Name())
+	}
+	return st.Uid, st.Gid, nil
+}
+
+// Permission bits of one class (owner, group or other).
+const (
+	permRead  = 4
+	permWrite = 2
+	permExec  = 1
+)
+
+// may reports whether a process running as uid:gid with no supplementary
+// groups and no capabilities gets the access bits want on a file, by the
+// POSIX rule: the owner class if uid owns it, else the group class if gid
+// is its group, else the other class. Capabilities are dropped in every
+// call, so uid 0 gets no override. ACLs are not consulted.
+func may(info fs.FileInfo, uid, gid uint32, want fs.FileMode) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true // cannot tell; say nothing
+	}
+	perm := info.Mode().Perm()
+	var bits fs.FileMode
+	switch {
+	case st.Uid == uid:
+		bits = perm >> 6
+	case st.Gid == gid:
+		bits = perm >> 3
+	default:
+		bits = perm
+	}
+	return bits&want == want
+}
+
+// describe is "owner 1000:1000, mode 0700" for a warning.
+func describe(info fs.FileInfo) string {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("owner %d:%d, mode %04o", st.Uid, st.Gid, info.Mode().Perm())
+	}
+	return fmt.Sprintf("mode %04o", info.Mode().Perm())
+}
+
+// transcriptFiles are the names a dsh transcript has in its session
+// directory (DESIGN §3.2).
+var transcriptFiles = []string{"session.jsonl", "session.jsonl.zstd"}
+
+// Warnings says, one sentence each, where a call under p for session s
+// running as uid:gid will not be able to do what the policy grants: read
+// the transcript directory or transcript file (another owner, mode 0700
+// or 0600), read the workspace, or write it when it is mounted
+// read-write; and when the workspace is missing, or the transcript
+// directory is missing and will be created 0700 by the service under a
+// different uid. It stats the paths and reads nothing else; nil means
+// nothing to report. `dsh-sandbox policy check` and `doctor` print these.
+func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
+	var ws []string
+	who := fmt.Sprintf("user %d:%d", uid, gid)
+	if p.Transcript == "ro" && s.TranscriptDir != "" {
+		info, err := os.Stat(s.TranscriptDir)
+		switch {
+		case notExist(err):
+			if euid := os.Geteuid(); euid >= 0 && uint32(euid) != uid {
+				ws = append(ws, fmt.Sprintf("transcript directory %s does not exist yet; the service creates it with mode 0700 as uid %d, so %s will not be able to read it",
+					s.TranscriptDir, euid, who))
+			}
+		case err != nil:
+			ws = append(ws, fmt.Sprintf("transcript directory %s cannot be inspected: %v", s.TranscriptDir, unwrapPathError(err)))
+		case !info.IsDir():
+			ws = append(ws, fmt.Sprintf("transcript directory %s is not a directory", s.TranscriptDir))
+		case !may(info, uid, gid, permRead|permExec):
+			ws = append(ws, fmt.Sprintf("%s cannot read the transcript directory %s (%s)", who, s.TranscriptDir, describe(info)))
+		default:
+			for _, name := range transcriptFiles {
+				path := filepath.Join(s.TranscriptDir, name)
+				if fi, err := os.Stat(path); err == nil && !may(fi, uid, gid, permRead) {
+					ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s)", who, path, describe(fi)))
+				}
+			}
+		}
+	}
+	if p.Workspace != "none" && s.Cwd != "" {
+		info, err := os.Stat(s.Cwd)
+		switch {
+		case notExist(err):
+			ws = append(ws, fmt.Sprintf("workspace %s does not exist; a call cannot mount it", s.Cwd))
+		case err != nil:
+			ws = append(ws, fmt.Sprintf("workspace %s cannot be inspected: %v", s.Cwd, unwrapPathError(err)))
+		case !info.IsDir():
+			ws = append(ws, fmt.Sprintf("workspace %s is not a directory", s.Cwd))
+		case !may(info, uid, gid, permRead|permExec):
+			ws = append(ws, fmt.Sprintf("%s cannot read the workspace %s (%s)", who, s.Cwd, describe(info)))
+		case p.Workspace == "rw" && !may(info, uid, gid, permWrite|permExec):
+			ws = append(ws, fmt.Sprintf("%s cannot write the workspace %s although the policy mounts it read-write (%s)", who, s.Cwd, describe(info)))
+		}
+	}
+	return ws
+}

@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// ownedDir makes a directory with the given mode, owned by uid:gid when
+// the test runs as root, else by the test's own user; it returns the
+// directory and its owner.
+func ownedDir(t *testing.T, parent, name string, mode os.FileMode, uid, gid int) (string, uint32, uint32) {
+	t.Helper()
+	dir := filepath.Join(parent, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		return dir, uint32(uid), uint32(gid)
+	}
+	return dir, uint32(os.Getuid()), uint32(os.Getgid())
+}
+
+func TestResolveUserCase(t *testing.T) {
+	tmp := t.TempDir()
+	ws, wsUID, wsGID := ownedDir(t, tmp, "ws", 0o755, 4242, 4343)
+	root, rootUID, rootGID := ownedDir(t, tmp, "sessions", 0o700, 4244, 4345)
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auto := builtin(t, WorkspaceWrite)
+	fixed := auto
+	fixed.User = "1234:5678"
+
+	tests := []struct {
+		name     string
+		p        sandbox.Policy
+		s        sandbox.Session
+		uid, gid uint32
+	}{
+		{"fixed user ignores the session", fixed, sandbox.Session{Cwd: ws}, 1234, 5678},
+		{"owner of cwd", auto, sandbox.Session{Cwd: ws, TranscriptDir: filepath.Join(root, "p", "s")}, wsUID, wsGID},
+		{"missing cwd falls to sessions root", auto, sandbox.Session{Cwd: filepath.Join(tmp, "gone"), TranscriptDir: filepath.Join(root, "--p--", "s1")}, rootUID, rootGID},
+		{"existing transcript dir", auto, sandbox.Session{TranscriptDir: root}, rootUID, rootGID},
+		{"no session", auto, sandbox.Session{}, 65534, 65534},
+		{"only / exists", auto, sandbox.Session{TranscriptDir: "/nonexistent-dsh-sandbox-test/a/b"}, 65534, 65534},
+		{"missing cwd, no transcript", auto, sandbox.Session{Cwd: "/nonexistent-dsh-sandbox-test"}, 65534, 65534},
+	}
+	for _, tt := range tests {
+		uid, gid, err := ResolveUser(tt.p, tt.s)
+		if err != nil || uid != tt.uid || gid != tt.gid {
+			t.Errorf("%s: ResolveUser(%s, %+v) = %d, %d, %v, want %d, %d, nil", tt.name, tt.p.User, tt.s, uid, gid, err, tt.uid, tt.gid)
+		}
+	}
+
+	bad := auto
+	bad.User = "root"
+	for _, tt := range []struct {
+		p    sandbox.Policy
+		s    sandbox.Session
+		want string
+	}{
+		{bad, sandbox.Session{}, `user: "root" is not allowed`},
+		{auto, sandbox.Session{Cwd: "rel"}, `session.cwd: "rel" is not an absolute path`},
+		{auto, sandbox.Session{TranscriptDir: "rel/s"}, `session.transcriptDir: "rel/s" is not an absolute path`},
+	} {
+		_, _, err := ResolveUser(tt.p, tt.s)
+		if err == nil || !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ResolveUser(%s, %+v) error = %v, want an invalid-argument error containing %q", tt.p.User, tt.s, err, tt.want)
+		}
+	}
+}
+
+// fixtureDir finds the shared dsh session logs: up from the package to
+// the module root, then ../shared/fixtures/dsh-sessions.
+func fixtureDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the package directory")
+		}
+		dir = parent
+	}
+	fix := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
+	if _, err := os.Stat(fix); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("dsh session fixtures missing at ../shared/fixtures/dsh-sessions: %v", err)
+		}
+		t.Skipf("dsh session fixtures missing at ../shared/fixtures/dsh-sessions (%v); they come with the project's shared directory", err)
+	}
+	return fix
+}
+
+// sessionDir copies a real dsh transcript into a fresh session directory
+// with the given modes.
+func sessionDir(t *testing.T, dirMode, fileMode os.FileMode) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(fixtureDir(t), "apps__web__fresh-round-trip__session.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "--work-p--", "s1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "session.jsonl")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.Chmod(path, fileMode), os.Chmod(dir, dirMode)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestWarningsCase(t *testing.T) {
+	me, myGID := uint32(os.Getuid()), uint32(os.Getgid())
+	other := me + 4000
+	otherGID := myGID + 4000
+	private := sessionDir(t, 0o700, 0o600)
+	openDir := sessionDir(t, 0o755, 0o600)
+	shared := sessionDir(t, 0o750, 0o640)
+	readable := sessionDir(t, 0o755, 0o644)
+	tmp := t.TempDir()
+	wsOpen, _, _ := ownedDir(t, tmp, "open", 0o755, os.Getuid(), os.Getgid())
+	wsShared, _, _ := ownedDir(t, tmp, "shared", 0o775, os.Getuid(), os.Getgid())
+	wsPrivate, _, _ := ownedDir(t, tmp, "private", 0o700, os.Getuid(), os.Getgid())
+	ww := builtin(t, WorkspaceWrite)
+	ro := builtin(t, ReadOnly)
+	noTranscript := ww
+	noTranscript.Transcript = "none"
+
+	tests := []struct {
+		name     string
+		p        sandbox.Policy
+		s        sandbox.Session
+		uid, gid uint32
+		want     []string // one substring per expected warning, in order
+	}{
+		{"owner reads everything", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, me, myGID, nil},
+		{"other user, private transcript dir", ww, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript directory " + private + " (owner"}},
+		{"other user, private transcript file mode", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"mode 0600)"}},
+		{"other user, private transcript file", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(openDir, "session.jsonl") + " (owner"}},
+		{"group member reads shared transcript", ww, sandbox.Session{TranscriptDir: shared}, other, myGID, nil},
+		{"other user, readable transcript", ww, sandbox.Session{TranscriptDir: readable}, other, otherGID, nil},
+		{"transcript not mounted", noTranscript, sandbox.Session{TranscriptDir: private}, other, otherGID, nil},
+		{"other user, rw workspace 0755", ww, sandbox.Session{Cwd: wsOpen}, other, otherGID, []string{"cannot write the workspace " + wsOpen}},
+		{"other user, ro workspace 0755", ro, sandbox.Session{Cwd: wsOpen}, other, otherGID, nil},
+		{"group writes shared workspace", ww, sandbox.Session{Cwd: wsShared}, other, myGID, nil},
+		{"other user, private workspace", ro, sandbox.Session{Cwd: wsPrivate}, other, otherGID, []string{"cannot read the workspace " + wsPrivate}},
+		{"missing workspace", ww, sandbox.Session{Cwd: filepath.Join(tmp, "gone")}, me, myGID, []string{"workspace " + filepath.Join(tmp, "gone") + " does not exist"}},
+		{"missing transcript dir, other user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, []string{"does not exist yet; the service creates it with mode 0700"}},
+		{"missing transcript dir, service user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, me, myGID, nil},
+		{"both unreadable", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, other, otherGID, []string{"transcript directory", "workspace"}},
+	}
+	for _, tt := range tests {
+		got := Warnings(tt.p, tt.s, tt.uid, tt.gid)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: Warnings(%s, %+v, %d, %d) = %q, want %d warnings containing %q", tt.name, tt.p.Name, tt.s, tt.uid, tt.gid, got, len(tt.want), tt.want)
+			continue
+		}
+		for i, w := range tt.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: Warnings(…)[%d] = %q, want it to contain %q", tt.name, i, got[i], w)
+			}
+		}
+	}
+}

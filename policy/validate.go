@@ -1,0 +1,310 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Allowed values of the enumerated fields, in the order error messages
+// list them.
+var (
+	backends    = []string{"oci", "docker", "containerd", "local"}
+	runtimes    = []string{"runc", "crun", "runsc"}
+	networks    = []string{"none", "loopback"}
+	workspaces  = []string{"rw", "ro", "none"}
+	transcripts = []string{"ro", "none"}
+	mountModes  = []string{"ro", "rw"}
+)
+
+// Bounds of the limits. The lower bounds are what the kernel and the
+// runtimes accept (a memory cgroup below 6 MiB cannot start a shell, a CPU
+// quota below 1 ms per 100 ms period is refused); the upper bounds keep a
+// typo from meaning "unlimited".
+const (
+	minMemoryBytes    = 6 << 20
+	minCPUs           = 0.01
+	maxCPUs           = 1024
+	maxPids           = 1 << 22 // the kernel's PID_MAX_LIMIT
+	maxStdoutMaxBytes = 16 << 20
+	maxListLen        = 128
+	maxNameLen        = 64
+	maxImageLen       = 255
+	maxPathLen        = 4096
+	maxEnvNameLen     = 256
+	nobodyID          = 65534
+)
+
+// reservedTargets are where the runtime mounts the kernel's own
+// filesystems; no policy mount or session path may land on or under them.
+var reservedTargets = []string{"/proc", "/dev", "/sys"}
+
+// validate checks a policy whose zero limits have been filled in and
+// records every problem, naming fields the way a policy file spells them.
+// Mounts and tmpfs are checked in the order given, so list indices match
+// the document.
+func validate(p *sandbox.Policy, ps *problems) {
+	checkName(p.Name, ps)
+	checkEnum("backend", p.Backend, backends, ps)
+	checkEnum("runtime", p.Runtime, runtimes, ps)
+	checkImage(p.Image, ps)
+	if _, _, _, err := parseUser(p.User); err != nil {
+		ps.add("user", "%v", err)
+	}
+	checkEnum("network", p.Network, networks, ps)
+	checkEnum("workspace", p.Workspace, workspaces, ps)
+	checkEnum("transcript", p.Transcript, transcripts, ps)
+	checkMounts(p.Mounts, p.Tmpfs, ps)
+	checkLimits(p.Limits, ps)
+	checkEnv(p.EnvInherit, p.EnvSet, ps)
+}
+
+func checkName(name string, ps *problems) {
+	if err := validName(name); err != nil {
+		ps.add("name", "%v", err)
+	}
+}
+
+// validName accepts 1 to 64 characters from [A-Za-z0-9._-], starting with
+// a letter or digit, so that a name is safe in labels, logs and file names.
+func validName(name string) error {
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("%q must be 1 to %d characters", name, maxNameLen)
+	}
+	for i, r := range name {
+		if !isAlnum(r) && (i == 0 || !strings.ContainsRune("._-", r)) {
+			return fmt.Errorf("%q may hold only letters, digits, '.', '_' and '-', and must start with a letter or digit", name)
+		}
+	}
+	return nil
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+func checkEnum(field, v string, allowed []string, ps *problems) {
+	if !slices.Contains(allowed, v) {
+		ps.add(field, "%q is not allowed; want one of %s", v, strings.Join(allowed, ", "))
+	}
+}
+
+// checkImage accepts "host" or a local image reference: 1 to 255
+// characters from [A-Za-z0-9._/:@-] starting with a letter or digit.
+func checkImage(image string, ps *problems) {
+	if image == "" || len(image) > maxImageLen {
+		ps.add("image", "%q must be \"host\" or an image reference of 1 to %d characters", image, maxImageLen)
+		return
+	}
+	for i, r := range image {
+		if !isAlnum(r) && (i == 0 || !strings.ContainsRune("._/:@-", r)) {
+			ps.add("image", "%q is not \"host\" or an image reference (letters, digits and . _ / : @ -)", image)
+			return
+		}
+	}
+}
+
+// parseUser reads "auto" (auto is true) or "uid:gid" with decimal ids
+// below 4294967295 (which means "no id" to the kernel).
+func parseUser(s string) (uid, gid uint32, auto bool, err error) {
+	if s == "auto" {
+		return 0, 0, true, nil
+	}
+	u, g, ok := strings.Cut(s, ":")
+	uid, uerr := parseID(u)
+	gid, gerr := parseID(g)
+	if !ok || uerr != nil || gerr != nil {
+		return 0, 0, false, fmt.Errorf("%q is not allowed; want \"auto\" or \"uid:gid\" with numeric ids, e.g. \"1000:1000\"", s)
+	}
+	return uid, gid, false, nil
+}
+
+func parseID(s string) (uint32, error) {
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a decimal id", s)
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == math.MaxUint32 {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return uint32(n), nil
+}
+
+// checkAbsPath accepts an absolute, clean path of at most 4096 bytes
+// without control characters (NUL, newline, …).
+func checkAbsPath(field, p string, ps *problems) bool {
+	switch {
+	case p == "":
+		ps.add(field, "is missing or empty; want an absolute path")
+	case len(p) > maxPathLen:
+		ps.add(field, "is longer than %d bytes", maxPathLen)
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		ps.add(field, "%q contains a control character", p)
+	case !filepath.IsAbs(p):
+		ps.add(field, "%q is not an absolute path", p)
+	case filepath.Clean(p) != p:
+		ps.add(field, "%q is not a clean path; write %q", p, filepath.Clean(p))
+	default:
+		return true
+	}
+	return false
+}
+
+// within reports whether path p is dir or lies below it. Both are clean
+// absolute paths.
+func within(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// reserved names the kernel filesystem p is, or lies in, or "" when p is
+// free. "/" itself is reserved: nothing may be mounted over the root.
+func reserved(p string) string {
+	if p == "/" {
+		return "/"
+	}
+	for _, r := range reservedTargets {
+		if within(p, r) {
+			return r
+		}
+	}
+	return ""
+}
+
+func checkMounts(mounts []sandbox.Mount, tmpfs []sandbox.Tmpfs, ps *problems) {
+	if len(mounts) > maxListLen {
+		ps.add("mounts", "has %d entries; the limit is %d", len(mounts), maxListLen)
+		return
+	}
+	if len(tmpfs) > maxListLen {
+		ps.add("tmpfs", "has %d entries; the limit is %d", len(tmpfs), maxListLen)
+		return
+	}
+	targets := map[string]string{} // target -> field that claimed it
+	claim := func(field, target string) {
+		if reserved(target) != "" {
+			ps.add(field, "%q may not be / or lie below /proc, /dev or /sys", target)
+			return
+		}
+		if prev, ok := targets[target]; ok {
+			ps.add(field, "%q is already the target of %s", target, prev)
+			return
+		}
+		targets[target] = field
+	}
+	for i, t := range tmpfs {
+		f := fmt.Sprintf("tmpfs[%d]", i)
+		if checkAbsPath(f+".target", t.Target, ps) {
+			claim(f+".target", t.Target)
+		}
+		if t.SizeBytes < 0 {
+			ps.add(f+".size", "%d is negative", t.SizeBytes)
+		}
+	}
+	for i, m := range mounts {
+		f := fmt.Sprintf("mounts[%d]", i)
+		if checkAbsPath(f+".source", m.Source, ps) {
+			if reserved(m.Source) != "" {
+				ps.add(f+".source", "%q may not be / or lie below /proc, /dev or /sys", m.Source)
+			}
+		}
+		if checkAbsPath(f+".target", m.Target, ps) {
+			claim(f+".target", m.Target)
+		}
+	}
+}
+
+func checkLimits(l sandbox.Limits, ps *problems) {
+	if l.MemoryBytes < minMemoryBytes {
+		ps.add("limits.memory", "%d bytes is below the minimum of %s", l.MemoryBytes, formatSize(minMemoryBytes))
+	}
+	if math.IsNaN(l.CPUs) || l.CPUs < minCPUs || l.CPUs > maxCPUs {
+		ps.add("limits.cpus", "%v is not allowed; want a number from %v to %v", l.CPUs, minCPUs, maxCPUs)
+	}
+	if l.Pids <= 0 || l.Pids > maxPids {
+		ps.add("limits.pids", "%d is not allowed; want an integer from 1 to %d", l.Pids, maxPids)
+	}
+	if l.MaxTimeoutMs <= 0 || l.MaxTimeoutMs > sandbox.DefaultMaxTimeout.Milliseconds() {
+		ps.add("limits.maxTimeoutMs", "%d is not allowed; want an integer from 1 to %d", l.MaxTimeoutMs, sandbox.DefaultMaxTimeout.Milliseconds())
+	}
+	if l.TimeoutMs <= 0 {
+		ps.add("limits.timeoutMs", "%d is not allowed; want an integer > 0", l.TimeoutMs)
+	} else if l.MaxTimeoutMs > 0 && l.TimeoutMs > l.MaxTimeoutMs {
+		ps.add("limits.timeoutMs", "%d exceeds limits.maxTimeoutMs %d", l.TimeoutMs, l.MaxTimeoutMs)
+	}
+	if l.StdoutMaxBytes <= 0 || l.StdoutMaxBytes > maxStdoutMaxBytes {
+		ps.add("limits.stdoutMaxBytes", "%d is not allowed; want 1 to %d bytes", l.StdoutMaxBytes, maxStdoutMaxBytes)
+	}
+	if l.SpillMaxBytes <= 0 {
+		ps.add("limits.spillMaxBytes", "%d is not allowed; want a size > 0", l.SpillMaxBytes)
+	}
+}
+
+// isDSH reports whether an environment name is in the DSH_ namespace,
+// ignoring case, as sandbox.BuildEnv does.
+func isDSH(name string) bool {
+	return len(name) >= 4 && strings.EqualFold(name[:4], "DSH_")
+}
+
+func checkEnv(inherit []string, set map[string]string, ps *problems) {
+	if len(inherit) > maxListLen || len(set) > maxListLen {
+		ps.add("env", "lists more than %d names", maxListLen)
+		return
+	}
+	seen := map[string]bool{}
+	for i, name := range inherit {
+		f := fmt.Sprintf("env.inherit[%d]", i)
+		switch {
+		case !portableName(name):
+			ps.add(f, "%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", name)
+		case isDSH(name):
+			ps.add(f, "%q may not be inherited: DSH_* values come only from the session's snapshot", name)
+		case seen[name]:
+			ps.add(f, "%q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	for _, name := range sortedKeys(set) {
+		f := "env.set." + name
+		switch {
+		case name == "" || len(name) > maxEnvNameLen:
+			ps.add("env.set", "a name is empty or longer than %d bytes", maxEnvNameLen)
+		case strings.ContainsAny(name, "=\x00"):
+			ps.add("env.set", "name %q contains '=' or a NUL byte", name)
+		case isDSH(name):
+			ps.add(f, "DSH_* names may not be set by a policy: DSH_* values come only from the session's snapshot")
+		case strings.ContainsRune(set[name], 0):
+			ps.add(f, "the value contains a NUL byte")
+		}
+	}
+}
+
+// portableName reports whether s is a POSIX portable variable name of at
+// most 256 bytes.
+func portableName(s string) bool {
+	if s == "" || len(s) > maxEnvNameLen || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, r := range s {
+		if !isAlnum(r) && r != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
