@@ -1,0 +1,327 @@
+package images
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Store layout under the root (every directory 0700):
+//
+//	<root>/<repository>/<tag>/image.json   the record (name, digest, env, …)
+//	<root>/<repository>/<tag>/rootfs/      the unpacked root filesystem
+//	<root>/.tmp/                           imports and removals in progress
+const (
+	recordFile = "image.json"
+	rootfsDir  = "rootfs"
+	tmpDir     = ".tmp"
+)
+
+// staleTemp is the age after which OpenStore removes leftovers of an
+// import or removal that crashed.
+const staleTemp = 24 * time.Hour
+
+// Store is a local store of imported images under one directory. Its
+// methods are safe for concurrent use; imports of different names run in
+// parallel and an import replaces an existing image of the same name
+// atomically (a call that already holds the old Rootfs keeps working until
+// it ends: the old tree is removed, but open mounts of it stay valid).
+// The zero value is not usable: call [OpenStore].
+type Store struct {
+	root string
+	// mu serializes the renames that publish and retire images.
+	mu sync.Mutex
+}
+
+// record is the content of image.json.
+type record struct {
+	Name     string    `json:"name"`
+	Digest   string    `json:"digest"`
+	Format   string    `json:"format"`
+	Env      []string  `json:"env"`
+	Created  time.Time `json:"created,omitzero"`
+	Imported time.Time `json:"imported"`
+	Size     int64     `json:"size"`
+}
+
+// OpenStore opens the store at root, creating it (mode 0700) when missing
+// and tightening an existing root to 0700. It removes leftovers of
+// imports that crashed more than a day ago.
+func OpenStore(root string) (*Store, error) {
+	if root == "" {
+		return nil, fmt.Errorf("%w: empty store root", ErrInvalid)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("image store root %q: %w", root, err)
+	}
+	if err := os.MkdirAll(filepath.Join(abs, tmpDir), 0o700); err != nil {
+		return nil, fmt.Errorf("image store root %q: %w", abs, err)
+	}
+	for _, d := range []string{abs, filepath.Join(abs, tmpDir)} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("image store root %q: %w", abs, err)
+		}
+	}
+	s := &Store{root: abs}
+	s.removeStale(time.Now().Add(-staleTemp))
+	return s, nil
+}
+
+// Root returns the store's absolute root directory.
+func (s *Store) Root() string { return s.root }
+
+// Get returns the stored image called name (a name without a tag means
+// ":latest"). A missing image is an error wrapping [ErrNotFound]; "host"
+// and malformed names are errors wrapping [ErrInvalid].
+func (s *Store) Get(name string) (*Image, error) {
+	repo, tag, err := s.storedName(name)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.load(repo, tag)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %q in %s", ErrNotFound, repo+":"+tag, s.root)
+	}
+	return img, err
+}
+
+// List returns every stored image sorted by name. Entries that are not
+// images (foreign files, malformed names) are skipped; an unreadable
+// record is an error naming its file.
+func (s *Store) List() ([]Image, error) {
+	repos, err := os.ReadDir(s.root)
+	if err != nil {
+		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	var out []Image
+	for _, r := range repos {
+		if !r.IsDir() || !validRepository(r.Name()) || r.Name() == HostName {
+			continue
+		}
+		tags, err := os.ReadDir(filepath.Join(s.root, r.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("image store %s: %w", s.root, err)
+		}
+		for _, t := range tags {
+			if !t.IsDir() || !validTag(t.Name()) {
+				continue
+			}
+			img, err := s.load(r.Name(), t.Name())
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // retired between ReadDir and load
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, *img)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Remove deletes the stored image called name. A missing image is an
+// error wrapping [ErrNotFound].
+func (s *Store) Remove(name string) error {
+	repo, tag, err := s.storedName(name)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, err := s.retire(repo, tag)
+	if err != nil {
+		return err
+	}
+	if old == "" {
+		return fmt.Errorf("%w: %q in %s", ErrNotFound, repo+":"+tag, s.root)
+	}
+	_ = os.Remove(filepath.Join(s.root, repo)) // only when empty
+	return removeTree(old)
+}
+
+// storedName validates and splits a name of a stored image.
+func (s *Store) storedName(name string) (repo, tag string, err error) {
+	repo, tag, err = splitName(name)
+	if err != nil {
+		return "", "", err
+	}
+	if repo == HostName {
+		return "", "", fmt.Errorf("%w: name %q: %q is reserved for the generated host image", ErrInvalid, name, HostName)
+	}
+	if tag == "" {
+		tag = defaultTag
+	}
+	return repo, tag, nil
+}
+
+// load reads one image's record. A missing record is returned as is
+// (fs.ErrNotExist).
+func (s *Store) load(repo, tag string) (*Image, error) {
+	dir := filepath.Join(s.root, repo, tag)
+	data, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("image record %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	if want := repo + ":" + tag; rec.Name != want {
+		return nil, fmt.Errorf("image record %s: name %q, want %q", filepath.Join(dir, recordFile), rec.Name, want)
+	}
+	rootfs := filepath.Join(dir, rootfsDir)
+	if fi, err := os.Lstat(rootfs); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("image %q: root filesystem %s is missing", rec.Name, rootfs)
+	}
+	return &Image{
+		Name:     rec.Name,
+		Rootfs:   rootfs,
+		Env:      rec.Env,
+		Digest:   rec.Digest,
+		Size:     rec.Size,
+		Created:  rec.Created,
+		Imported: rec.Imported,
+	}, nil
+}
+
+// publish moves the finished image directory src to its place, retiring
+// an image of the same name. Callers hold no lock.
+func (s *Store) publish(src, repo, tag string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.MkdirAll(filepath.Join(s.root, repo), 0o700); err != nil {
+		return fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	dst := filepath.Join(s.root, repo, tag)
+	// Another process may publish the same name between retire and
+	// rename; try a few times, last writer wins.
+	for attempt := 0; ; attempt++ {
+		old, err := s.retire(repo, tag)
+		if err != nil {
+			return err
+		}
+		err = os.Rename(src, dst)
+		if old != "" {
+			_ = removeTree(old)
+		}
+		if err == nil {
+			return nil
+		}
+		if attempt == 2 || !(errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY)) {
+			return fmt.Errorf("image store: publishing %q: %w", repo+":"+tag, err)
+		}
+	}
+}
+
+// retire moves an existing image directory out of the way and returns
+// where it went ("" when there was none). The caller removes it.
+func (s *Store) retire(repo, tag string) (string, error) {
+	dst := filepath.Join(s.root, repo, tag)
+	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	aside, err := os.MkdirTemp(filepath.Join(s.root, tmpDir), "remove-")
+	if err != nil {
+		return "", fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	old := filepath.Join(aside, "image")
+	if err := os.Rename(dst, old); err != nil {
+		_ = os.Remove(aside)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("image store: retiring %q: %w", repo+":"+tag, err)
+	}
+	return aside, nil
+}
+
+// removeStale deletes entries of the temporary directory last modified
+// before cutoff. Errors are ignored: leftovers are retried next time.
+func (s *Store) removeStale(cutoff time.Time) {
+	dir := filepath.Join(s.root, tmpDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || fi.ModTime().After(cutoff) {
+			continue
+		}
+		_ = removeTree(filepath.Join(dir, e.Name()))
+	}
+}
+
+// removeTree removes dir and everything below it, making read-only
+// directories writable first when a plain removal fails (an unprivileged
+// process cannot empty a 0555 directory of an image).
+func removeTree(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// treeSize sums the sizes of the regular files below dir, counting each
+// hard-linked file once.
+func treeSize(dir string) (int64, error) {
+	type inode struct{ dev, ino uint64 }
+	seen := make(map[inode]bool)
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			key := inode{uint64(st.Dev), st.Ino}
+			if seen[key] {
+				return nil
+			}
+			seen[key] = true
+		}
+		total += fi.Size()
+		return nil
+	})
+	return total, err
+}
+
+// hasPath reports whether env has a PATH entry.
+func hasPath(env []string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, "PATH=") {
+			return true
+		}
+	}
+	return false
+}
+
+// withPath returns env with DefaultPath prepended when it has no PATH.
+func withPath(env []string) []string {
+	if hasPath(env) {
+		return append([]string(nil), env...)
+	}
+	return append([]string{"PATH=" + DefaultPath}, env...)
+}
