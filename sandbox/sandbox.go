@@ -170,7 +170,7 @@ type Result struct {
 	// with TimedOut.
 	Aborted bool `json:"aborted"`
 	// TimeoutMs is the timeout that applied.
-	TimeoutMs int64 `json:"timeoutMs"`
+	TimeoutMs int64  `json:"timeoutMs"`
 	Stdout    Stream `json:"stdout"`
 	Stderr    Stream `json:"stderr"`
 	// Sandbox says where the call ran.

@@ -1,0 +1,390 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// pattern returns n bytes that differ at every position modulo 251, so a
+// misplaced byte shows.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b
+}
+
+// writeChunks writes data to w in chunks of the given sizes, cycling.
+func writeChunks(t testing.TB, w io.Writer, data []byte, sizes []int) {
+	t.Helper()
+	for i := 0; len(data) > 0; i++ {
+		n := min(sizes[i%len(sizes)], len(data))
+		if got, err := w.Write(data[:n]); got != n || err != nil {
+			t.Fatalf("Write(%d bytes) = %d, %v, want %d, nil", n, got, err, n)
+		}
+		data = data[n:]
+	}
+}
+
+func TestCaptureTruncated(t *testing.T) {
+	const tail = 100
+	tests := []struct {
+		name   string
+		total  int
+		chunks []int
+	}{
+		{"empty", 0, []int{1}},
+		{"below tail", 99, []int{7}},
+		{"exactly tail", 100, []int{100}},
+		{"tail plus one", 101, []int{101}},
+		{"one byte over in two writes", 101, []int{100, 1}},
+		{"byte by byte", 1000, []int{1}},
+		{"one big write", 10_000, []int{10_000}},
+		{"chunks crossing the ring edge", 5003, []int{33, 67, 99, 100, 101, 250}},
+		{"first write larger than tail", 450, []int{150, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			spill := filepath.Join(dir, "spill", "call-1.stdout")
+			data := pattern(tt.total)
+			c := NewCapture(CaptureOptions{TailBytes: tail, SpillPath: spill, SpillInside: true})
+			writeChunks(t, c, data, tt.chunks)
+			s, err := c.Stream()
+			if err != nil {
+				t.Fatalf("Stream() error: %v", err)
+			}
+			keep := min(tt.total, tail)
+			if s.Text != string(data[tt.total-keep:]) {
+				t.Errorf("Stream().Text = %d bytes %q…, want the last %d bytes", len(s.Text), s.Text[:min(len(s.Text), 8)], keep)
+			}
+			if want := int64(tt.total - keep); s.DroppedBytes != want {
+				t.Errorf("Stream().DroppedBytes = %d, want %d", s.DroppedBytes, want)
+			}
+			if s.Truncated != (tt.total > tail) {
+				t.Errorf("Stream().Truncated = %v, want %v", s.Truncated, tt.total > tail)
+			}
+			if tt.total <= tail {
+				if s.SpillPath != "" || s.SpillInside {
+					t.Errorf("Stream() = %+v, want no spill path", s)
+				}
+				if _, err := os.Stat(filepath.Dir(spill)); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("spill dir exists (%v) although the output fit the tail", err)
+				}
+				return
+			}
+			if s.SpillPath != spill || !s.SpillInside {
+				t.Errorf("Stream().SpillPath, SpillInside = %q, %v, want %q, true", s.SpillPath, s.SpillInside, spill)
+			}
+			got, err := os.ReadFile(spill)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Errorf("spill file holds %d bytes, want the whole output of %d bytes", len(got), len(data))
+			}
+			assertMode(t, spill, 0o600)
+			assertMode(t, filepath.Dir(spill), 0o700|fs.ModeDir)
+		})
+	}
+}
+
+func assertMode(t *testing.T, path string, want fs.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode() != want {
+		t.Errorf("mode of %s = %v, want %v", filepath.Base(path), fi.Mode(), want)
+	}
+}
+
+func TestCaptureRandomChunks(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		tail := 1 + r.IntN(300)
+		spillMax := int64(1 + r.IntN(2000))
+		total := r.IntN(3000)
+		data := make([]byte, total)
+		for j := range data {
+			data[j] = byte(r.Uint32())
+		}
+		spill := filepath.Join(t.TempDir(), "s")
+		c := NewCapture(CaptureOptions{TailBytes: tail, SpillPath: spill, SpillMax: spillMax})
+		for rest := data; len(rest) > 0; {
+			n := min(1+r.IntN(2*tail), len(rest))
+			c.Write(rest[:n])
+			rest = rest[n:]
+		}
+		s, err := c.Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep := min(total, tail)
+		if s.Text != string(data[total-keep:]) || s.DroppedBytes != int64(total-keep) {
+			t.Fatalf("case %d (tail %d, total %d): Text %d bytes, DroppedBytes %d, want the last %d bytes and %d",
+				i, tail, total, len(s.Text), s.DroppedBytes, keep, total-keep)
+		}
+		if total > tail {
+			got, err := os.ReadFile(spill)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := data[:min(int64(total), spillMax)]; !bytes.Equal(got, want) {
+				t.Fatalf("case %d (tail %d, total %d, cap %d): spill file %d bytes, want the first %d", i, tail, total, spillMax, len(got), len(want))
+			}
+		}
+	}
+}
+
+func TestCaptureSpillCap(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "out")
+	data := pattern(10_000)
+	c := NewCapture(CaptureOptions{TailBytes: 100, SpillPath: spill, SpillMax: 1234})
+	writeChunks(t, c, data, []int{999})
+	s, err := c.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(spill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data[:1234]) {
+		t.Errorf("spill file = %d bytes, want the first 1234 bytes", len(got))
+	}
+	if s.SpillPath != spill || s.DroppedBytes != 9900 {
+		t.Errorf("Stream() = SpillPath %q, DroppedBytes %d, want %q, 9900", s.SpillPath, s.DroppedBytes, spill)
+	}
+}
+
+func TestCaptureSpillCapBelowTail(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "out")
+	data := pattern(500)
+	c := NewCapture(CaptureOptions{TailBytes: 100, SpillPath: spill, SpillMax: 10})
+	writeChunks(t, c, data, []int{60})
+	if _, err := c.Stream(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(spill)
+	if !bytes.Equal(got, data[:10]) {
+		t.Errorf("spill file = %q, want the first 10 bytes", got)
+	}
+}
+
+func TestCaptureNoSpillPath(t *testing.T) {
+	c := NewCapture(CaptureOptions{TailBytes: 10})
+	c.Write(pattern(25))
+	s, err := c.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Truncated || s.DroppedBytes != 15 || s.SpillPath != "" {
+		t.Errorf("Stream() = %+v, want truncated, 15 dropped, no spill path", s)
+	}
+}
+
+func TestCaptureDefaults(t *testing.T) {
+	c := NewCapture(CaptureOptions{})
+	c.Write(pattern(DefaultStdoutMaxBytes + 1))
+	s, _ := c.Stream()
+	if len(s.Text) != DefaultStdoutMaxBytes || s.DroppedBytes != 1 {
+		t.Errorf("NewCapture(zero) kept %d bytes, dropped %d, want %d and 1", len(s.Text), s.DroppedBytes, DefaultStdoutMaxBytes)
+	}
+}
+
+func TestCaptureSpillFailures(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string) string // returns the spill path
+		check func(t *testing.T, path string)
+	}{
+		{"file exists", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "out")
+			os.WriteFile(p, []byte("precious"), 0o600)
+			return p
+		}, func(t *testing.T, p string) {
+			if got, _ := os.ReadFile(p); string(got) != "precious" {
+				t.Errorf("existing file = %q, want it untouched", got)
+			}
+		}},
+		{"symlink planted", func(t *testing.T, dir string) string {
+			target := filepath.Join(dir, "target")
+			os.WriteFile(target, []byte("precious"), 0o600)
+			p := filepath.Join(dir, "out")
+			os.Symlink(target, p)
+			return p
+		}, func(t *testing.T, p string) {
+			if got, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "target")); string(got) != "precious" {
+				t.Errorf("symlink target = %q, want it untouched", got)
+			}
+		}},
+		{"parent is a file", func(t *testing.T, dir string) string {
+			f := filepath.Join(dir, "file")
+			os.WriteFile(f, nil, 0o600)
+			return filepath.Join(f, "out")
+		}, func(t *testing.T, p string) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.setup(t, t.TempDir())
+			c := NewCapture(CaptureOptions{TailBytes: 4, SpillPath: p, SpillInside: true})
+			if n, err := c.Write([]byte("0123456789")); n != 10 || err != nil {
+				t.Fatalf("Write() = %d, %v, want 10, nil: spill errors must not fail the producer", n, err)
+			}
+			s, err := c.Stream()
+			if !errors.Is(err, ErrInternal) {
+				t.Errorf("Stream() error = %v, want ErrInternal", err)
+			}
+			if s.Text != "6789" || s.DroppedBytes != 6 || !s.Truncated || s.SpillPath != "" || s.SpillInside {
+				t.Errorf("Stream() = %+v, want the tail without a spill path", s)
+			}
+			tt.check(t, p)
+		})
+	}
+}
+
+type failWriter struct{ n int }
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	w.n++
+	return 0, errors.New("broken pipe")
+}
+
+func TestCaptureLive(t *testing.T) {
+	var live bytes.Buffer
+	data := pattern(1000)
+	c := NewCapture(CaptureOptions{TailBytes: 10, Live: &live})
+	writeChunks(t, c, data, []int{7})
+	if !bytes.Equal(live.Bytes(), data) {
+		t.Errorf("live writer got %d bytes, want all %d", live.Len(), len(data))
+	}
+
+	fw := &failWriter{}
+	c = NewCapture(CaptureOptions{TailBytes: 10, Live: fw})
+	c.Write([]byte("abc"))
+	c.Write([]byte("def"))
+	s, err := c.Stream()
+	if err != nil || s.Text != "abcdef" {
+		t.Errorf("Stream() = %q, %v with a failing live writer, want \"abcdef\", nil", s.Text, err)
+	}
+	if fw.n != 1 {
+		t.Errorf("failing live writer called %d times, want 1 (stop after the first error)", fw.n)
+	}
+}
+
+func TestCaptureAfterStream(t *testing.T) {
+	c := NewCapture(CaptureOptions{TailBytes: 10})
+	c.Write([]byte("abc"))
+	first, _ := c.Stream()
+	if n, err := c.Write([]byte("late")); n != 4 || err != nil {
+		t.Errorf("Write after Stream = %d, %v, want 4, nil", n, err)
+	}
+	second, _ := c.Stream()
+	if first != second || second.Text != "abc" {
+		t.Errorf("Stream() after a late write = %+v, want %+v", second, first)
+	}
+}
+
+func TestCaptureBinary(t *testing.T) {
+	var all []byte
+	for i := range 256 {
+		all = append(all, byte(i))
+	}
+	c := NewCapture(CaptureOptions{TailBytes: 300})
+	c.Write(all)
+	s, _ := c.Stream()
+	if s.Text != string(all) {
+		t.Errorf("Stream().Text = %q, want all 256 byte values", s.Text)
+	}
+}
+
+func TestCaptureConcurrentWrites(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "out")
+	c := NewCapture(CaptureOptions{TailBytes: 64, SpillPath: spill})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				c.Write([]byte{byte('a' + g)})
+			}
+		})
+	}
+	wg.Wait()
+	s, err := c.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DroppedBytes != 8000-64 || len(s.Text) != 64 {
+		t.Errorf("Stream() kept %d, dropped %d, want 64 and %d", len(s.Text), s.DroppedBytes, 8000-64)
+	}
+	got, _ := os.ReadFile(spill)
+	counts := map[byte]int{}
+	for _, b := range got {
+		counts[b]++
+	}
+	for g := range 8 {
+		if counts[byte('a'+g)] != 1000 {
+			t.Errorf("spill file has %d bytes of writer %d, want 1000", counts[byte('a'+g)], g)
+		}
+	}
+}
+
+// TestCaptureWriteDoesNotAllocate checks that memory stays bounded: once
+// the ring is full, writing more output allocates nothing.
+func TestCaptureWriteDoesNotAllocate(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "out")
+	c := NewCapture(CaptureOptions{TailBytes: 4096, SpillPath: spill, SpillMax: 1 << 20})
+	chunk := pattern(32 << 10)
+	c.Write(chunk) // fill the ring and open the spill file
+	if n := testing.AllocsPerRun(200, func() { c.Write(chunk) }); n != 0 {
+		t.Errorf("Write allocates %v times per call in steady state, want 0", n)
+	}
+	if cap(c.tail.buf) > 4096 {
+		t.Errorf("tail buffer capacity = %d, want ≤ 4096", cap(c.tail.buf))
+	}
+	c.Stream()
+}
+
+// BenchmarkCapture200MB writes 200 MB through a capture with the default
+// tail and spill cap; B/op is the memory the capture needs, independent of
+// the output size.
+func BenchmarkCapture200MB(b *testing.B) {
+	chunk := pattern(32 << 10)
+	const total = 200 << 20
+	for _, spill := range []bool{false, true} {
+		b.Run("spill="+strconv.FormatBool(spill), func(b *testing.B) {
+			dir := b.TempDir()
+			b.ReportAllocs()
+			b.SetBytes(total)
+			i := 0
+			for b.Loop() {
+				o := CaptureOptions{}
+				if spill {
+					i++
+					o.SpillPath = filepath.Join(dir, strconv.Itoa(i))
+				}
+				c := NewCapture(o)
+				for n := 0; n < total; n += len(chunk) {
+					c.Write(chunk)
+				}
+				if _, err := c.Stream(); err != nil {
+					b.Fatal(err)
+				}
+				if spill {
+					os.Remove(o.SpillPath)
+				}
+			}
+		})
+	}
+}

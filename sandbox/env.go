@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// DSHPrefix is the namespace of the trusted harness facts (DESIGN §3.5).
+// Only EnvInput.Snapshot may set names in it.
+const DSHPrefix = "DSH_"
+
+// secretWords are the substrings that make an inherited name look like a
+// secret (DESIGN §3.6), compared case-insensitively.
+var secretWords = [...]string{"KEY", "PASSWORD", "SECRET", "TOKEN", "CREDENTIAL"}
+
+// terminalEnv is layer 3 of DESIGN §3.6: settings that keep tools from
+// paging or colouring output the model reads.
+var terminalEnv = [...]string{"NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat"}
+
+// EnvInput holds the layers of a child's environment (DESIGN §3.6). The
+// zero value is valid and yields just the terminal settings. BuildEnv
+// neither modifies nor keeps any of the slices.
+type EnvInput struct {
+	// Base is layer 1, the image's own env as KEY=VALUE (PATH, HOME, …).
+	Base []string
+	// Inherit is layer 2: names whose values are read with Getenv, after
+	// dropping DSH_* names, names that look like secrets (containing KEY,
+	// PASSWORD, SECRET, TOKEN or CREDENTIAL in any case) and LD_* names.
+	// A name missing from Getenv is left out.
+	Inherit []string
+	// Getenv reads the service's environment for Inherit; nil means an
+	// empty environment. os.LookupEnv fits.
+	Getenv func(string) (string, bool)
+	// Ordinary is layer 4, KEY=VALUE env from trusted callers (policy
+	// env.set, hooks), applied after the terminal settings (layer 3).
+	Ordinary []string
+	// Snapshot is layer 5, the trusted DSH_* snapshot as KEY=VALUE,
+	// applied last. Every name must begin with "DSH_".
+	Snapshot []string
+}
+
+// BuildEnv returns the environment of a child as sorted KEY=VALUE entries,
+// one per name, built from nothing but the layers of in, in order, a
+// later layer winning over an earlier one. Names are case-sensitive;
+// names beginning with DSH_ in any case are dropped from layers 1–4, so
+// every DSH_* entry of the result comes from in.Snapshot.
+//
+// An entry without "=", with an empty name, or with a NUL byte in its
+// name or value; an Inherit name that is empty or holds "=" or NUL; or a
+// Snapshot name outside DSH_ is an error wrapping ErrInvalid that names
+// the layer and the entry's name, never its value. BuildEnv is pure and
+// safe for concurrent use.
+func BuildEnv(in EnvInput) ([]string, error) {
+	env := make(map[string]string, len(in.Base)+len(in.Inherit)+len(terminalEnv)+len(in.Ordinary)+len(in.Snapshot))
+
+	if err := addEntries(env, "image env", in.Base, false); err != nil {
+		return nil, err
+	}
+	for _, name := range in.Inherit {
+		if err := checkName("env.inherit", name); err != nil {
+			return nil, err
+		}
+		if !Inheritable(name) || in.Getenv == nil {
+			continue
+		}
+		v, ok := in.Getenv(name)
+		if !ok {
+			continue
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, Errorf(ErrInvalid, "sandbox: env.inherit: value of %q contains a NUL byte", name)
+		}
+		env[name] = v
+	}
+	for _, e := range terminalEnv {
+		name, v, _ := strings.Cut(e, "=")
+		env[name] = v
+	}
+	if err := addEntries(env, "env", in.Ordinary, false); err != nil {
+		return nil, err
+	}
+	if err := addEntries(env, "dshEnv", in.Snapshot, true); err != nil {
+		return nil, err
+	}
+
+	names := make([]string, 0, len(env))
+	for name := range env {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = name + "=" + env[name]
+	}
+	return out, nil
+}
+
+// Inheritable reports whether layer 2 may copy the service's variable
+// name into a child: false for DSH_* names (any case), LD_* names (any
+// case) and names containing KEY, PASSWORD, SECRET, TOKEN or CREDENTIAL
+// (any case). It does not check that name is well-formed.
+func Inheritable(name string) bool {
+	up := strings.ToUpper(name)
+	if strings.HasPrefix(up, DSHPrefix) || strings.HasPrefix(up, "LD_") {
+		return false
+	}
+	for _, w := range secretWords {
+		if strings.Contains(up, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsDSHName reports whether name lies in the DSH_ namespace in any case;
+// such names reach a child only through the snapshot.
+func IsDSHName(name string) bool {
+	return len(name) >= len(DSHPrefix) && strings.EqualFold(name[:len(DSHPrefix)], DSHPrefix)
+}
+
+// addEntries validates the KEY=VALUE entries of one layer and sets them
+// in env. A snapshot layer requires exact DSH_ names; any other layer
+// drops DSH_* names.
+func addEntries(env map[string]string, layer string, entries []string, snapshot bool) error {
+	for i, e := range entries {
+		name, v, ok := strings.Cut(e, "=")
+		if !ok {
+			// Without "=" the whole entry may be a value; never echo it.
+			return Errorf(ErrInvalid, "sandbox: %s[%d]: entry has no \"=\"", layer, i)
+		}
+		if err := checkName(layer+"["+strconv.Itoa(i)+"]", name); err != nil {
+			return err
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return Errorf(ErrInvalid, "sandbox: %s[%d]: value of %q contains a NUL byte", layer, i, name)
+		}
+		switch {
+		case snapshot && !strings.HasPrefix(name, DSHPrefix):
+			return Errorf(ErrInvalid, "sandbox: %s[%d]: name %q is not in the %s namespace", layer, i, name, DSHPrefix)
+		case !snapshot && IsDSHName(name):
+			continue
+		}
+		env[name] = v
+	}
+	return nil
+}
+
+// checkName rejects an empty name or one holding "=" or NUL.
+func checkName(where, name string) error {
+	switch {
+	case name == "":
+		return Errorf(ErrInvalid, "sandbox: %s: empty variable name", where)
+	case strings.IndexByte(name, 0) >= 0:
+		return Errorf(ErrInvalid, "sandbox: %s: variable name %q contains a NUL byte", where, name)
+	case strings.IndexByte(name, '=') >= 0:
+		return Errorf(ErrInvalid, "sandbox: %s: variable name %q contains \"=\"", where, name)
+	}
+	return nil
+}

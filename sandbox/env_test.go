@@ -1,0 +1,286 @@
+package sandbox
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// mapEnv is a fake service environment for Getenv.
+func mapEnv(kv ...string) func(string) (string, bool) {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+var terminalOnly = []string{"GIT_PAGER=cat", "NO_COLOR=1", "PAGER=cat", "TERM=dumb"}
+
+func withTerminal(entries ...string) []string {
+	out := append(slices.Clone(terminalOnly), entries...)
+	slices.SortFunc(out, func(a, b string) int {
+		an, _, _ := strings.Cut(a, "=")
+		bn, _, _ := strings.Cut(b, "=")
+		return strings.Compare(an, bn)
+	})
+	return out
+}
+
+func TestBuildEnvLayers(t *testing.T) {
+	hostile := mapEnv(
+		"DSH_STALE=stale-from-outer-harness",
+		"DSH_SESSION_ID=fake-session",
+		"dsh_x=lower",
+		"OPENAI_API_KEY=sk-secret",
+		"GITHUB_TOKEN=ghp",
+		"DB_PASSWORD=pw",
+		"AWS_SECRET_ACCESS_KEY=aws",
+		"GOOGLE_APPLICATION_CREDENTIALS=/creds.json",
+		"LD_PRELOAD=/evil.so",
+		"ld_library_path=/evil",
+		"LANG=C.UTF-8",
+		"TZ=UTC",
+		"TERM=xterm-256color",
+	)
+	snapshot := []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=real", "DSH_SHELL=1"}
+	tests := []struct {
+		name string
+		in   EnvInput
+		want []string
+	}{
+		{
+			name: "zero value is terminal settings only",
+			want: terminalOnly,
+		},
+		{
+			name: "base then terminal then ordinary then snapshot",
+			in: EnvInput{
+				Base:     []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=vt100"},
+				Ordinary: []string{"GOFLAGS=-mod=mod", "PAGER=less"},
+				Snapshot: snapshot,
+			},
+			want: []string{
+				"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=real", "DSH_SHELL=1",
+				"GIT_PAGER=cat", "GOFLAGS=-mod=mod", "HOME=/tmp", "NO_COLOR=1",
+				"PAGER=less", "PATH=/usr/bin:/bin", "TERM=dumb",
+			},
+		},
+		{
+			name: "stale and fake DSH_* in getenv never reach the child",
+			in: EnvInput{
+				Inherit:  []string{"DSH_STALE", "DSH_SESSION_ID", "dsh_x", "LANG"},
+				Getenv:   hostile,
+				Snapshot: snapshot,
+			},
+			want: withTerminal("DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=real", "DSH_SHELL=1", "LANG=C.UTF-8"),
+		},
+		{
+			name: "stale and fake DSH_* in base are dropped",
+			in: EnvInput{
+				Base:     []string{"DSH_STALE=1", "DSH_SESSION_ID=fake", "dsh_x=1", "Dsh_Home=/x", "PATH=/bin"},
+				Snapshot: []string{"DSH_SHELL=1"},
+			},
+			want: withTerminal("DSH_SHELL=1", "PATH=/bin"),
+		},
+		{
+			name: "stale and fake DSH_* in ordinary are dropped",
+			in: EnvInput{
+				Ordinary: []string{"DSH_STALE=1", "DSH_SESSION_ID=fake", "dsh_x=1", "A=b"},
+				Snapshot: []string{"DSH_SESSION_ID=real"},
+			},
+			want: withTerminal("A=b", "DSH_SESSION_ID=real"),
+		},
+		{
+			name: "absent from snapshot means absent, never inherited",
+			in: EnvInput{
+				Base:     []string{"DSH_SESSION_JSONL=/old/session.jsonl"},
+				Inherit:  []string{"DSH_SESSION_JSONL"},
+				Getenv:   mapEnv("DSH_SESSION_JSONL=/stale.jsonl"),
+				Ordinary: []string{"DSH_SESSION_JSONL=/other.jsonl"},
+			},
+			want: terminalOnly,
+		},
+		{
+			name: "secret-shaped and LD_* names are not inherited even when listed",
+			in: EnvInput{
+				Inherit: []string{"OPENAI_API_KEY", "GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
+					"GOOGLE_APPLICATION_CREDENTIALS", "LD_PRELOAD", "ld_library_path", "TZ"},
+				Getenv: hostile,
+			},
+			want: withTerminal("TZ=UTC"),
+		},
+		{
+			name: "inherited TERM loses to terminal settings",
+			in:   EnvInput{Inherit: []string{"TERM"}, Getenv: hostile},
+			want: terminalOnly,
+		},
+		{
+			name: "missing inherited name and nil getenv are left out",
+			in:   EnvInput{Inherit: []string{"NOPE", "LANG"}},
+			want: terminalOnly,
+		},
+		{
+			name: "later entry of one layer wins and names are case-sensitive",
+			in:   EnvInput{Base: []string{"A=1", "a=2", "A=3"}},
+			want: withTerminal("A=3", "a=2"),
+		},
+		{
+			name: "empty values and values with = are kept",
+			in:   EnvInput{Ordinary: []string{"EMPTY=", "EQ=a=b=c"}},
+			want: withTerminal("EMPTY=", "EQ=a=b=c"),
+		},
+		{
+			name: "sorted by name, not by entry",
+			in:   EnvInput{Base: []string{"A_B=1", "A=2", "AB=3"}},
+			want: withTerminal("A=2", "AB=3", "A_B=1"),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := BuildEnv(tt.in)
+			if err != nil {
+				t.Fatalf("BuildEnv(%+v) error: %v", tt.in, err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("BuildEnv(%+v) = %q, want %q", tt.in, got, tt.want)
+			}
+			for _, e := range got {
+				if IsDSHName(e) && !slices.Contains(tt.in.Snapshot, e) {
+					t.Errorf("BuildEnv(%+v) has %q, which is not from the snapshot", tt.in, e)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildEnvInvalid(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      EnvInput
+		mention string // the error must name this
+		secret  string // the error must not contain this
+	}{
+		{"NUL in ordinary value", EnvInput{Ordinary: []string{"A=b\x00c"}}, `"A"`, "b\x00c"},
+		{"NUL in base value", EnvInput{Base: []string{"PATH=/bin\x00/evil"}}, `"PATH"`, "/evil"},
+		{"NUL in snapshot value", EnvInput{Snapshot: []string{"DSH_HOME=/h\x00x"}}, `"DSH_HOME"`, "/h"},
+		{"NUL in name", EnvInput{Ordinary: []string{"A\x00B=v"}}, `"A\x00B"`, "=v"},
+		{"NUL in inherited value", EnvInput{Inherit: []string{"LANG"}, Getenv: mapEnv("LANG=C\x00x")}, `"LANG"`, "C\x00x"},
+		{"empty name", EnvInput{Ordinary: []string{"=value"}}, "empty variable name", "value"},
+		{"no = in entry", EnvInput{Ordinary: []string{"sk-live-secret"}}, "env[0]", "sk-live-secret"},
+		{"no = in base entry", EnvInput{Base: []string{"PATH=/bin", "oops"}}, "image env[1]", "oops"},
+		{"= in inherited name", EnvInput{Inherit: []string{"A=B"}}, `"A=B"`, "\x00"},
+		{"empty inherited name", EnvInput{Inherit: []string{""}}, "env.inherit", "\x00"},
+		{"NUL in inherited name", EnvInput{Inherit: []string{"A\x00"}}, `"A\x00"`, "\x01"},
+		{"snapshot outside DSH_", EnvInput{Snapshot: []string{"PATH=/evil"}}, `"PATH"`, "/evil"},
+		{"lower-case snapshot name", EnvInput{Snapshot: []string{"dsh_home=/x"}}, `"dsh_home"`, "/x"},
+		{"NUL even in a dropped DSH_ entry", EnvInput{Ordinary: []string{"DSH_X=a\x00"}}, `"DSH_X"`, "a\x00"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := BuildEnv(tt.in)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("BuildEnv(%+v) = %q, %v, want an error wrapping ErrInvalid", tt.in, got, err)
+			}
+			if !strings.Contains(err.Error(), tt.mention) {
+				t.Errorf("BuildEnv(%+v) error %q does not name %q", tt.in, err, tt.mention)
+			}
+			if strings.Contains(err.Error(), tt.secret) {
+				t.Errorf("BuildEnv(%+v) error %q reveals the value %q", tt.in, err, tt.secret)
+			}
+		})
+	}
+}
+
+func TestBuildEnvDoesNotModifyInput(t *testing.T) {
+	base := []string{"Z=1", "A=2"}
+	ord := []string{"DSH_X=1", "B=3"}
+	in := EnvInput{Base: base, Ordinary: ord}
+	if _, err := BuildEnv(in); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(base, []string{"Z=1", "A=2"}) || !slices.Equal(ord, []string{"DSH_X=1", "B=3"}) {
+		t.Errorf("BuildEnv modified its input: base %q, ordinary %q", base, ord)
+	}
+}
+
+func TestInheritable(t *testing.T) {
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"LANG", true},
+		{"TZ", true},
+		{"PATH", true},
+		{"HTTP_PROXY", true},
+		{"OPENAI_API_KEY", false},
+		{"openai_api_key", false},
+		{"KEYBOARD", false}, // substring match: better safe
+		{"MY_Token_FILE", false},
+		{"PASSWORD", false},
+		{"X_SECRET", false},
+		{"AWS_CREDENTIALS_FILE", false},
+		{"LD_PRELOAD", false},
+		{"ld_preload", false},
+		{"LDFLAGS", true},
+		{"DSH_HOME", false},
+		{"dsh_home", false},
+		{"DSHX", true},
+	}
+	for _, tt := range tests {
+		if got := Inheritable(tt.name); got != tt.want {
+			t.Errorf("Inheritable(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestIsDSHName(t *testing.T) {
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"DSH_HOME", true},
+		{"dsh_x", true},
+		{"Dsh_", true},
+		{"DSH", false},
+		{"DSHX_A", false},
+		{"X_DSH_A", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := IsDSHName(tt.name); got != tt.want {
+			t.Errorf("IsDSHName(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// benchEnvInput is a realistic call: an image env, a few inherited names,
+// policy env and a full snapshot.
+func benchEnvInput() EnvInput {
+	return EnvInput{
+		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
+		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
+		Getenv:   mapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
+		Ordinary: []string{"GOFLAGS=-mod=mod", "CI=1", "DSH_SESSION_ID=fake"},
+		Snapshot: []string{
+			"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+			"DSH_SESSION_JSONL=/home/u/.dsh/sessions/--home-u-work--/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/session.jsonl",
+			"DSH_SHELL=1",
+		},
+	}
+}
+
+func BenchmarkBuildEnv(b *testing.B) {
+	in := benchEnvInput()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := BuildEnv(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

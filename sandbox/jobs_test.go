@@ -1,0 +1,410 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeExecutor is a hand-written Executor whose behaviour each test sets.
+type fakeExecutor struct {
+	run func(ctx context.Context, req *Request) (*Result, error)
+
+	mu   sync.Mutex
+	reqs []Request
+}
+
+func (f *fakeExecutor) Run(ctx context.Context, req *Request) (*Result, error) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, *req)
+	f.mu.Unlock()
+	return f.run(ctx, req)
+}
+
+func (f *fakeExecutor) requests() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
+}
+
+// untilCancelled writes out, then blocks until ctx ends and reports an
+// abort, as a backend does when Supervise stops the container.
+func untilCancelled(out string) func(ctx context.Context, req *Request) (*Result, error) {
+	return func(ctx context.Context, req *Request) (*Result, error) {
+		req.Stdout.Write([]byte(out))
+		<-ctx.Done()
+		return &Result{Aborted: true, Signal: "SIGTERM"}, nil
+	}
+}
+
+func jobRequest(cmd string) *Request {
+	r := testRequest()
+	r.Command = cmd
+	return r
+}
+
+func TestJobsIDsPerOwner(t *testing.T) {
+	f := &fakeExecutor{run: untilCancelled("")}
+	j := NewJobs(f)
+	defer j.KillAll(context.Background())
+	var got []string
+	for _, owner := range []string{"s1", "s1", "s2", "s1", ""} {
+		id, err := j.Start(t.Context(), owner, jobRequest("sleep 1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, owner+":"+id)
+	}
+	want := []string{"s1:bash-1", "s1:bash-2", "s2:bash-1", "s1:bash-3", ":bash-1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Start ids = %q, want %q", got, want)
+	}
+}
+
+func TestJobsOutputIncremental(t *testing.T) {
+	step, ack := make(chan string), make(chan struct{})
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		for s := range step {
+			out, errOut, _ := strings.Cut(s, "|")
+			req.Stdout.Write([]byte(out))
+			req.Stderr.Write([]byte(errOut))
+			ack <- struct{}{}
+		}
+		return &Result{ExitCode: exit(7)}, nil
+	}}
+	j := NewJobs(f)
+	id, err := j.Start(t.Context(), "s", jobRequest("make"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() JobOutput {
+		t.Helper()
+		o, err := j.Output("s", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if o := read(); o.Stdout != "" || o.Done {
+		t.Errorf("Output before any output = %+v, want empty, not done", o)
+	}
+	send := func(s string) { step <- s; <-ack }
+	send("one\n|warn\n")
+	send("two\n|")
+	if o := read(); o.Stdout != "one\ntwo\n" || o.Stderr != "warn\n" || o.Done {
+		t.Errorf("Output = %+v, want one, two and warn, not done", o)
+	}
+	send("three\n|")
+	if o := read(); o.Stdout != "three\n" || o.Stderr != "" {
+		t.Errorf("second Output = %+v, want only the new \"three\"", o)
+	}
+	send("last|")
+	close(step)
+	o, err := j.Wait(t.Context(), "s", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Done || o.Stdout != "last" || o.Result == nil || *o.Result.ExitCode != 7 || o.Err != nil {
+		t.Errorf("Wait() = %+v, want done with the last output and exit code 7", o)
+	}
+	if o := read(); o.Stdout != "" || !o.Done || o.Result == nil {
+		t.Errorf("Output after the end = %+v, want no new output, done, result", o)
+	}
+}
+
+func TestJobsUnreadOutputIsBounded(t *testing.T) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		for range 100 {
+			req.Stdout.Write([]byte("0123456789"))
+		}
+		req.Stderr.Write([]byte("e"))
+		return &Result{ExitCode: exit(0)}, nil
+	}}
+	j := NewJobs(f)
+	req := jobRequest("yes")
+	req.StdoutMaxBytes = 64
+	id, err := j.Start(t.Context(), "s", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := j.Wait(t.Context(), "s", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("0123456789", 100)[1000-64:]
+	if o.Stdout != want || o.StdoutDropped != 1000-64 || o.Stderr != "e" || o.StderrDropped != 0 {
+		t.Errorf("Output = %q (dropped %d), %q (dropped %d), want the last 64 bytes (dropped 936), \"e\" (0)",
+			o.Stdout, o.StdoutDropped, o.Stderr, o.StderrDropped)
+	}
+}
+
+func TestJobsKill(t *testing.T) {
+	f := &fakeExecutor{run: untilCancelled("started\n")}
+	j := NewJobs(f)
+	id, err := j.Start(t.Context(), "s", jobRequest("sleep 100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Kill(t.Context(), "s", id); err != nil {
+		t.Fatalf("Kill() = %v", err)
+	}
+	o, err := j.Output("s", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Done || o.Result == nil || !o.Result.Aborted || o.Stdout != "started\n" {
+		t.Errorf("Output after Kill = %+v, want done, aborted, with the output", o)
+	}
+	if err := j.Kill(t.Context(), "s", id); err != nil {
+		t.Errorf("Kill() of an ended job = %v, want nil", err)
+	}
+}
+
+func TestJobsOutliveStartContext(t *testing.T) {
+	release := make(chan struct{})
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		select {
+		case <-release:
+			return &Result{ExitCode: exit(0)}, nil
+		case <-ctx.Done():
+			return &Result{Aborted: true, Signal: "SIGTERM"}, nil
+		}
+	}}
+	j := NewJobs(f)
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "v"))
+	id, err := j.Start(ctx, "s", jobRequest("sleep 1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the caller of Start (e.g. an HTTP request) is gone
+	close(release)
+	o, err := j.Wait(t.Context(), "s", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Result == nil || o.Result.Aborted || *o.Result.ExitCode != 0 {
+		t.Errorf("job after its Start context ended = %+v, want it to run to completion", o.Result)
+	}
+}
+
+type ctxKey struct{}
+
+func TestJobsNotFound(t *testing.T) {
+	f := &fakeExecutor{run: untilCancelled("secret of s1\n")}
+	j := NewJobs(f)
+	defer j.KillAll(context.Background())
+	id, err := j.Start(t.Context(), "s1", jobRequest("cat secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		err  error
+	}{
+		{"Output other owner", second(j.Output("s2", id))},
+		{"Output unknown id", second(j.Output("s1", "bash-9"))},
+		{"Wait other owner", second(j.Wait(t.Context(), "s2", id))},
+		{"Kill other owner", j.Kill(t.Context(), "s2", id)},
+		{"Remove other owner", j.Remove(t.Context(), "s2", id)},
+	}
+	for _, c := range checks {
+		if !errors.Is(c.err, ErrNotFound) {
+			t.Errorf("%s: error = %v, want ErrNotFound", c.name, c.err)
+		}
+	}
+	if l := j.List("s2"); len(l) != 0 {
+		t.Errorf("List(s2) = %+v, want nothing of s1", l)
+	}
+	if o, _ := j.Output("s1", id); o.Done {
+		t.Errorf("job of s1 ended after another owner tried to kill it")
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestJobsStartInvalid(t *testing.T) {
+	f := &fakeExecutor{run: untilCancelled("")}
+	j := NewJobs(f)
+	for _, req := range []*Request{
+		nil,
+		{Command: "", Policy: testPolicy()},
+		{Command: "x", Policy: testPolicy(), TimeoutMs: -1},
+		{Command: "x", Policy: testPolicy(), Env: []string{"A=\x00"}},
+		{Command: "x", Policy: testPolicy(), Workdir: "rel"},
+	} {
+		if id, err := j.Start(t.Context(), "s", req); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Start(%+v) = %q, %v, want ErrInvalid", req, id, err)
+		}
+	}
+	if len(f.requests()) != 0 || len(j.List("s")) != 0 {
+		t.Errorf("invalid requests reached the executor (%d) or became jobs (%d)", len(f.requests()), len(j.List("s")))
+	}
+}
+
+func TestJobsRequestPassedOn(t *testing.T) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		req.Stdout.Write([]byte("o"))
+		req.Stderr.Write([]byte("e"))
+		return &Result{ExitCode: exit(0)}, nil
+	}}
+	j := NewJobs(f)
+	var liveOut, liveErr bytes.Buffer
+	tests := []struct {
+		name        string
+		mutate      func(r *Request)
+		wantTimeout int64
+	}{
+		{"no timeout anywhere: the policy maximum", func(r *Request) {}, DefaultMaxTimeout.Milliseconds()},
+		{"policy maximum", func(r *Request) { r.Policy.Limits.MaxTimeoutMs = 900_000 }, 900_000},
+		{"policy timeout applies", func(r *Request) { r.Policy.Limits.TimeoutMs = 5000 }, 0},
+		{"request timeout applies", func(r *Request) { r.TimeoutMs = 1000 }, 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			liveOut.Reset()
+			liveErr.Reset()
+			req := jobRequest("x")
+			tt.mutate(req)
+			req.Stdout, req.Stderr = &liveOut, &liveErr
+			orig := *req
+			id, err := j.Start(t.Context(), "s", req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := j.Wait(t.Context(), "s", id); err != nil {
+				t.Fatal(err)
+			}
+			reqs := f.requests()
+			got := reqs[len(reqs)-1]
+			if got.TimeoutMs != tt.wantTimeout {
+				t.Errorf("executor got TimeoutMs %d, want %d", got.TimeoutMs, tt.wantTimeout)
+			}
+			if !ValidCallID(got.CallID) {
+				t.Errorf("executor got CallID %q, want a valid id", got.CallID)
+			}
+			if req.TimeoutMs != orig.TimeoutMs || req.CallID != orig.CallID || req.Stdout != orig.Stdout {
+				t.Errorf("Start modified the caller's request")
+			}
+			if liveOut.String() != "o" || liveErr.String() != "e" {
+				t.Errorf("live writers got %q, %q, want \"o\", \"e\"", liveOut.String(), liveErr.String())
+			}
+		})
+	}
+}
+
+func TestJobsExecutorFailure(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(ctx context.Context, req *Request) (*Result, error)
+		want error
+	}{
+		{"error", func(context.Context, *Request) (*Result, error) {
+			return nil, Errorf(ErrUnavailable, "runc: not installed")
+		}, ErrUnavailable},
+		{"error with a result", func(context.Context, *Request) (*Result, error) {
+			return &Result{}, Errorf(ErrNotFound, "image x")
+		}, ErrNotFound},
+		{"neither", func(context.Context, *Request) (*Result, error) { return nil, nil }, ErrInternal},
+		{"panic", func(context.Context, *Request) (*Result, error) { panic("boom") }, ErrInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := NewJobs(&fakeExecutor{run: tt.run})
+			id, err := j.Start(t.Context(), "s", jobRequest("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := j.Wait(t.Context(), "s", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !o.Done || o.Result != nil || !errors.Is(o.Err, tt.want) {
+				t.Errorf("Wait() = %+v, want done, no result, error wrapping %v", o, tt.want)
+			}
+		})
+	}
+}
+
+func TestJobsListRemove(t *testing.T) {
+	quick := make(chan struct{})
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		if req.Command == "quick" {
+			<-quick
+			return &Result{ExitCode: exit(0)}, nil
+		}
+		<-ctx.Done()
+		return &Result{Aborted: true}, nil
+	}}
+	j := NewJobs(f)
+	defer j.KillAll(context.Background())
+	for _, c := range []string{"slow", "quick", "slow"} {
+		if _, err := j.Start(t.Context(), "s", jobRequest(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(quick)
+	if _, err := j.Wait(t.Context(), "s", "bash-2"); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		id, cmd string
+		done    bool
+	}
+	rows := func() []row {
+		var r []row
+		for _, i := range j.List("s") {
+			if i.Started.IsZero() {
+				t.Errorf("List: job %s has no start time", i.ID)
+			}
+			r = append(r, row{i.ID, i.Command, i.Done})
+		}
+		return r
+	}
+	want := []row{{"bash-1", "slow", false}, {"bash-2", "quick", true}, {"bash-3", "slow", false}}
+	if got := rows(); !slices.Equal(got, want) {
+		t.Errorf("List() = %v, want %v", got, want)
+	}
+	if err := j.Remove(t.Context(), "s", "bash-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Output("s", "bash-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Output of a removed job: %v, want ErrNotFound", err)
+	}
+	id, _ := j.Start(t.Context(), "s", jobRequest("slow"))
+	if id != "bash-4" {
+		t.Errorf("Start after Remove = %q, want bash-4 (ids are not reused)", id)
+	}
+	if err := j.KillAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows() {
+		if !r.done {
+			t.Errorf("after KillAll job %s is not done", r.id)
+		}
+	}
+}
+
+func TestJobsWaitCancelled(t *testing.T) {
+	j := NewJobs(&fakeExecutor{run: untilCancelled("")})
+	defer j.KillAll(context.Background())
+	id, _ := j.Start(t.Context(), "s", jobRequest("sleep"))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := j.Wait(ctx, "s", id); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait(cancelled) = %v, want ErrUnavailable wrapping context.Canceled", err)
+	}
+	unstick := make(chan struct{})
+	defer close(unstick)
+	stuck := NewJobs(&fakeExecutor{run: func(context.Context, *Request) (*Result, error) {
+		<-unstick // ignores cancellation: Kill must not hang
+		return nil, nil
+	}})
+	id, _ = stuck.Start(t.Context(), "s", jobRequest("sleep"))
+	if err := stuck.Kill(ctx, "s", id); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Kill(cancelled) of a stuck job = %v, want ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MaxTailBytes bounds Request.StdoutMaxBytes and Limits.StdoutMaxBytes:
+// the tail of each stream is held in memory.
+const MaxTailBytes = 16 << 20
+
+// maxCallIDLen bounds Request.CallID; runtimes and cgroup paths take it
+// as a name.
+const maxCallIDLen = 64
+
+// Call is a validated Request resolved against its policy: everything a
+// backend needs besides the Request itself. Prepare makes it; it is a
+// plain value, safe to copy and to read concurrently.
+type Call struct {
+	// ID names the call: Request.CallID or a random "call-<hex>". It is
+	// safe as a file name and a container id: 1–64 characters of
+	// [A-Za-z0-9_.-], beginning with a letter or digit.
+	ID string
+	// Env is the child's complete environment, sorted (BuildEnv).
+	Env []string
+	// Timeout is the effective timeout, > 0.
+	Timeout time.Duration
+	// Workdir is the absolute, clean working directory inside the
+	// container.
+	Workdir string
+	// TailBytes is how many bytes of each stream's tail to keep, > 0.
+	TailBytes int
+	// SpillMax caps each spill file, > 0.
+	SpillMax int64
+	// SpillDir is where spill files go: <TranscriptDir>/spill when the
+	// session has a transcript directory, else "" and the backend uses
+	// its own state directory. Files are <SpillDir>/<ID>.stdout|.stderr.
+	SpillDir string
+	// SpillInside is true when SpillDir is visible inside later calls of
+	// the session (the transcript directory is mounted, Policy.Transcript
+	// is "ro").
+	SpillInside bool
+}
+
+// Prepare validates req and resolves it against req.Policy, the image's
+// base env and the service's environment (getenv, used only for
+// Policy.EnvInherit; nil means empty). It does no I/O apart from reading
+// random bytes for a call id, and is safe for concurrent use.
+//
+// Errors wrap ErrInvalid and name the offending field: an empty command
+// or one with a NUL byte; a policy without a backend; a negative timeout,
+// tail size or policy limit, or a tail size above MaxTailBytes; a
+// relative workdir, session cwd or transcript directory; a call id that
+// is not a safe name; a malformed Env, Policy.EnvSet or image env entry;
+// a DSHEnv entry outside DSH_ or set twice.
+//
+// Resolution: the timeout is TimeoutMs, else Policy.Limits.TimeoutMs,
+// else DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
+// DefaultMaxTimeout); the tail size is StdoutMaxBytes, else the policy's,
+// else DefaultStdoutMaxBytes; the workdir is Workdir, else Session.Cwd
+// when the workspace is mounted ("rw" or "ro"), else /tmp. The env is
+// BuildEnv of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
+// Env as the ordinary layer; DSHEnv as the snapshot. DSH_* names in Env
+// and Policy.EnvSet are dropped, as the Request documents, not rejected.
+func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)) (*Call, error) {
+	if req == nil {
+		return nil, Errorf(ErrInvalid, "sandbox: request is nil")
+	}
+	if err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	lim := req.Policy.Limits
+
+	c := &Call{ID: req.CallID}
+	if c.ID == "" {
+		c.ID = NewCallID()
+	}
+
+	defMs, maxMs := lim.TimeoutMs, lim.MaxTimeoutMs
+	if defMs == 0 {
+		defMs = DefaultTimeout.Milliseconds()
+	}
+	if maxMs == 0 {
+		maxMs = DefaultMaxTimeout.Milliseconds()
+	}
+	ms := req.TimeoutMs
+	if ms == 0 {
+		ms = defMs
+	}
+	c.Timeout = time.Duration(min(ms, maxMs)) * time.Millisecond
+
+	c.TailBytes = cmp.Or(req.StdoutMaxBytes, lim.StdoutMaxBytes, DefaultStdoutMaxBytes)
+	c.SpillMax = cmp.Or(lim.SpillMaxBytes, DefaultSpillMaxBytes)
+
+	switch {
+	case req.Workdir != "":
+		c.Workdir = filepath.Clean(req.Workdir)
+	case req.Session.Cwd != "" && (req.Policy.Workspace == "rw" || req.Policy.Workspace == "ro"):
+		c.Workdir = filepath.Clean(req.Session.Cwd)
+	default:
+		c.Workdir = "/tmp"
+	}
+
+	if req.Session.TranscriptDir != "" {
+		c.SpillDir = filepath.Join(req.Session.TranscriptDir, "spill")
+		c.SpillInside = req.Policy.Transcript == "ro"
+	}
+
+	ordinary := make([]string, 0, len(req.Policy.EnvSet)+len(req.Env))
+	for _, k := range slices.Sorted(maps.Keys(req.Policy.EnvSet)) {
+		ordinary = append(ordinary, k+"="+req.Policy.EnvSet[k])
+	}
+	ordinary = append(ordinary, req.Env...)
+	env, err := BuildEnv(EnvInput{
+		Base:     imageEnv,
+		Inherit:  req.Policy.EnvInherit,
+		Getenv:   getenv,
+		Ordinary: ordinary,
+		Snapshot: req.DSHEnv,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.Env = env
+	return c, nil
+}
+
+// checkRequest validates the fields of req that Prepare relies on, naming
+// the first bad one.
+func checkRequest(req *Request) error {
+	lim := req.Policy.Limits
+	switch {
+	case strings.TrimSpace(req.Command) == "":
+		return Errorf(ErrInvalid, "sandbox: command is empty")
+	case strings.IndexByte(req.Command, 0) >= 0:
+		return Errorf(ErrInvalid, "sandbox: command contains a NUL byte")
+	case req.Policy.Backend == "":
+		return Errorf(ErrInvalid, "sandbox: policy.backend is empty (the request has no resolved policy)")
+	case req.TimeoutMs < 0:
+		return Errorf(ErrInvalid, "sandbox: timeoutMs %d is negative", req.TimeoutMs)
+	case lim.TimeoutMs < 0:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.timeoutMs %d is negative", lim.TimeoutMs)
+	case lim.MaxTimeoutMs < 0:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.maxTimeoutMs %d is negative", lim.MaxTimeoutMs)
+	case req.StdoutMaxBytes < 0 || req.StdoutMaxBytes > MaxTailBytes:
+		return Errorf(ErrInvalid, "sandbox: stdoutMaxBytes %d is outside [0, %d]", req.StdoutMaxBytes, MaxTailBytes)
+	case lim.StdoutMaxBytes < 0 || lim.StdoutMaxBytes > MaxTailBytes:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.stdoutMaxBytes %d is outside [0, %d]", lim.StdoutMaxBytes, MaxTailBytes)
+	case lim.SpillMaxBytes < 0:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.spillMaxBytes %d is negative", lim.SpillMaxBytes)
+	case req.CallID != "" && !ValidCallID(req.CallID):
+		return Errorf(ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
+	case strings.IndexByte(req.Session.ID, 0) >= 0:
+		return Errorf(ErrInvalid, "sandbox: session.id %q contains a NUL byte", req.Session.ID)
+	}
+	for _, p := range [...]struct{ field, path string }{
+		{"workdir", req.Workdir},
+		{"session.cwd", req.Session.Cwd},
+		{"session.transcriptDir", req.Session.TranscriptDir},
+	} {
+		if p.path == "" {
+			continue
+		}
+		if strings.IndexByte(p.path, 0) >= 0 {
+			return Errorf(ErrInvalid, "sandbox: %s %q contains a NUL byte", p.field, p.path)
+		}
+		if !filepath.IsAbs(p.path) {
+			return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", p.field, p.path)
+		}
+	}
+	for k, v := range req.Policy.EnvSet {
+		if err := checkName("policy.envSet", k); err != nil {
+			return err
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return Errorf(ErrInvalid, "sandbox: policy.envSet: value of %q contains a NUL byte", k)
+		}
+	}
+	if err := addEntries(map[string]string{}, "env", req.Env, false); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(req.DSHEnv))
+	for i, e := range req.DSHEnv {
+		name, _, _ := strings.Cut(e, "=")
+		if seen[name] {
+			return Errorf(ErrInvalid, "sandbox: dshEnv[%d]: %q is set twice", i, name)
+		}
+		seen[name] = true
+	}
+	return addEntries(map[string]string{}, "dshEnv", req.DSHEnv, true)
+}
+
+// ValidCallID reports whether id is safe as a call id: 1–64 characters
+// of [A-Za-z0-9_.-], beginning with a letter or digit, so that it can
+// name a file, a container and a cgroup.
+func ValidCallID(id string) bool {
+	if id == "" || len(id) > maxCallIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// NewCallID returns a random call id, "call-" and 24 hex digits. It is
+// safe for concurrent use.
+func NewCallID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails; see crypto/rand.Read
+	return "call-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,86 @@
+package sandbox
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Render returns the model-facing text of a foreground result, in the
+// format of dsh's bash tool (DESIGN §3.7), so that prompts and parsers
+// written for dsh read it unchanged:
+//
+//   - stdout, then "[stderr]\n" and stderr when stderr is not empty
+//     (starting on a new line); "(no output)" when both are empty;
+//   - a truncated stream is followed by "\n[output truncated; full
+//     output: PATH]"; when the spill file is not visible inside the
+//     sandbox the path is followed by " (outside the sandbox: not
+//     readable by commands)"; without a spill file PATH is
+//     "(unavailable)";
+//   - then, each on its own line: "[aborted]" when the caller cancelled
+//     the call, "[timed out after Nms]" when it timed out, and last
+//     "[killed by signal: SIG]" or "[exit code: N]" (only when N ≠ 0;
+//     "[exit code: unknown]" when the result has neither a code nor a
+//     signal).
+//
+// A nil res renders as "". Render is pure.
+func Render(res *Result) string {
+	if res == nil {
+		return ""
+	}
+	var b strings.Builder
+	out := renderStream(res.Stdout)
+	errText := renderStream(res.Stderr)
+	b.Grow(len(out) + len(errText) + 128)
+	b.WriteString(out)
+	if errText != "" {
+		if b.Len() > 0 && !strings.HasSuffix(out, "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("[stderr]\n")
+		b.WriteString(errText)
+	}
+	if b.Len() == 0 {
+		b.WriteString("(no output)")
+	}
+
+	var markers []string
+	if res.Aborted {
+		markers = append(markers, "[aborted]")
+	}
+	if res.TimedOut {
+		markers = append(markers, "[timed out after "+strconv.FormatInt(res.TimeoutMs, 10)+"ms]")
+	}
+	switch {
+	case res.Signal != "":
+		markers = append(markers, "[killed by signal: "+res.Signal+"]")
+	case res.ExitCode == nil:
+		markers = append(markers, "[exit code: unknown]")
+	case *res.ExitCode != 0:
+		markers = append(markers, "[exit code: "+strconv.Itoa(*res.ExitCode)+"]")
+	}
+	if len(markers) == 0 {
+		return b.String()
+	}
+	if !strings.HasSuffix(b.String(), "\n") {
+		b.WriteByte('\n')
+	}
+	b.WriteString(strings.Join(markers, "\n"))
+	return b.String()
+}
+
+// renderStream is a stream's text with its truncation notice.
+func renderStream(s Stream) string {
+	if !s.Truncated {
+		return s.Text
+	}
+	var where string
+	switch {
+	case s.SpillPath == "":
+		where = "(unavailable)"
+	case s.SpillInside:
+		where = s.SpillPath
+	default:
+		where = s.SpillPath + " (outside the sandbox: not readable by commands)"
+	}
+	return s.Text + "\n[output truncated; full output: " + where + "]"
+}

@@ -1,0 +1,221 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+func exit(n int) *int { return &n }
+
+func TestRenderGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		res  Result
+	}{
+		{"plain", Result{ExitCode: exit(0), Stdout: Stream{Text: "hello\nworld\n"}}},
+		{"plain_no_newline", Result{ExitCode: exit(0), Stdout: Stream{Text: "42"}}},
+		{"stderr_only", Result{ExitCode: exit(1), Stderr: Stream{Text: "bash: nope: command not found\n"}}},
+		{"both", Result{ExitCode: exit(0), Stdout: Stream{Text: "out line"}, Stderr: Stream{Text: "warning: careful\n"}}},
+		{"no_output", Result{ExitCode: exit(0)}},
+		{"no_output_nonzero", Result{ExitCode: exit(3)}},
+		{"truncated_inside", Result{ExitCode: exit(0), Stdout: Stream{
+			Text: "line 99998\nline 99999\n", Truncated: true, DroppedBytes: 1088866,
+			SpillPath:   "/home/u/.dsh/sessions/--work-app--/0190a1b2/spill/call-7f3a.stdout",
+			SpillInside: true,
+		}}},
+		{"truncated_outside", Result{ExitCode: exit(0), Stdout: Stream{
+			Text: "tail\n", Truncated: true, DroppedBytes: 70000,
+			SpillPath: "/var/lib/dsh-sandbox/spill/call-7f3a.stdout",
+		}}},
+		{"truncated_unavailable", Result{ExitCode: exit(0), Stdout: Stream{Text: "tail", Truncated: true, DroppedBytes: 9}}},
+		{"truncated_both_streams", Result{ExitCode: exit(2),
+			Stdout: Stream{Text: "o", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stdout", SpillInside: true},
+			Stderr: Stream{Text: "e", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stderr", SpillInside: true},
+		}},
+		{"timed_out", Result{TimedOut: true, TimeoutMs: 120000, Signal: "SIGTERM", Stdout: Stream{Text: "waiting...\n"}}},
+		{"timed_out_trapped", Result{TimedOut: true, TimeoutMs: 500, ExitCode: exit(0)}},
+		{"signal", Result{Signal: "SIGKILL", Stdout: Stream{Text: "allocating\n"}}},
+		{"aborted", Result{Aborted: true, Signal: "SIGTERM", TimeoutMs: 120000}},
+		{"nonzero_exit", Result{ExitCode: exit(127), Stdout: Stream{Text: "---random pick---\n"}, Stderr: Stream{Text: "bash: shuf: command not found\n"}}},
+		{"unknown_status", Result{Stdout: Stream{Text: "x\n"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Render(&tt.res)
+			path := filepath.Join("testdata", "render_"+tt.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("Render(%s) = %q, want %q", tt.name, got, want)
+			}
+		})
+	}
+	if got := Render(nil); got != "" {
+		t.Errorf("Render(nil) = %q, want \"\"", got)
+	}
+}
+
+// TestRenderDSHFixtures renders the bash results recorded in real dsh
+// session logs from their parsed parts and expects dsh's exact text.
+func TestRenderDSHFixtures(t *testing.T) {
+	dir := fixtureDir(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range files {
+		for _, text := range bashResultTexts(t, f) {
+			if strings.Contains(text, "[sandbox:") {
+				continue // dsh's file-sandbox markers have no counterpart here
+			}
+			res := parseRendered(text)
+			if got := Render(&res); got != text {
+				t.Errorf("%s: Render(%+v) = %q, want dsh's %q", filepath.Base(f), res, got, text)
+			}
+			checked++
+		}
+	}
+	t.Logf("checked %d bash results from %d dsh logs", checked, len(files))
+	if checked < 5 {
+		t.Errorf("checked %d bash results from the fixtures, want at least 5", checked)
+	}
+}
+
+// fixtureDir finds shared/fixtures/dsh-sessions next to the repository
+// root (the directory holding go.mod).
+func fixtureDir(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			fx := filepath.Join(d, "..", "shared", "fixtures", "dsh-sessions")
+			if _, err := os.Stat(fx); err == nil {
+				return fx
+			}
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("dsh session fixtures not found at ../shared/fixtures/dsh-sessions from the repository root")
+	}
+	t.Skip("dsh session fixtures not found at ../shared/fixtures/dsh-sessions from the repository root")
+	return ""
+}
+
+// bashResultTexts returns the text of every tool result in a dsh log whose
+// call was to the bash tool, found by walking every JSON value.
+func bashResultTexts(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bashIDs := map[string]bool{}
+	type result struct{ id, text string }
+	var results []result
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["name"] == "bash" {
+				if id, ok := v["id"].(string); ok {
+					bashIDs[id] = true
+				}
+			}
+			if v["type"] == "tool-result" {
+				id, _ := v["toolCallId"].(string)
+				if blocks, ok := v["content"].([]any); ok && len(blocks) == 1 {
+					if b, ok := blocks[0].(map[string]any); ok && b["type"] == "text" {
+						text, _ := b["text"].(string)
+						results = append(results, result{id, text})
+					}
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		var v any
+		if json.Unmarshal(sc.Bytes(), &v) == nil {
+			walk(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range results {
+		if bashIDs[r.id] {
+			out = append(out, r.text)
+		}
+	}
+	return out
+}
+
+// parseRendered splits a rendered bash result back into a Result. It
+// handles what the fixtures hold: plain streams and status markers.
+func parseRendered(text string) Result {
+	res := Result{ExitCode: exit(0)}
+	body := text
+	for {
+		i := strings.LastIndex(body, "\n[")
+		if i < 0 || !strings.HasSuffix(body, "]") {
+			break
+		}
+		line := body[i+1:]
+		switch {
+		case strings.HasPrefix(line, "[exit code: "):
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(line, "[exit code: "), "]"))
+			if err != nil {
+				return res
+			}
+			res.ExitCode = exit(n)
+		case strings.HasPrefix(line, "[killed by signal: "):
+			res.ExitCode, res.Signal = nil, strings.TrimSuffix(strings.TrimPrefix(line, "[killed by signal: "), "]")
+		default:
+			goto done
+		}
+		body = body[:i+1]
+	}
+done:
+	if body == "(no output)" {
+		return res
+	}
+	if i := strings.Index(body, "[stderr]\n"); i == 0 || (i > 0 && body[i-1] == '\n') {
+		res.Stdout.Text, res.Stderr.Text = body[:i], body[i+len("[stderr]\n"):]
+		return res
+	}
+	res.Stdout.Text = body
+	return res
+}
