@@ -50,6 +50,21 @@ type Event struct {
 type Log struct {
 	Header session.Header
 	Events []Event
+	// Gaps lists where the stored seq jumps forward (events missing, for
+	// example cut out by a snapshot tool). Loading keeps every event that
+	// is there and reports the gaps here rather than failing, so that no
+	// data is lost; a store never writes a gap itself.
+	Gaps []SeqGap
+}
+
+// SeqGap is a forward jump of seq in a stored log.
+type SeqGap struct {
+	// Line is the line (or record) where the jump was seen; 0 when the
+	// store has no lines.
+	Line int64 `json:"line,omitempty"`
+	// Want is the seq that should have come; Got the seq that came.
+	Want int64 `json:"want"`
+	Got  int64 `json:"got"`
 }
 
 // Info describes a stored session for List.

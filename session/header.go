@@ -157,18 +157,20 @@ func writeString(b *bytes.Buffer, s string) {
 
 // wireHeader is the decoding form; pointers tell absent from zero.
 type wireHeader struct {
-	Type            *string          `json:"type"`
-	Version         *json.Number     `json:"version"`
-	ID              *string          `json:"id"`
-	CreatedAt       *json.Number     `json:"createdAt"`
-	Cwd             *string          `json:"cwd"`
-	ParentSession   *string          `json:"parentSession"`
-	SeedLength      *json.Number     `json:"seedLength"`
-	Origin          *string          `json:"origin"`
-	DelegationDepth *json.Number     `json:"delegationDepth"`
-	AgentPreset     *string          `json:"agentPreset"`
-	SandboxMode     *json.RawMessage `json:"sandboxMode"`
-	ApprovalPolicy  *json.RawMessage `json:"approvalPolicy"`
+	Type            *string      `json:"type"`
+	Version         *json.Number `json:"version"`
+	ID              *string      `json:"id"`
+	CreatedAt       *json.Number `json:"createdAt"`
+	Cwd             *string      `json:"cwd"`
+	ParentSession   *string      `json:"parentSession"`
+	SeedLength      *json.Number `json:"seedLength"`
+	Origin          *string      `json:"origin"`
+	DelegationDepth *json.Number `json:"delegationDepth"`
+	AgentPreset     *string      `json:"agentPreset"`
+	// Retired keys are refused whatever their value, null included: a
+	// RawMessage (unlike a pointer) receives the literal null.
+	SandboxMode    json.RawMessage `json:"sandboxMode"`
+	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
 }
 
 // UnmarshalJSON parses and validates a header line. Unknown keys are
@@ -197,10 +199,10 @@ func Parse(line []byte) (Header, error) {
 	if w.Type == nil || *w.Type != HeaderType {
 		return Header{}, &FieldError{Field: "type", Reason: `must be "session"`}
 	}
-	if w.SandboxMode != nil {
+	if len(w.SandboxMode) > 0 {
 		return Header{}, &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
 	}
-	if w.ApprovalPolicy != nil {
+	if len(w.ApprovalPolicy) > 0 {
 		return Header{}, &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
 	}
 	if w.Version == nil {

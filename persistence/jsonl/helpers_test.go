@@ -1,0 +1,90 @@
+package jsonl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+)
+
+// fixturesDir returns shared/fixtures/dsh-sessions next to the repository
+// root (the directory holding go.mod).
+func fixturesDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the package directory")
+		}
+		dir = parent
+	}
+	fixtures := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
+	if _, err := os.Stat(fixtures); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("dsh session fixtures are missing at ../shared/fixtures/dsh-sessions: %v", err)
+		}
+		t.Skipf("dsh session fixtures not found at ../shared/fixtures/dsh-sessions (%v); CI=true makes this fatal", err)
+	}
+	return fixtures
+}
+
+// fixtureID replaces {{sessionId}} in fixtures.
+const fixtureID = "session-7f3c2a10-4b5d-4e6f-8a9b-0c1d2e3f4a5b"
+
+// substitute fills the snapshot placeholders of a fixture with plausible
+// values: a session id, an absolute cwd and short strings for the rest.
+func substitute(raw []byte, cwd string) []byte {
+	pairs := []string{
+		"{{sessionId}}", fixtureID,
+		"{{cwd}}", cwd,
+		"{{rpcId}}", "rpc-1",
+		"{{system}}", "You are a helpful assistant.",
+		"{{tools}}", "[]",
+		"{{messagePrefix}}", "prefix",
+	}
+	out := raw
+	for i := 0; i < len(pairs); i += 2 {
+		out = bytes.ReplaceAll(out, []byte(pairs[i]), []byte(pairs[i+1]))
+	}
+	return out
+}
+
+// jsonEqual reports whether a and b hold the same JSON value.
+func jsonEqual(t testing.TB, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatalf("json.Unmarshal(%s): %v", a, err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatalf("json.Unmarshal(%s): %v", b, err)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// sameEvents fails the test unless got and want are identical.
+func sameEvents(t testing.TB, got, want []persistence.Event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("event %d:\n got %+v (data %s)\nwant %+v (data %s)", i, got[i], got[i].Data, want[i], want[i].Data)
+		}
+	}
+}
+
+func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
