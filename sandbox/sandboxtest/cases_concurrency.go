@@ -1,0 +1,206 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// concurrencyCases check concurrent calls of different sessions and
+// background jobs.
+func concurrencyCases() []testCase {
+	return []testCase{
+		{name: "parallel-sessions-32", run: testParallelSessions},
+		{name: "jobs-start-output-kill", run: testJobsStartOutputKill},
+		{name: "jobs-owner-isolation", run: testJobsOwnerIsolation},
+	}
+}
+
+// testParallelSessions: 32 calls of 32 sessions at once each see their
+// own session id, transcript path and transcript.
+func testParallelSessions(t *testing.T, s *suite) {
+	const n = 32
+	fxs := make([]*fixture, n)
+	for i := range fxs {
+		fxs[i] = newFixture(t)
+	}
+	var wg sync.WaitGroup
+	for i, fx := range fxs {
+		wg.Go(func() {
+			req := s.request(fx, `printf '%s\n%s\n' "$DSH_SESSION_ID" "$DSH_SESSION_JSONL"; cat "$DSH_SESSION_JSONL"`)
+			req.Policy.Transcript = "ro"
+			res, err := s.runCtx(t.Context(), req)
+			if err != nil {
+				t.Errorf("call %d: Run error = %v", i, err)
+				return
+			}
+			want := fx.SessionID + "\n" + fx.JSONL + "\n" + string(fx.Header)
+			if res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.Text != want {
+				t.Errorf("call %d of session %s = %s, want exit 0 and stdout %q", i, fx.SessionID, describe(res), want)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// jobDeadline bounds how long a job case waits for a job.
+const jobDeadline = 2 * time.Minute
+
+// waitLive returns a live writer for a job and a channel closed once the
+// job's output contains trigger.
+func waitLive(trigger string) (*watchWriter, <-chan struct{}) {
+	ch := make(chan struct{})
+	return newWatchWriter(trigger, func() { close(ch) }), ch
+}
+
+// await fails the case unless ch is closed within jobDeadline.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(jobDeadline):
+		t.Fatalf("gave up waiting for %s", what)
+	}
+}
+
+// testJobsStartOutputKill: background jobs over the executor get ids
+// bash-1, bash-2, …; Output returns only new output; Wait and Kill end
+// them; a killed job leaves no process behind.
+func testJobsStartOutputKill(t *testing.T, s *suite) {
+	fx := newFixture(t)
+	jobs := sandbox.NewJobs(s.exec)
+	owner := fx.SessionID
+	ctx := t.Context()
+	t.Cleanup(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+		defer cancel()
+		if err := jobs.KillAll(kctx); err != nil {
+			t.Errorf("KillAll: %v", err)
+		}
+	})
+
+	bad := s.request(fx, "true")
+	bad.TimeoutMs = -1
+	if id, err := jobs.Start(ctx, owner, bad); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("Start(negative timeout) = %q, %v; want an ErrInvalid error", id, err)
+	}
+
+	marker := newMarker()
+	long := s.request(fx, "echo first; echo err1 >&2; echo ready; sleep "+marker+"; echo after-sleep")
+	long.TimeoutMs = 0
+	live, ready := waitLive("ready")
+	long.Stdout = live
+	id1, err := jobs.Start(ctx, owner, long)
+	if err != nil || id1 != "bash-1" {
+		t.Fatalf("Start(first job) = %q, %v; want bash-1, nil", id1, err)
+	}
+	await(t, ready, "the first job to print ready")
+	out, err := jobs.Output(owner, id1)
+	if err != nil || out.Done || out.Stdout != "first\nready\n" {
+		t.Errorf("Output(bash-1) = {Stdout: %q, Done: %v}, %v; want %q, not done", out.Stdout, out.Done, err, "first\nready\n")
+	}
+	if out.Stderr != "err1\n" {
+		// stderr may trail stdout by a moment; wait for it without asserting time.
+		if !waitFor(jobDeadline, func() bool {
+			o, _ := jobs.Output(owner, id1)
+			out.Stderr += o.Stderr
+			return out.Stderr == "err1\n"
+		}) {
+			t.Errorf("stderr of bash-1 = %q, want %q", out.Stderr, "err1\n")
+		}
+	}
+	if again, err := jobs.Output(owner, id1); err != nil || again.Stdout != "" || again.Stderr != "" || again.Done {
+		t.Errorf("second Output(bash-1) = {Stdout: %q, Stderr: %q, Done: %v}, %v; want no new output, not done", again.Stdout, again.Stderr, again.Done, err)
+	}
+
+	id2, err := jobs.Start(ctx, owner, s.request(fx, "echo second; exit 7"))
+	if err != nil || id2 != "bash-2" {
+		t.Fatalf("Start(second job) = %q, %v; want bash-2, nil", id2, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, jobDeadline)
+	defer cancel()
+	done, err := jobs.Wait(wctx, owner, id2)
+	if err != nil || !done.Done || done.Result == nil || done.Stdout != "second\n" {
+		t.Fatalf("Wait(bash-2) = {Stdout: %q, Done: %v, Result: %s, Err: %v}, %v; want second, done", done.Stdout, done.Done, describe(done.Result), done.Err, err)
+	}
+	if got := sandbox.ExitCode(done.Result, nil); got != 7 {
+		t.Errorf("bash-2 ended %s, want exit code 7", describe(done.Result))
+	}
+
+	var ids []string
+	for _, j := range jobs.List(owner) {
+		ids = append(ids, fmt.Sprintf("%s:%v", j.ID, j.Done))
+	}
+	if want := []string{"bash-1:false", "bash-2:true"}; !slices.Equal(ids, want) {
+		t.Errorf("List(owner) = %q, want %q", ids, want)
+	}
+
+	if err := jobs.Kill(wctx, owner, id1); err != nil {
+		t.Fatalf("Kill(bash-1) = %v", err)
+	}
+	out, err = jobs.Output(owner, id1)
+	if err != nil || !out.Done || out.Result == nil || out.Result.ExitCode != nil || strings.Contains(out.Stdout, "after-sleep") {
+		t.Errorf("Output(bash-1) after Kill = {Stdout: %q, Done: %v, Result: %s, Err: %v}, %v; want done, killed", out.Stdout, out.Done, describe(out.Result), out.Err, err)
+	}
+	checkNoSurvivors(t, marker)
+}
+
+// testJobsOwnerIsolation: job ids are numbered per owner, and one owner
+// can neither read nor kill another's jobs.
+func testJobsOwnerIsolation(t *testing.T, s *suite) {
+	a, b := newFixture(t), newFixture(t)
+	jobs := sandbox.NewJobs(s.exec)
+	ctx := t.Context()
+	t.Cleanup(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+		defer cancel()
+		if err := jobs.KillAll(kctx); err != nil {
+			t.Errorf("KillAll: %v", err)
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, jobDeadline)
+	defer cancel()
+
+	a1, err := jobs.Start(ctx, a.SessionID, s.request(a, `echo "A $DSH_SESSION_ID"`))
+	if err != nil || a1 != "bash-1" {
+		t.Fatalf("Start(A's first job) = %q, %v; want bash-1", a1, err)
+	}
+	marker := newMarker()
+	a2, err := jobs.Start(ctx, a.SessionID, s.request(a, "sleep "+marker))
+	if err != nil || a2 != "bash-2" {
+		t.Fatalf("Start(A's second job) = %q, %v; want bash-2", a2, err)
+	}
+	b1, err := jobs.Start(ctx, b.SessionID, s.request(b, `echo "B $DSH_SESSION_ID"`))
+	if err != nil || b1 != "bash-1" {
+		t.Fatalf("Start(B's first job) = %q, %v; want bash-1 (ids are per owner)", b1, err)
+	}
+	for owner, want := range map[string]string{a.SessionID: "A " + a.SessionID + "\n", b.SessionID: "B " + b.SessionID + "\n"} {
+		out, err := jobs.Wait(wctx, owner, "bash-1")
+		if err != nil || out.Stdout != want {
+			t.Errorf("Wait(%s, bash-1) stdout = %q, %v; want %q", owner, out.Stdout, err, want)
+		}
+	}
+	if _, err := jobs.Output(b.SessionID, a2); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Output(B, A's %s) error = %v, want ErrNotFound", a2, err)
+	}
+	if err := jobs.Kill(wctx, b.SessionID, a2); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Kill(B, A's %s) error = %v, want ErrNotFound", a2, err)
+	}
+	if out, err := jobs.Output(a.SessionID, a2); err != nil || out.Done {
+		t.Errorf("A's %s after B tried to kill it: Done %v, %v; want still running", a2, out.Done, err)
+	}
+	if got := jobs.List(b.SessionID); len(got) != 1 || got[0].ID != "bash-1" {
+		t.Errorf("List(B) = %+v, want only B's bash-1", got)
+	}
+	if err := jobs.Kill(wctx, a.SessionID, a2); err != nil {
+		t.Errorf("Kill(A, %s) = %v", a2, err)
+	}
+	checkNoSurvivors(t, marker)
+}

@@ -1,0 +1,49 @@
+package sandboxtest
+
+import (
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Config says how to exercise one backend. The zero value is not valid:
+// New and Policy are required.
+//
+// Executors under test must read the service environment (for
+// Policy.EnvInherit) at call time, not when they are constructed: the
+// suite changes the process environment with t.Setenv to plant stale
+// DSH_* values and secret-shaped variables.
+type Config struct {
+	// New returns a fresh executor. Run calls it once per top-level run
+	// and shares the executor between cases; when the executor implements
+	// io.Closer, Run closes it in a t.Cleanup after the last case.
+	New func(t *testing.T) sandbox.Executor
+
+	// Policy is the base policy every case starts from, normally the
+	// built-in `workspace-write` resolved for the backend under test.
+	// Cases copy it and change only what they test (workspace mode,
+	// limits, env.inherit, …). Policy.Name and Policy.Backend must be
+	// set; Result.Sandbox is checked against them.
+	Policy sandbox.Policy
+
+	// ImageEnv is the base environment of Policy.Image (layer 1 of DESIGN
+	// §3.6) as KEY=VALUE, the same list the backend hands to
+	// sandbox.Prepare. The exact-env cases compute the expected child
+	// environment from it with sandbox.BuildEnv. Nil means an image with
+	// an empty environment.
+	ImageEnv []string
+
+	// Leftovers lists this backend's objects still present on the host
+	// (containers, bundles, cgroups, mounts, …), one human-readable entry
+	// each. The leftover cases assert it returns nothing once calls have
+	// returned. Nil means the backend has nothing to list (the local
+	// baseline); the leftover checks are then logged as not done, and
+	// the 200-call stress run still runs.
+	Leftovers func(t *testing.T) []string
+
+	// Isolated is true for container backends. False marks the `local`
+	// baseline (no container): the cases that need isolation (namespaces,
+	// capabilities, seccomp, read-only root, mounts, limits) are skipped
+	// with a message, and everything else runs unchanged.
+	Isolated bool
+}
