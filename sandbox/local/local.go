@@ -1,0 +1,288 @@
+// Package local is the sandbox backend without a container: it runs
+// `bash -c` directly on the host with exactly the environment that
+// sandbox.Prepare builds (never the service's own), in a process group of
+// its own that a timeout or cancellation ends as a whole. It isolates
+// nothing, so it runs only under a policy that says `backend: local`
+// explicitly; it exists for trusted development and as the baseline of
+// `dsh-sandbox bench` (DESIGN §3.8).
+//
+// Only cmd/dsh-sandbox and tests import this package. It imports sandbox
+// and images.
+package local
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Options configure an Executor. StateDir is required; every other zero
+// field means the documented default.
+type Options struct {
+	// StateDir is an absolute directory for the spill files of calls
+	// without a session directory (StateDir/spill).
+	StateDir string
+	// Bash is the shell that runs commands; empty means "bash" on PATH.
+	Bash string
+	// Logger receives a debug event per call; the zero value logs
+	// nothing. Env values are never logged.
+	Logger zerolog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit, at
+	// call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// drainTimeout bounds how long output is still read after the command's
+// shell and its process group are gone (a process that left the group can
+// hold the pipes open).
+const drainTimeout = 2 * time.Second
+
+// Executor runs calls as host processes. Create one with New; the zero
+// value is not usable. It is safe for concurrent use.
+type Executor struct {
+	opts Options
+	bash string
+	log  zerolog.Logger
+}
+
+var _ sandbox.Executor = (*Executor)(nil)
+
+// New validates opts and finds bash.
+func New(opts Options) (*Executor, error) {
+	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: StateDir %q is not an absolute path", opts.StateDir)
+	}
+	bash := opts.Bash
+	if bash == "" {
+		bash = "bash"
+	}
+	path, err := exec.LookPath(bash)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: shell %q: %v", bash, err)
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.LookupEnv
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = sandbox.DefaultKillGrace
+	}
+	return &Executor{opts: opts, bash: path, log: opts.Logger.With().Str("backend", "local").Logger()}, nil
+}
+
+// BaseEnv is the base environment of a local call (layer 1 of DESIGN
+// §3.6), the same as the host image's: the default PATH and HOME=/tmp.
+func BaseEnv() []string {
+	return []string{"HOME=/tmp", "PATH=" + images.DefaultPath}
+}
+
+// Run executes req as `bash -c` on the host. It refuses, as an invalid
+// argument naming policy.backend, any policy that does not say "local".
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	t0 := time.Now()
+	if req == nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: request is nil")
+	}
+	if req.Policy.Backend != "local" {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.backend %q: the local backend runs without a container and only under a policy that says \"local\"", req.Policy.Backend)
+	}
+	call, err := sandbox.Prepare(req, BaseEnv(), e.opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
+	res := &sandbox.Result{
+		TimeoutMs: call.Timeout.Milliseconds(),
+		Sandbox:   sandbox.Info{Backend: "local", Image: images.HostName, Policy: req.Policy.Name},
+	}
+	spillDir := call.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(e.opts.StateDir, "spill")
+	}
+	capture := func(suffix string, live io.Writer) *sandbox.Capture {
+		return sandbox.NewCapture(sandbox.CaptureOptions{
+			TailBytes:   call.TailBytes,
+			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
+			SpillMax:    call.SpillMax,
+			Live:        live,
+			SpillInside: call.SpillInside,
+		})
+	}
+	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	res.Timings.Prepare = time.Since(t0)
+
+	t1 := time.Now()
+	p, err := e.start(req, call, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	res.Timings.Create = time.Since(t1)
+
+	t2 := time.Now()
+	var lastSig syscall.Signal
+	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, p.exited, func(sig syscall.Signal) error {
+		lastSig = sig
+		return p.signal(sig)
+	})
+	<-p.exited
+	p.finish()
+	res.Timings.Run = time.Since(t2)
+
+	res.Stdout, err = stdout.Stream()
+	if err != nil {
+		log.Warn().Err(err).Msg("stdout spill file incomplete")
+	}
+	if res.Stderr, err = stderr.Stream(); err != nil {
+		log.Warn().Err(err).Msg("stderr spill file incomplete")
+	}
+	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+	var exitErr *exec.ExitError
+	if p.waitErr != nil && !errors.As(p.waitErr, &exitErr) {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "local: call %s: wait: %w", call.ID, p.waitErr)
+	}
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		res.Signal = sandbox.SignalName(ws.Signal())
+	} else {
+		code := ws.ExitStatus()
+		res.ExitCode = &code
+	}
+	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
+		// Stopped by us, it chose its own exit status.
+		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
+	}
+	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	return res, nil
+}
+
+// process is one running call.
+type process struct {
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the shell has exited
+	waitErr error
+	copies  sync.WaitGroup
+	readers []*os.File
+}
+
+// start starts bash in a new process group with the call's exact
+// environment, its stdin fed from a pipe and its output copied into the
+// captures.
+func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stderr io.Writer) (*process, error) {
+	internal := func(err error) error {
+		return sandbox.Errorf(sandbox.ErrInternal, "local: call %s: %w", call.ID, err)
+	}
+	cmd := exec.Command(e.bash, "-c", req.Command)
+	cmd.Env = append([]string{}, call.Env...) // never the service's own
+	cmd.Dir = call.Workdir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+
+	var parentEnds []*os.File // closed once the child has them
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	var inW *os.File
+	if len(req.Stdin) > 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, internal(err)
+		}
+		cmd.Stdin, inW = r, w
+		parentEnds = append(parentEnds, r)
+	}
+	for _, dst := range []struct {
+		w   io.Writer
+		set func(*os.File)
+	}{
+		{stdout, func(f *os.File) { cmd.Stdout = f }},
+		{stderr, func(f *os.File) { cmd.Stderr = f }},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(parentEnds)
+			closeAll(p.readers)
+			return nil, internal(err)
+		}
+		dst.set(w)
+		parentEnds = append(parentEnds, w)
+		p.readers = append(p.readers, r)
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll(parentEnds)
+		closeAll(p.readers)
+		if inW != nil {
+			inW.Close()
+		}
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s: start %s: %v", call.ID, e.bash, err)
+	}
+	closeAll(parentEnds)
+	if inW != nil {
+		go func() {
+			_, _ = inW.Write(req.Stdin) // EPIPE when the command does not read it all
+			inW.Close()
+		}()
+	}
+	for i, w := range []io.Writer{stdout, stderr} {
+		r := p.readers[i]
+		p.copies.Add(1)
+		go func() {
+			defer p.copies.Done()
+			_, _ = io.Copy(w, r)
+		}()
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// signal sends sig to the call's whole process group.
+func (p *process) signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.cmd.Process.Pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// finish ends what is left of the call once its shell has exited, as the
+// end of a container would: SIGKILL to the rest of the process group,
+// then the output up to drainTimeout.
+func (p *process) finish() {
+	_ = p.signal(syscall.SIGKILL)
+	drained := make(chan struct{})
+	go func() {
+		p.copies.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+		for _, r := range p.readers {
+			r.Close()
+		}
+		<-drained
+	}
+	for _, r := range p.readers {
+		r.Close()
+	}
+}

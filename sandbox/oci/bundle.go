@@ -1,0 +1,279 @@
+package oci
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Files inside a bundle directory.
+const (
+	bundleConfig = "config.json"
+	bundleRootfs = "rootfs"
+	bundleMarker = "dsh-sandbox.json"
+	bundlePid    = "container.pid"
+	bundleLog    = "runtime.log"
+)
+
+// marker is written into a bundle right after its directory is created,
+// before anything else, so that Reap can tell whose bundle it is and
+// what to remove even when config.json was never written.
+type marker struct {
+	Instance  string `json:"instance"`
+	Runtime   string `json:"runtime"`
+	Container string `json:"container"`
+	// Cgroups are the absolute cgroup directories the container gets
+	// (one per hierarchy), computed before it is created.
+	Cgroups []string `json:"cgroups,omitempty"`
+	// Overlay is true when rootfs is an overlay mounted on the host.
+	Overlay bool `json:"overlay,omitempty"`
+}
+
+// bundle is one call's bundle directory. Not safe for concurrent use.
+type bundle struct {
+	dir     string
+	mounted bool // an overlay is mounted at rootfs
+	// ns, when set, is the mount namespace the runtime runs in; the
+	// overlay is mounted there, where the runtime sees it.
+	ns *mountNamespace
+}
+
+// inNamespace runs f in the runtime's mount namespace.
+func (b *bundle) inNamespace(f func() error) error {
+	if b.ns == nil {
+		return f()
+	}
+	return b.ns.do(f)
+}
+
+func (b *bundle) path(name string) string { return filepath.Join(b.dir, name) }
+
+// createBundle makes dir (0700, which must not exist yet) and writes the
+// marker into it.
+func createBundle(dir string, m marker) (*bundle, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("bundle parent: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", dir, err)
+	}
+	b := &bundle{dir: dir}
+	if err := b.writeMarker(m); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+func (b *bundle) writeMarker(m marker) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(b.path(bundleMarker), data, 0o600)
+}
+
+// readMarker reads the marker of the bundle in dir.
+func readMarker(dir string) (marker, error) {
+	var m marker
+	data, err := os.ReadFile(filepath.Join(dir, bundleMarker))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("bundle marker %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// hostRootfs builds the per-call skeleton root of the `host` image: an
+// empty directory that receives the image's symlinks (a merged-/usr
+// /bin -> usr/bin) and, later, mount points. It returns the image's binds
+// as read-only spec mounts, in order.
+func (b *bundle) hostRootfs(binds []bindMount, symlinks map[string]string) ([]specs.Mount, error) {
+	if err := os.Mkdir(b.path(bundleRootfs), 0o755); err != nil {
+		return nil, fmt.Errorf("rootfs skeleton: %w", err)
+	}
+	root, err := os.OpenRoot(b.path(bundleRootfs))
+	if err != nil {
+		return nil, fmt.Errorf("rootfs skeleton: %w", err)
+	}
+	defer root.Close()
+	for target, text := range symlinks {
+		rel := strings.TrimPrefix(filepath.Clean(target), "/")
+		if rel == "" || rel == "." || !filepath.IsAbs(target) {
+			return nil, fmt.Errorf("rootfs skeleton: symlink %q is not below /", target)
+		}
+		if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return nil, fmt.Errorf("rootfs skeleton: %w", err)
+		}
+		if err := root.Symlink(text, rel); err != nil {
+			return nil, fmt.Errorf("rootfs skeleton: %w", err)
+		}
+	}
+	mounts := make([]specs.Mount, 0, len(binds))
+	for _, bd := range binds {
+		mounts = append(mounts, roBind(bd.Source, bd.Target))
+	}
+	return mounts, nil
+}
+
+// mountPoints creates, in the skeleton root, the mount point of every
+// mount that does not lie inside another mount (tmpfs excepted): a
+// directory, or an empty file for a bind of a file. Paths are created
+// below the bundle only.
+func (b *bundle) mountPoints(mounts []specs.Mount) error {
+	root, err := os.OpenRoot(b.path(bundleRootfs))
+	if err != nil {
+		return fmt.Errorf("rootfs skeleton: %w", err)
+	}
+	defer root.Close()
+	dests := make(map[string]bool, len(mounts))
+	for _, m := range mounts {
+		dests[filepath.Clean(m.Destination)] = true
+	}
+	for _, m := range mounts {
+		d := filepath.Clean(m.Destination)
+		if d == "/" || !filepath.IsAbs(d) || m.Type == "tmpfs" {
+			// A tmpfs gets the mode of an existing mount point
+			// from runc instead of its own mode= option; the
+			// runtimes create missing ones themselves.
+			continue
+		}
+		parent := filepath.Dir(d)
+		if parent != "/" && mountInside(parent, dests) {
+			continue // the runtime creates it inside that mount
+		}
+		rel := strings.TrimPrefix(d, "/")
+		if _, err := root.Lstat(rel); err == nil {
+			continue
+		}
+		file := false
+		if m.Type == "bind" {
+			if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
+				file = true
+			}
+		}
+		if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+		if file {
+			f, err := root.OpenFile(rel, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("mount point %s: %w", d, err)
+			}
+			f.Close()
+			continue
+		}
+		if err := root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// overlayRootfs mounts an overlay at rootfs with the image rootfs as its
+// only, never written, lower layer and a per-call upper in the bundle.
+// The runtime creates mount points in the upper; the container still
+// sees its root read-only (root.readonly in the spec).
+func (b *bundle) overlayRootfs(lower string) error {
+	if strings.ContainsAny(lower, ",:") || strings.ContainsAny(b.dir, ",:") {
+		return fmt.Errorf("overlay: path %q or %q contains ',' or ':'", lower, b.dir)
+	}
+	upper, work, root := b.path("upper"), b.path("work"), b.path(bundleRootfs)
+	for _, d := range []string{upper, work, root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("overlay: %w", err)
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := b.inNamespace(func() error {
+		return unix.Mount("overlay", root, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts)
+	}); err != nil {
+		return fmt.Errorf("overlay at %s: %w", root, err)
+	}
+	b.mounted = true
+	return nil
+}
+
+// writeConfig writes config.json (0600).
+func (b *bundle) writeConfig(s *specs.Spec) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("config.json: %w", err)
+	}
+	if err := os.WriteFile(b.path(bundleConfig), data, 0o600); err != nil {
+		return fmt.Errorf("config.json: %w", err)
+	}
+	return nil
+}
+
+// unmount unmounts the overlay, lazily when it is busy.
+func (b *bundle) unmount() error {
+	if !b.mounted {
+		return nil
+	}
+	root := b.path(bundleRootfs)
+	err := b.inNamespace(func() error {
+		if err := unix.Unmount(root, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := unix.Unmount(root, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", root, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.mounted = false
+	return nil
+}
+
+// remove unmounts what is mounted and deletes the bundle directory. It
+// refuses to delete while anything is still mounted below the bundle, so
+// that a removal can never reach through a mount into other files.
+func (b *bundle) remove() error {
+	if err := b.unmount(); err != nil {
+		return err
+	}
+	var left []string
+	err := b.inNamespace(func() (err error) {
+		left, err = mountsUnder(b.dir)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("bundle %s: still mounted: %s", b.dir, strings.Join(left, ", "))
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("bundle %s: %w", b.dir, err)
+	}
+	return nil
+}
+
+// bindMount is an image bind as the bundle needs it.
+type bindMount struct{ Source, Target string }
+
+// findShell returns the absolute in-image path of bash in rootfs ("/" for
+// the host), or "" when there is none; sh reports whether /bin/sh exists.
+func findShell(rootfs string) (bash string, sh bool) {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return "", false
+	}
+	defer root.Close()
+	for _, p := range []string{"bin/bash", "usr/bin/bash", "usr/local/bin/bash"} {
+		if fi, err := root.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return "/" + p, true
+		}
+	}
+	fi, err := root.Stat("bin/sh")
+	return "", err == nil && !fi.IsDir()
+}

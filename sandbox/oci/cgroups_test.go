@@ -1,0 +1,83 @@
+package oci
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseCgroupMountinfoCases(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want cgroupMount
+		ok   bool
+	}{
+		{"34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory",
+			cgroupMount{point: "/sys/fs/cgroup/memory", root: "/", subsystems: []string{"memory"}}, true},
+		{"39 30 0:36 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd",
+			cgroupMount{point: "/sys/fs/cgroup/systemd", root: "/", subsystems: []string{"name=systemd"}}, true},
+		{"31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct",
+			cgroupMount{point: "/sys/fs/cgroup/cpu,cpuacct", root: "/", subsystems: []string{"cpu", "cpuacct"}}, true},
+		{"40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw",
+			cgroupMount{point: "/sys/fs/cgroup/unified", root: "/", v2: true}, true},
+		{"41 30 0:38 /sub /mnt/with\\040space rw - cgroup2 cgroup2 rw",
+			cgroupMount{point: "/mnt/with space", root: "/sub", v2: true}, true},
+		{"21 26 0:20 / /proc rw,relatime - proc proc rw", cgroupMount{}, false},
+		{"garbage", cgroupMount{}, false},
+	} {
+		got, ok := parseCgroupMountinfo(tc.line)
+		if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("parseCgroupMountinfo(%q) = %+v, %v, want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCgroupLayoutDirsFor(t *testing.T) {
+	l := cgroupLayout{mounts: []cgroupMount{
+		{point: "/sys/fs/cgroup/memory", root: "/", subsystems: []string{"memory"}},
+		{point: "/sys/fs/cgroup/pids", root: "/", subsystems: []string{"pids"}},
+		{point: "/sys/fs/cgroup/unified", root: "/", v2: true},
+		{point: "/mnt/sub", root: "/other", subsystems: []string{"cpu"}},
+		{point: "/mnt/nested", root: "/dsh-sandbox", subsystems: []string{"blkio"}},
+	}, hybrid: true}
+	got := l.dirsFor("/dsh-sandbox/i-1/call-1")
+	want := []string{
+		"/mnt/nested/i-1/call-1",
+		"/sys/fs/cgroup/memory/dsh-sandbox/i-1/call-1",
+		"/sys/fs/cgroup/pids/dsh-sandbox/i-1/call-1",
+		"/sys/fs/cgroup/unified/dsh-sandbox/i-1/call-1",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("dirsFor = %q, want %q", got, want)
+	}
+	if got, want := l.unifiedMounts(), []string{"/sys/fs/cgroup/unified"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("unifiedMounts() = %q, want %q", got, want)
+	}
+	l.hybrid = false
+	if got := l.unifiedMounts(); got != nil {
+		t.Errorf("unifiedMounts() of a non-hybrid layout = %q, want nil", got)
+	}
+}
+
+func TestWithinRootCases(t *testing.T) {
+	for _, tc := range []struct {
+		root, p, want string
+		ok            bool
+	}{
+		{"/", "/a/b", "/a/b", true},
+		{"/a", "/a/b", "/b", true},
+		{"/a", "/a", "/", true},
+		{"/a", "/ab/c", "", false},
+		{"/a/b", "/a", "", false},
+	} {
+		got, ok := withinRoot(tc.root, tc.p)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("withinRoot(%q, %q) = %q, %v, want %q, %v", tc.root, tc.p, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCgroupsPathShape(t *testing.T) {
+	if got, want := cgroupsPath("i-1", "call-2"), "/dsh-sandbox/i-1/call-2"; got != want {
+		t.Errorf("cgroupsPath(%q, %q) = %q, want %q", "i-1", "call-2", got, want)
+	}
+}

@@ -1,0 +1,19 @@
+// Package oci is the sandbox backend that drives an OCI runtime binary —
+// runc (the default), crun or runsc (gVisor) — directly: one bundle and
+// one foreground `run` per call, torn down completely when the call ends
+// (DESIGN §3.8, §3.11).
+//
+// A call goes: sandbox.Prepare (validation, environment, timeout) →
+// policy.ResolveUser → image (the generated `host` image or a stored one)
+// → bundle directory with a marker, rootfs and config.json built from a
+// base spec, the policy's spec options and this package's own → `runtime
+// run` supervised by sandbox.Supervise (SIGTERM to every process, then
+// SIGKILL) → teardown on a detached context: `runtime delete --force`,
+// cgroup directories in every hierarchy, overlay unmount, bundle removal.
+// Reap removes what a crashed instance left; Doctor says whether a
+// runtime is usable here; BenchRaw times a raw runtime call for the
+// `dsh-sandbox bench` baseline.
+//
+// Only cmd/dsh-sandbox (which picks backends) and tests import this
+// package. It imports sandbox, policy and images.
+package oci

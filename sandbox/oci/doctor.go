@@ -1,0 +1,140 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Check is one finding of Doctor.
+type Check struct {
+	// Name says what was checked: "binary", "version", "root",
+	// "cgroups", "state" or "run".
+	Name string `json:"name"`
+	// OK is true when the check passed.
+	OK bool `json:"ok"`
+	// Detail says what was found, or why the check failed.
+	Detail string `json:"detail"`
+}
+
+// doctorRunTimeout bounds the test call of Doctor.
+const doctorRunTimeout = 60 * time.Second
+
+// Doctor reports whether the runtime of opts is usable here and why not:
+// its binary and version, root privileges, the cgroup layout (and, for
+// crun on a hybrid host, whether the unified mount can be hidden), the
+// state directory, and finally a real call of `true` under the built-in
+// workspace-write policy. Checks after a failed prerequisite are reported
+// as not run. Doctor leaves nothing behind.
+func Doctor(ctx context.Context, opts Options) []Check {
+	var checks []Check
+	add := func(name string, ok bool, format string, args ...any) bool {
+		checks = append(checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+		return ok
+	}
+	rt := opts.Runtime
+	if rt == "" {
+		rt = RuntimeRunc
+	}
+	path, err := lookRuntime(rt, opts.RuntimePath)
+	if !add("binary", err == nil, "%s", errOr(err, path)) {
+		return checks
+	}
+	cli := &runtimeCLI{name: rt, path: path}
+	v, err := cli.version(ctx)
+	add("version", err == nil, "%s", errOr(err, v))
+
+	rootOK := os.Geteuid() == 0
+	add("root", rootOK, "running as uid %d%s", os.Geteuid(), map[bool]string{true: "", false: "; the oci backend needs root"}[rootOK])
+
+	layout, err := readCgroupLayout()
+	cgOK := err == nil && len(layout.mounts) > 0
+	switch {
+	case err != nil:
+		add("cgroups", false, "%v", err)
+	case len(layout.mounts) == 0:
+		add("cgroups", false, "no cgroup file system is mounted")
+	default:
+		mode := "v1"
+		if layout.v2 {
+			mode = "v2 (unified)"
+		} else if layout.hybrid {
+			mode = "v1 hybrid with cgroup2 at " + strings.Join(layout.unifiedMounts(), ", ")
+		}
+		detail := mode
+		if rt == RuntimeCrun && layout.hybrid && rootOK {
+			ns, err := newMountNamespace(layout.unifiedMounts())
+			if err != nil {
+				cgOK = false
+				detail += fmt.Sprintf("; cannot hide it from crun: %v", err)
+			} else {
+				ns.close()
+				detail += "; hidden from crun in a private mount namespace"
+			}
+		}
+		add("cgroups", cgOK, "%s", detail)
+	}
+
+	stateOK := false
+	switch {
+	case opts.StateDir == "" || !filepath.IsAbs(opts.StateDir):
+		add("state", false, "StateDir %q is not an absolute path", opts.StateDir)
+	default:
+		err := os.MkdirAll(opts.StateDir, 0o700)
+		if err == nil {
+			var f *os.File
+			if f, err = os.CreateTemp(opts.StateDir, ".doctor-*"); err == nil {
+				f.Close()
+				err = os.Remove(f.Name())
+			}
+		}
+		stateOK = add("state", err == nil, "%s", errOr(err, opts.StateDir+" is writable"))
+	}
+
+	if !rootOK || !cgOK || !stateOK {
+		add("run", false, "not run: a prerequisite failed")
+		return checks
+	}
+	if d, err := doctorRun(ctx, opts, rt, path); err != nil {
+		add("run", false, "%v", err)
+	} else {
+		add("run", true, "`true` ran in a fresh container in %v", d.Round(time.Millisecond))
+	}
+	return checks
+}
+
+// doctorRun runs `true` through a short-lived executor.
+func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duration, error) {
+	opts.Runtime, opts.RuntimePath, opts.InstanceID = rt, path, ""
+	e, err := New(opts)
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	p, _ := policy.Builtin(policy.WorkspaceWrite)
+	p.Backend, p.Runtime = "oci", rt
+	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
+	defer cancel()
+	t := time.Now()
+	res, err := e.Run(ctx, &sandbox.Request{Command: "true", Policy: p, CallID: "doctor-" + e.instance})
+	if err != nil {
+		return 0, err
+	}
+	if code := sandbox.ExitCode(res, nil); code != 0 {
+		return 0, fmt.Errorf("`true` exited with status %d; stderr %q", code, res.Stderr.Text)
+	}
+	return time.Since(t), nil
+}
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
+}

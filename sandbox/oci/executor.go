@@ -1,0 +1,650 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Options configure an Executor. StateDir is required; every other zero
+// field means the documented default.
+type Options struct {
+	// Runtime is "runc" (the default when empty), "crun" or "runsc".
+	Runtime string
+	// RuntimePath is the runtime binary; empty means Runtime looked up
+	// on PATH. A missing binary makes New fail with an error wrapping
+	// sandbox.ErrUnavailable that names the runtime.
+	RuntimePath string
+	// StateDir is an absolute directory owned by the service. The
+	// executor keeps bundles in StateDir/bundles/<container>, the
+	// runtime's state root in StateDir/runtime/<runtime>, instance locks
+	// in StateDir/instances, the host image's generated /etc in
+	// StateDir/host and spill files of calls without a session directory
+	// in StateDir/spill. Several executors (also of other runtimes and
+	// other processes) may share it.
+	StateDir string
+	// Images is the local image store; nil means only the "host" image
+	// is available.
+	Images *images.Store
+	// InstanceID names this executor in labels, cgroup paths and its
+	// lock file; empty means a random "i-<hex>". It must be 1–64
+	// characters of [A-Za-z0-9_.-] starting with a letter or digit, and
+	// no other live executor on the same StateDir may use it.
+	InstanceID string
+	// Logger receives debug events per call and errors of teardown; the
+	// zero value logs nothing. Env values are never logged.
+	Logger zerolog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit, at
+	// call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// teardownTimeout bounds the teardown of one call; it runs on a context
+// detached from the caller's, so it happens even when the caller gave up.
+const teardownTimeout = 30 * time.Second
+
+// Executor runs each call in its own container of an OCI runtime (runc,
+// crun or runsc) and removes every trace of it when the call ends. It
+// holds an exclusive lock on StateDir/instances/<instance>.lock for its
+// whole life, which is how Reap tells a live instance from a dead one.
+//
+// Create one with New; the zero value is not usable. An Executor is safe
+// for concurrent use. Close releases it.
+type Executor struct {
+	opts     Options
+	rt       *runtimeCLI
+	log      zerolog.Logger
+	getenv   func(string) (string, bool)
+	grace    time.Duration
+	instance string
+	layout   cgroupLayout
+	lock     *os.File
+
+	mu     sync.RWMutex // held for reading by every running call
+	closed bool
+
+	// inject, when set by tests, is called at each named step of a call
+	// and fails the call with its error.
+	inject func(step string) error
+}
+
+var _ sandbox.Executor = (*Executor)(nil)
+
+// New validates opts, finds the runtime binary, takes the instance lock
+// and, for crun on a hybrid cgroup host, prepares the private mount
+// namespace crun is started in. It must run as root.
+func New(opts Options) (*Executor, error) {
+	if opts.Runtime == "" {
+		opts.Runtime = RuntimeRunc
+	}
+	path, err := lookRuntime(opts.Runtime, opts.RuntimePath)
+	if err != nil {
+		return nil, err
+	}
+	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: StateDir %q is not an absolute path", opts.StateDir)
+	}
+	opts.StateDir = filepath.Clean(opts.StateDir)
+	if opts.InstanceID == "" {
+		opts.InstanceID = newInstanceID()
+	} else if !sandbox.ValidCallID(opts.InstanceID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.LookupEnv
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = sandbox.DefaultKillGrace
+	}
+	if os.Geteuid() != 0 {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: runtime %q needs root (running as uid %d)", opts.Runtime, os.Geteuid())
+	}
+	layout, err := readCgroupLayout()
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: cgroups: %v", err)
+	}
+	e := &Executor{
+		opts:     opts,
+		log:      opts.Logger.With().Str("backend", "oci").Str("runtime", opts.Runtime).Str("instance", opts.InstanceID).Logger(),
+		getenv:   opts.Getenv,
+		grace:    opts.KillGrace,
+		instance: opts.InstanceID,
+		layout:   layout,
+		rt: &runtimeCLI{
+			name: opts.Runtime,
+			path: path,
+			root: filepath.Join(opts.StateDir, "runtime", opts.Runtime),
+		},
+	}
+	for _, d := range []string{opts.StateDir, e.rt.root, e.bundlesDir(), e.instancesDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+		}
+	}
+	if e.lock, err = lockInstance(e.instancesDir(), e.instance); err != nil {
+		return nil, err
+	}
+	if opts.Runtime == RuntimeCrun {
+		if hide := layout.unifiedMounts(); len(hide) > 0 {
+			ns, err := newMountNamespace(hide)
+			if err != nil {
+				e.unlock(false)
+				return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: crun on a hybrid cgroup host: %v", err)
+			}
+			e.rt.ns = ns
+		}
+	}
+	return e, nil
+}
+
+func newInstanceID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
+}
+
+func (e *Executor) bundlesDir() string   { return filepath.Join(e.opts.StateDir, "bundles") }
+func (e *Executor) instancesDir() string { return filepath.Join(e.opts.StateDir, "instances") }
+
+// Instance returns the executor's instance id.
+func (e *Executor) Instance() string { return e.instance }
+
+// Runtime returns the runtime name ("runc", "crun" or "runsc").
+func (e *Executor) Runtime() string { return e.rt.name }
+
+// Close waits for running calls, then releases the instance lock, the
+// crun mount namespace and the instance's (now empty) cgroup parents.
+// Runs after Close fail with sandbox.ErrUnavailable. Close is idempotent.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	if e.rt.ns != nil {
+		e.rt.ns.close()
+	}
+	leftover := false
+	for _, d := range e.layout.dirsFor("/" + cgroupParent + "/" + e.instance) {
+		removeEmptyParents(d, cgroupParent)
+		if _, err := os.Stat(d); err == nil {
+			leftover = true
+		}
+	}
+	return e.unlock(leftover)
+}
+
+// unlock releases the instance lock. With keepFile, the lock file stays
+// so that a later Reap on this state directory knows the instance is dead
+// and removes what it left (cgroups a failed teardown could not remove).
+func (e *Executor) unlock(keepFile bool) error {
+	if e.lock == nil {
+		return nil
+	}
+	var err error
+	if !keepFile {
+		err = os.Remove(e.lock.Name())
+	}
+	if cerr := e.lock.Close(); err == nil {
+		err = cerr
+	}
+	e.lock = nil
+	return err
+}
+
+// step runs the test hook for the named step, when there is one.
+func (e *Executor) step(name string) error {
+	if e.inject == nil {
+		return nil
+	}
+	if err := e.inject(name); err != nil {
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: %s: %w", name, err)
+	}
+	return nil
+}
+
+// Run executes req in a new container and removes the container, its
+// bundle, mounts and cgroups before returning, whatever happened.
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
+	}
+	t0 := time.Now()
+	if req == nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: request is nil")
+	}
+	if err := e.checkPolicy(req.Policy); err != nil {
+		return nil, err
+	}
+	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	img, err := e.image(req.Policy.Image, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	call, err := sandbox.Prepare(req, img.Env, e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := policy.SpecOpts(specPolicy(req.Policy), req.Session, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	bash, hasSh := findShell(imageRoot(img))
+	if !hasSh {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
+	imageName := req.Policy.Image // as the policy names it
+	if imageName == "" {
+		imageName = img.Name
+	}
+	res = &sandbox.Result{
+		TimeoutMs: call.Timeout.Milliseconds(),
+		Sandbox: sandbox.Info{
+			Backend:     "oci",
+			Runtime:     e.rt.name,
+			Image:       imageName,
+			Policy:      req.Policy.Name,
+			ContainerID: call.ID,
+		},
+	}
+	res.Timings.Prepare = time.Since(t0)
+
+	// Everything from here on is undone by teardown, on every path.
+	var cu cleanup
+	defer func() {
+		t := time.Now()
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		defer cancel()
+		if terr := cu.clean(tctx); terr != nil {
+			// The outcome of the call is known; what is left is for
+			// Reap. Say so loudly but keep the result.
+			log.Error().Err(terr).Msg("teardown left objects behind; `dsh-sandbox reap` removes them")
+		}
+		if res != nil {
+			res.Timings.Teardown = time.Since(t)
+		}
+		log.Debug().Dur("teardown", time.Since(t)).Msg("call torn down")
+	}()
+
+	t1 := time.Now()
+	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts)
+	if err != nil {
+		return nil, err
+	}
+	cu.merge(undo)
+	res.Timings.Create = time.Since(t1)
+
+	t2 := time.Now()
+	if err := e.runContainer(ctx, &cu, log, call, req, b, res); err != nil {
+		return nil, err
+	}
+	res.Timings.Run = time.Since(t2)
+	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	return res, nil
+}
+
+// checkPolicy refuses policies meant for another backend or runtime.
+func (e *Executor) checkPolicy(p sandbox.Policy) error {
+	if p.Backend != "oci" {
+		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.backend %q: this executor runs only \"oci\"", p.Backend)
+	}
+	if p.Runtime != "" && p.Runtime != e.rt.name {
+		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.runtime %q: this executor runs %q", p.Runtime, e.rt.name)
+	}
+	return nil
+}
+
+// image resolves the policy's image: "host" (or empty) is generated for
+// uid:gid, anything else comes from the store.
+func (e *Executor) image(name string, uid, gid uint32) (*images.Image, error) {
+	if name == "" || name == images.HostName {
+		img, err := images.Host(e.opts.StateDir, uid, gid)
+		if err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: host image: %w", err)
+		}
+		return img, nil
+	}
+	if e.opts.Images == nil {
+		return nil, sandbox.Errorf(sandbox.ErrNotFound, "oci: policy.image %q: no image store (only %q is available)", name, images.HostName)
+	}
+	img, err := e.opts.Images.Get(name)
+	switch {
+	case errors.Is(err, images.ErrNotFound):
+		return nil, sandbox.Errorf(sandbox.ErrNotFound, "oci: policy.image %q: %w", name, err)
+	case errors.Is(err, images.ErrInvalid):
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q: %w", name, err)
+	case err != nil:
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: policy.image %q: %w", name, err)
+	}
+	return img, nil
+}
+
+// specPolicy is p without its environment settings. The environment is
+// built by sandbox.Prepare, which drops DSH_* and secret-shaped names as
+// DESIGN §3.6 says; the spec options do not use it, and the stricter check
+// that refuses such names in a policy file is the policy loader's.
+func specPolicy(p sandbox.Policy) sandbox.Policy {
+	p.EnvInherit, p.EnvSet = nil, nil
+	return p
+}
+
+// imageRoot is where the image's files are seen from the host.
+func imageRoot(img *images.Image) string {
+	if img.Host {
+		return "/"
+	}
+	return img.Rootfs
+}
+
+// createBundle makes the call's bundle: directory and marker, rootfs
+// (host skeleton or overlay), transcript directory, config.json. Each
+// finished step pushes its undo onto a cleanup stack; on failure (or a
+// panic) createBundle undoes its own work before it returns, on success
+// it hands the stack — whose last steps delete the container and its
+// cgroups, then the bundle — to the caller.
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt) (_ *bundle, _ *cleanup, err error) {
+	var cu cleanup
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		defer cancel()
+		if cerr := cu.clean(tctx); cerr != nil {
+			e.log.Error().Str("call", call.ID).Err(cerr).Msg("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them")
+		}
+	}()
+	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, cu.release(), nil
+}
+
+// buildBundle does the work of createBundle, pushing undo steps onto cu.
+func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt) (*bundle, error) {
+	internal := func(err error) error {
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
+	}
+	if err := e.step("bundle"); err != nil {
+		return nil, err
+	}
+	m := marker{
+		Instance:  e.instance,
+		Runtime:   e.rt.name,
+		Container: call.ID,
+		Cgroups:   e.layout.dirsFor(cgroupsPath(e.instance, call.ID)),
+		Overlay:   !img.Host,
+	}
+	b, err := createBundle(filepath.Join(e.bundlesDir(), call.ID), m)
+	if b != nil {
+		b.ns = e.rt.ns
+		cu.add("bundle", func(context.Context) error { return b.remove() })
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: callId %q is already running", call.ID)
+		}
+		return nil, internal(err)
+	}
+	// The container and its cgroups go before the bundle does.
+	cu.add("container", func(ctx context.Context) error {
+		return errors.Join(e.rt.remove(ctx, call.ID), removeCgroupDirs(ctx, m.Cgroups))
+	})
+
+	if err := e.step("rootfs"); err != nil {
+		return nil, err
+	}
+	var binds []specs.Mount
+	if img.Host {
+		bm := make([]bindMount, len(img.Binds))
+		for i, bd := range img.Binds {
+			bm[i] = bindMount{Source: bd.Source, Target: bd.Target}
+		}
+		if binds, err = b.hostRootfs(bm, img.Symlinks); err != nil {
+			return nil, internal(err)
+		}
+	} else if err := b.overlayRootfs(img.Rootfs); err != nil {
+		return nil, internal(err)
+	}
+
+	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
+		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
+		}
+	}
+
+	if err := e.step("config"); err != nil {
+		return nil, err
+	}
+	spec := baseSpec(bundleRootfs, binds)
+	all := append(opts,
+		withReadonlyRoot(bundleRootfs),
+		withProcess(initArgs(bash, req.Command, call.Env), call.Env, call.Workdir),
+		withAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
+		withCgroupsPath(cgroupsPath(e.instance, call.ID)),
+	)
+	if e.rt.name == RuntimeRunsc {
+		all = append(all, withRunscPids())
+	}
+	for _, o := range all {
+		if err := o(spec); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
+		}
+	}
+	if img.Host {
+		if err := b.mountPoints(spec.Mounts); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if err := b.writeConfig(spec); err != nil {
+		return nil, internal(err)
+	}
+	if ctx.Err() != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	return b, nil
+}
+
+// runContainer runs the container in the foreground, supervised, and
+// fills res with its outcome and output.
+func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, b *bundle, res *sandbox.Result) error {
+	spillDir := call.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(e.opts.StateDir, "spill")
+	}
+	capture := func(suffix string, live io.Writer) *sandbox.Capture {
+		return sandbox.NewCapture(sandbox.CaptureOptions{
+			TailBytes:   call.TailBytes,
+			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
+			SpillMax:    call.SpillMax,
+			Live:        live,
+			SpillInside: call.SpillInside,
+		})
+	}
+	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+
+	pidFile := b.path(bundlePid)
+	logFile := b.path(bundleLog)
+	cmd := e.rt.runCommand(context.WithoutCancel(ctx), b.dir, call.ID, pidFile, logFile)
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := e.step("start"); err != nil {
+		return err
+	}
+	if err := e.rt.start(cmd); err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: start %s: %w", call.ID, e.rt.name, err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+	// On an early return (a failure or a panic below), stop the runtime
+	// process before the container is deleted: a runtime still running
+	// would keep its cgroups busy.
+	cu.add("runtime process", func(ctx context.Context) error {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		_ = e.killAll(ctx, call.ID, cmd, pidFile, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("%s run of %s did not exit: %w", e.rt.name, call.ID, ctx.Err())
+		}
+	})
+	if err := e.step("started"); err != nil {
+		e.killAll(ctx, call.ID, cmd, pidFile, syscall.SIGKILL)
+		<-done
+		return err
+	}
+	var lastSig syscall.Signal
+	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.grace, done, func(sig syscall.Signal) error {
+		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
+		lastSig = sig
+		return e.killAll(ctx, call.ID, cmd, pidFile, sig)
+	})
+	<-done
+
+	out, oerr := stdout.Stream()
+	errOut, eerr := stderr.Stream()
+	if oerr != nil || eerr != nil {
+		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
+	}
+	res.Stdout, res.Stderr = out, errOut
+	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s run: %w", call.ID, e.rt.name, waitErr)
+	}
+	if _, err := os.Stat(pidFile); err != nil && !timedOut && !aborted {
+		// The container never started: nothing ran.
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s could not start the container: %s", call.ID, e.rt.name, runtimeFailure(logFile, errOut.Text))
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	res.ExitCode, res.Signal = decodeStatus(ws)
+	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
+		// The command was stopped by us and chose its own exit status
+		// (a TERM handler); it still did not finish on its own.
+		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
+	}
+	return nil
+}
+
+// killAll signals every process of the container through the runtime.
+// A SIGKILL is also sent straight to the container's first process (the
+// pid the runtime wrote, when the runtime process is still its parent):
+// its death ends the whole pid namespace without relying on the
+// runtime's cgroup walk. When the runtime cannot signal the container
+// and has not reported it started (no pid file yet), or the signal is
+// SIGKILL, the runtime process itself is killed as well: nothing of the
+// command can need a graceful stop then, the call ends at once, and
+// teardown deletes whatever the runtime had begun to create.
+func (e *Executor) killAll(ctx context.Context, id string, cmd *exec.Cmd, pidFile string, sig syscall.Signal) error {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := e.rt.kill(kctx, id, sig)
+	_, serr := os.Stat(pidFile)
+	started := serr == nil
+	if sig == syscall.SIGKILL && started {
+		killChild(pidFile, cmd.Process.Pid)
+	}
+	if err == nil || (started && sig != syscall.SIGKILL) {
+		return err
+	}
+	if perr := cmd.Process.Signal(unix.SIGKILL); perr != nil && !errors.Is(perr, os.ErrProcessDone) {
+		return errors.Join(err, perr)
+	}
+	return err
+}
+
+// killChild sends SIGKILL to the pid in pidFile if that process is still
+// a child of parent (so that a recycled pid is never hit).
+func killChild(pidFile string, parent int) {
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	if ppid, ok := parentPid(pid); !ok || ppid != parent {
+		return
+	}
+	_ = unix.Kill(pid, unix.SIGKILL)
+}
+
+// parentPid reads the parent pid of pid from /proc.
+func parentPid(pid int) (int, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name is in parentheses and may hold anything; the
+	// fields after the last ')' are state, ppid, ….
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
+}
+
+// runtimeFailure extracts the runtime's own error message: the last
+// error entry of its log file, else the tail of what it wrote to stderr.
+func runtimeFailure(logFile, stderr string) string {
+	if msg := lastLogError(logFile); msg != "" {
+		return msg
+	}
+	if len(stderr) > 2000 {
+		stderr = stderr[len(stderr)-2000:]
+	}
+	if stderr == "" {
+		return "no message"
+	}
+	return fmt.Sprintf("%q", stderr)
+}

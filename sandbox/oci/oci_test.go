@@ -1,0 +1,146 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
+)
+
+var runtimes = []string{RuntimeRunc, RuntimeCrun, RuntimeRunsc}
+
+// requireRuntime skips the test unless it runs as root and the runtime's
+// binary is on PATH; under CI=true it fails instead, since CI installs
+// every runtime.
+func requireRuntime(t testing.TB, rt string) {
+	t.Helper()
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = fmt.Sprintf("the oci backend needs root (running as uid %d)", os.Geteuid())
+	} else if _, err := exec.LookPath(rt); err != nil {
+		missing = fmt.Sprintf("runtime %q is not installed: %v", rt, err)
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but %s", missing)
+	}
+	t.Skip(missing)
+}
+
+// testLogger sends the executor's log to the test log.
+func testLogger(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+}
+
+// newTestExecutor returns an executor of rt on a fresh state directory,
+// closed when the test ends.
+func newTestExecutor(t testing.TB, rt string) *Executor {
+	t.Helper()
+	requireRuntime(t, rt)
+	e, err := New(Options{Runtime: rt, StateDir: t.TempDir(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New(%s) = %v", rt, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	return e
+}
+
+// testPolicy is the built-in workspace-write policy for runtime rt.
+func testPolicy(t testing.TB, rt string) sandbox.Policy {
+	t.Helper()
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		t.Fatalf("policy.Builtin(%q) not found", policy.WorkspaceWrite)
+	}
+	p.Backend, p.Runtime = "oci", rt
+	return p
+}
+
+// leftovers lists everything of e still on the host: containers in its
+// runtime root, bundles, mounts below its state directory, and cgroup
+// directories of its instance in every hierarchy.
+func leftovers(t testing.TB, e *Executor) []string {
+	t.Helper()
+	var out []string
+	cs, err := e.rt.list(context.Background())
+	if err != nil {
+		out = append(out, "runtime list: "+err.Error())
+	}
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("container %s (%s)", c.ID, c.Status))
+	}
+	entries, _ := os.ReadDir(e.rt.root)
+	for _, ent := range entries {
+		out = append(out, "runtime state "+filepath.Join(e.rt.root, ent.Name()))
+	}
+	entries, _ = os.ReadDir(e.bundlesDir())
+	for _, ent := range entries {
+		out = append(out, "bundle "+filepath.Join(e.bundlesDir(), ent.Name()))
+	}
+	mps, err := mountsUnder(e.opts.StateDir)
+	if err != nil {
+		out = append(out, "mountinfo: "+err.Error())
+	}
+	for _, m := range mps {
+		out = append(out, "mount "+m)
+	}
+	for _, d := range e.layout.dirsFor("/" + cgroupParent + "/" + e.instance) {
+		children, _ := os.ReadDir(d)
+		for _, c := range children {
+			if c.IsDir() {
+				out = append(out, "cgroup "+filepath.Join(d, c.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// hostImageEnv is the environment of the host image.
+func hostImageEnv(t testing.TB) []string {
+	t.Helper()
+	img, err := images.Host(t.TempDir(), 0, 0)
+	if err != nil {
+		t.Fatalf("images.Host = %v", err)
+	}
+	return img.Env
+}
+
+// TestConformance runs the sandboxtest suite on every runtime, unchanged.
+func TestConformance(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			requireRuntime(t, rt)
+			var e *Executor
+			sandboxtest.Run(t, sandboxtest.Config{
+				New: func(t *testing.T) sandbox.Executor {
+					requireRuntime(t, rt)
+					var err error
+					e, err = New(Options{Runtime: rt, StateDir: t.TempDir(), Logger: testLogger(t)})
+					if err != nil {
+						t.Fatalf("New(%s) = %v", rt, err)
+					}
+					return e
+				},
+				Policy:    testPolicy(t, rt),
+				ImageEnv:  hostImageEnv(t),
+				Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
+				Isolated:  true,
+			})
+		})
+	}
+}

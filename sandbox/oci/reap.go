@@ -1,0 +1,274 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// ReapReport lists what Reap removed. Every entry is a container id or an
+// absolute path.
+type ReapReport struct {
+	// Instances are the dead instances whose leftovers were removed
+	// (their lock files included).
+	Instances []string `json:"instances"`
+	// Containers are the runtime containers deleted.
+	Containers []string `json:"containers"`
+	// Bundles are the bundle directories removed.
+	Bundles []string `json:"bundles"`
+	// Mounts are the mount points unmounted.
+	Mounts []string `json:"mounts"`
+	// Cgroups are the cgroup directories removed.
+	Cgroups []string `json:"cgroups"`
+}
+
+// Empty reports whether Reap found nothing to remove.
+func (r ReapReport) Empty() bool {
+	return len(r.Instances)+len(r.Containers)+len(r.Bundles)+len(r.Mounts)+len(r.Cgroups) == 0
+}
+
+// unmarkedBundleAge is how old a bundle directory without a marker must
+// be before Reap removes it. The marker is written right after the
+// directory is made, so only a crash in between leaves one without; a
+// young one may belong to a call being set up right now.
+const unmarkedBundleAge = 10 * time.Minute
+
+// cgroupReapWait bounds the wait for one busy cgroup directory during Reap.
+const cgroupReapWait = 2 * time.Second
+
+// Reap removes what dead instances of this executor's runtime left
+// behind in StateDir: containers labelled owner=dsh-sandbox whose
+// instance holds no lock, their bundles, overlay mounts and cgroups, and
+// the dead instances' lock files. Live instances, this one included, are
+// never touched. It keeps going after a failure and returns what it
+// removed with every failure joined.
+//
+// Reap is safe to call while calls of this and other live instances run.
+func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
+	}
+	var rep ReapReport
+	var errs []error
+	dead, release, err := e.deadInstances()
+	defer release()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	live := func(inst string) bool {
+		if inst == e.instance {
+			return true
+		}
+		_, isDead := dead[inst]
+		if isDead {
+			return false
+		}
+		// No lock file at all: the instance is gone (Close removes
+		// it, a crash leaves it, so this is an instance that closed
+		// while a call's teardown failed).
+		_, err := os.Stat(filepath.Join(e.instancesDir(), inst+".lock"))
+		return err == nil
+	}
+	reaped := map[string]bool{}
+
+	// Containers the runtime knows.
+	cs, err := e.rt.list(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range cs {
+		if c.Annotations[sandbox.LabelOwner] != sandbox.LabelOwnerValue || live(c.Annotations[sandbox.LabelInstance]) {
+			continue
+		}
+		_ = e.rt.kill(ctx, c.ID, syscall.SIGKILL)
+		if err := e.rt.remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Containers = append(rep.Containers, c.ID)
+		reaped[c.Annotations[sandbox.LabelInstance]] = true
+	}
+
+	// Bundles, with their mounts and recorded cgroups.
+	entries, err := os.ReadDir(e.bundlesDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, ent := range entries {
+		dir := filepath.Join(e.bundlesDir(), ent.Name())
+		m, err := readMarker(dir)
+		switch {
+		case err == nil:
+			if live(m.Instance) || (m.Runtime != "" && m.Runtime != e.rt.name) {
+				continue
+			}
+		case errors.Is(err, os.ErrNotExist):
+			fi, serr := os.Lstat(dir)
+			if serr != nil || time.Since(fi.ModTime()) < unmarkedBundleAge {
+				continue
+			}
+			m = marker{Container: ent.Name()}
+		default:
+			errs = append(errs, err)
+			continue
+		}
+		if sandbox.ValidCallID(m.Container) {
+			ok, _ := e.rt.exists(m.Container)
+			if ok {
+				_ = e.rt.kill(ctx, m.Container, syscall.SIGKILL)
+				if err := e.rt.remove(ctx, m.Container); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				rep.Containers = append(rep.Containers, m.Container)
+			}
+		}
+		mps, err := unmountAll(dir)
+		rep.Mounts = append(rep.Mounts, mps...)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, cg := range m.Cgroups {
+			if _, err := os.Lstat(cg); err == nil {
+				if err := e.reapCgroup(ctx, cg); err != nil {
+					errs = append(errs, err)
+				} else {
+					rep.Cgroups = append(rep.Cgroups, cg)
+				}
+			}
+		}
+		b := &bundle{dir: dir}
+		if err := b.remove(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Bundles = append(rep.Bundles, dir)
+		if m.Instance != "" {
+			reaped[m.Instance] = true
+		}
+	}
+
+	// Cgroups of dead instances that no bundle recorded. The cgroup
+	// hierarchy is shared by every state directory on the host, so only
+	// instances this state directory knows to be dead (an unheld lock
+	// file) are reaped here: an unknown instance may be a live one of
+	// another state directory.
+	parents := e.layout.dirsFor("/" + cgroupParent)
+	seen := map[string]bool{}
+	for _, parent := range parents {
+		if seen[parent] {
+			continue
+		}
+		seen[parent] = true
+		insts, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, inst := range insts {
+			if _, isDead := dead[inst.Name()]; !inst.IsDir() || !isDead {
+				continue
+			}
+			dir := filepath.Join(parent, inst.Name())
+			if err := e.reapCgroup(ctx, dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			rep.Cgroups = append(rep.Cgroups, dir)
+			reaped[inst.Name()] = true
+		}
+		removeEmptyParents(parent, cgroupParent)
+	}
+
+	// Lock files of dead instances.
+	for inst := range dead {
+		if err := os.Remove(filepath.Join(e.instancesDir(), inst+".lock")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		reaped[inst] = true
+	}
+	for inst := range reaped {
+		if inst != "" {
+			rep.Instances = append(rep.Instances, inst)
+		}
+	}
+	for _, l := range [][]string{rep.Instances, rep.Containers, rep.Bundles, rep.Mounts, rep.Cgroups} {
+		sort.Strings(l)
+	}
+	if len(errs) > 0 {
+		return rep, sandbox.Errorf(sandbox.ErrInternal, "oci: reap: %w", errors.Join(errs...))
+	}
+	return rep, nil
+}
+
+// reapCgroup removes a cgroup tree, waiting a little for its tasks.
+func (e *Executor) reapCgroup(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(ctx, cgroupReapWait)
+	defer cancel()
+	return removeCgroupTree(ctx, dir)
+}
+
+// deadInstances takes the lock of every other instance whose lock file is
+// not held, so that none of them can come back while Reap runs; release
+// drops those locks.
+func (e *Executor) deadInstances() (dead map[string]*os.File, release func(), err error) {
+	dead = map[string]*os.File{}
+	release = func() {
+		for _, f := range dead {
+			f.Close()
+		}
+	}
+	entries, err := os.ReadDir(e.instancesDir())
+	if err != nil {
+		return dead, release, err
+	}
+	for _, ent := range entries {
+		inst, ok := strings.CutSuffix(ent.Name(), ".lock")
+		if !ok || inst == e.instance {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(e.instancesDir(), ent.Name()), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			continue // held: a live instance
+		}
+		dead[inst] = f
+	}
+	return dead, release, nil
+}
+
+// lockInstance creates and locks dir/<instance>.lock. The descriptor is
+// close-on-exec, so no runtime or container ever inherits the lock.
+func lockInstance(dir, instance string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock: %v", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: InstanceID %q is in use by a live executor", instance)
+		}
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock %q: %v", instance, err)
+	}
+	if _, err := fmt.Fprintf(f, "%d\n", os.Getpid()); err != nil {
+		f.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock %q: %v", instance, err)
+	}
+	return f, nil
+}

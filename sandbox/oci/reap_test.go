@@ -1,0 +1,219 @@
+package oci
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// The test binary doubles as a service that crashes mid-call: with
+// OCI_TEST_HELPER=crash it starts a call that prints "started" and
+// sleeps, and waits to be killed.
+const helperEnv = "OCI_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "crash" {
+		crashHelper()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func crashHelper() {
+	rt, state, inst, marker := os.Getenv("OCI_TEST_RUNTIME"), os.Getenv("OCI_TEST_STATE"), os.Getenv("OCI_TEST_INSTANCE"), os.Getenv("OCI_TEST_MARKER")
+	e, err := New(Options{Runtime: rt, StateDir: state, InstanceID: inst})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(3)
+	}
+	p := testPolicy(&testing.T{}, rt)
+	_, err = e.Run(context.Background(), &sandbox.Request{
+		Command: "echo started; sleep " + marker,
+		Policy:  p,
+		Stdout:  os.Stdout,
+	})
+	fmt.Fprintln(os.Stderr, "helper: the call returned:", err)
+	os.Exit(4)
+}
+
+// crashInstance runs the crash helper on stateDir as instance inst and
+// kills it with SIGKILL once its call runs, leaving its container,
+// bundle, cgroups and lock file behind.
+func crashInstance(t *testing.T, rt, stateDir, inst, marker string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = []string{helperEnv + "=crash", "OCI_TEST_RUNTIME=" + rt, "OCI_TEST_STATE=" + stateDir,
+		"OCI_TEST_INSTANCE=" + inst, "OCI_TEST_MARKER=" + marker, "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if line != "started\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("helper printed %q (%v), stderr %q; want started", line, err, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, out)
+	_ = cmd.Wait()
+}
+
+// TestReapAfterCrash kills an instance in the middle of a call and
+// checks that Reap of another instance removes everything it left —
+// and nothing of a live instance's running call.
+func TestReapAfterCrash(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			requireRuntime(t, rt)
+			state := t.TempDir()
+			dead := "crashed-" + rt
+			marker := fmt.Sprintf("%d%d", 8100000, os.Getpid())
+			crashInstance(t, rt, state, dead, marker)
+
+			lock := filepath.Join(state, "instances", dead+".lock")
+			if _, err := os.Stat(lock); err != nil {
+				t.Fatalf("the crashed instance left no lock file: %v", err)
+			}
+			reaper, err := New(Options{Runtime: rt, StateDir: state, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reaper.Close()
+
+			// A live instance with a running call, which Reap must spare.
+			live, err := New(Options{Runtime: rt, StateDir: state, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer live.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			liveDone := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				res, err := live.Run(ctx, &sandbox.Request{
+					Command: "echo go; sleep 1000", Policy: testPolicy(t, rt),
+					Stdout: writerFunc(func(p []byte) { closeOnce(started) }),
+				})
+				if err == nil && !res.Aborted {
+					err = fmt.Errorf("live call = %+v, want aborted", res)
+				}
+				liveDone <- err
+			}()
+			select {
+			case <-started:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the live call did not start")
+			}
+
+			deadCgroups := reaper.layout.dirsFor("/" + cgroupParent + "/" + dead)
+			rep, err := reaper.Reap(context.Background())
+			if err != nil {
+				t.Errorf("Reap() = %v", err)
+			}
+			t.Logf("reaped %+v", rep)
+			if !slices.Contains(rep.Instances, dead) || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
+				t.Errorf("Reap() = %+v, want instance %q with one container and one bundle", rep, dead)
+			}
+			if slices.Contains(rep.Instances, live.instance) || slices.Contains(rep.Instances, reaper.instance) {
+				t.Errorf("Reap() = %+v: touched a live instance", rep)
+			}
+			if _, err := os.Stat(lock); !os.IsNotExist(err) {
+				t.Errorf("lock file of the dead instance: %v, want it removed", err)
+			}
+			for _, d := range deadCgroups {
+				if _, err := os.Stat(d); !os.IsNotExist(err) {
+					t.Errorf("cgroup %s of the dead instance remains (%v)", d, err)
+				}
+			}
+			if left := hostProcsWith(marker); len(left) > 0 {
+				t.Errorf("processes of the dead instance survive:\n  %s", strings.Join(left, "\n  "))
+			}
+			entries, _ := os.ReadDir(reaper.bundlesDir())
+			if len(entries) != 1 {
+				t.Errorf("bundles after Reap = %d, want only the live call's", len(entries))
+			}
+			cs, _ := reaper.rt.list(context.Background())
+			if len(cs) != 1 || cs[0].Annotations[sandbox.LabelInstance] != live.instance {
+				t.Errorf("containers after Reap = %+v, want only the live call's", cs)
+			}
+
+			cancel()
+			if err := <-liveDone; err != nil {
+				t.Errorf("live call: %v", err)
+			}
+			if rep, err := reaper.Reap(context.Background()); err != nil || !rep.Empty() {
+				t.Errorf("second Reap() = %+v, %v, want nothing to do", rep, err)
+			}
+			if left := leftovers(t, live); len(left) > 0 {
+				t.Errorf("left behind: %q", left)
+			}
+		})
+	}
+}
+
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+func closeOnce(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// TestReapLeavesForeignCgroups: the cgroup hierarchy is shared by every
+// state directory, so Reap must not touch the cgroups of an instance its
+// own state directory does not know to be dead (a live instance of
+// another service, say).
+func TestReapLeavesForeignCgroups(t *testing.T) {
+	e := newTestExecutor(t, RuntimeRunc)
+	foreign := "i-foreign" + strings.ReplaceAll(fmt.Sprint(time.Now().UnixNano()), "-", "")
+	dirs := e.layout.dirsFor("/" + cgroupParent + "/" + foreign)
+	if len(dirs) == 0 {
+		t.Fatal("no cgroup hierarchies found")
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			os.Remove(d)
+			removeEmptyParents(filepath.Dir(d), cgroupParent)
+		}
+	})
+	rep, err := e.Reap(context.Background())
+	if err != nil {
+		t.Fatalf("Reap() = %v", err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("Reap removed %s of a foreign instance (report %+v)", d, rep)
+		}
+	}
+	if slices.Contains(rep.Instances, foreign) {
+		t.Errorf("Reap reported the foreign instance %s as reaped", foreign)
+	}
+}
