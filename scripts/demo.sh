@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh), builds dsh-sandbox and runs the
-# main job: one sandboxed call on the default backend for a demo session.
+# main job: one sandboxed call on the default backend (runc) for a demo
+# session. The call prints its DSH_* variables, its user and capabilities,
+# and the transcript it can read but not write.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -11,5 +13,20 @@ go build -o bin/dsh-sandbox ./cmd/dsh-sandbox
 demo=$(mktemp -d /tmp/dsh-sandbox-demo.XXXXXX)
 trap 'rm -rf "$demo"' EXIT
 mkdir -p "$demo/home" "$demo/workspace"
-set -x
-bin/dsh-sandbox env show --home "$demo/home" --cwd "$demo/workspace" --session-id demo-session
+flags=(--home "$demo/home" --cwd "$demo/workspace" --session-id demo-session
+	--state-dir "$demo/state" --data-dir "$demo/data")
+
+# A transcript for the demo session, where dsh would write it.
+transcript=$(bin/dsh-sandbox locate "${flags[@]}" | jq -r .path)
+mkdir -p "$(dirname "$transcript")"
+printf '{"type":"session","version":0,"id":"demo-session","createdAt":%s,"cwd":"%s","delegationDepth":0}\n' \
+	"$(date +%s000)" "$demo/workspace" >"$transcript"
+chmod 600 "$transcript"
+
+echo "== dsh-sandbox exec (policy workspace-write, backend oci, runtime runc)"
+bin/dsh-sandbox exec "${flags[@]}" -- '
+echo "-- DSH_* facts of this call:"; env | grep "^DSH_" | sort
+echo "-- identity:"; id; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status
+echo "-- transcript (read-only):"; head -c 300 "$DSH_SESSION_JSONL"
+echo x >> "$DSH_SESSION_JSONL" 2>&1 || echo "(writing to it fails, as it should)"
+echo "-- network:"; cat /proc/net/dev | tail -n +3 | cut -d: -f1'

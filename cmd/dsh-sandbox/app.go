@@ -1,0 +1,197 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/contributors"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
+	"github.com/dsh-sandbox/dsh-sandbox/session"
+)
+
+// envPrefix is the prefix of the environment variables that stand in for
+// global flags, e.g. DSH_SANDBOX_SESSIONS_ROOT for --sessions-root.
+const envPrefix = "DSH_SANDBOX_"
+
+func envVar(flag string) []string {
+	return []string{envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "read flag defaults from a YAML or JSON `FILE` (keys are flag names)", EnvVars: envVar("config")},
+		&cli.StringFlag{Name: "home", Usage: "dsh home `DIR` (default: $DSH_HOME, else ~/.dsh)", EnvVars: envVar("home")},
+		&cli.StringFlag{Name: "sessions-root", Usage: "root `DIR` of JSONL transcripts (default: <home>/sessions)", EnvVars: envVar("sessions-root")},
+		&cli.StringFlag{Name: "persistence", Value: "jsonl", Usage: "session store that answers Locate: jsonl or sqlite", EnvVars: envVar("persistence")},
+		&cli.StringFlag{Name: "compression", Value: "none", Usage: "JSONL encoding: none or zstd", EnvVars: envVar("compression")},
+		&cli.StringFlag{Name: "sqlite-path", Usage: "SQLite database `FILE` (default: <home>/sessions.sqlite)", EnvVars: envVar("sqlite-path")},
+		&cli.StringFlag{Name: "session-id", Usage: "the call's agent session `ID`; absent means a call with no agent"},
+		&cli.StringFlag{Name: "cwd", Usage: "the session header's cwd `DIR` (default: the current directory)"},
+		&cli.BoolFlag{Name: "no-cwd", Usage: "the session header has no cwd"},
+		&cli.StringFlag{Name: "state-dir", Value: "/run/dsh-sandbox", Usage: "`DIR` for bundles, runtime state and locks of running calls", EnvVars: envVar("state-dir")},
+		&cli.StringFlag{Name: "data-dir", Value: "/var/lib/dsh-sandbox", Usage: "`DIR` for local images", EnvVars: envVar("data-dir")},
+		&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console", EnvVars: envVar("log-format")},
+		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "log level: debug, info, warn or error", EnvVars: envVar("log-level")},
+	}
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:    "dsh-sandbox",
+		Usage:   "run AI agents' shell commands in short-lived containers with exactly the facts they are entitled to",
+		Version: version,
+		Description: `Every call runs in its own container; the child's environment is a filtered base plus a
+trusted snapshot of DSH_* facts; the session's transcript directory is mounted read-only at
+the path DSH_SESSION_JSONL names.
+
+Examples:
+   dsh-sandbox locate --sessions-root /r --cwd /srv/proj --session-id abc
+   dsh-sandbox env show --home /h --session-id abc
+   dsh-sandbox session show ~/.dsh/sessions/--srv-proj--/abc/session.jsonl`,
+		Flags:                globalFlags(),
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		Commands: []*cli.Command{
+			locateCommand(),
+			execCommand(),
+			policyCommand(),
+			reapCommand(),
+			imagesCommand(),
+			doctorCommand(),
+			benchCommand(),
+			envCommand(),
+			sessionCommand(),
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes
+	}
+	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	for _, c := range app.Commands {
+		setUsageErrors(c)
+		addGlobalFlags(c)
+	}
+	return app
+}
+
+// addGlobalFlags lets every leaf command take the global flags after its
+// name too, as in `dsh-sandbox locate --sessions-root /r`.
+func addGlobalFlags(c *cli.Command) {
+	if len(c.Subcommands) == 0 {
+		c.Flags = append(globalFlags(), c.Flags...)
+	}
+	for _, sub := range c.Subcommands {
+		addGlobalFlags(sub)
+	}
+}
+
+func setUsageErrors(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	for _, sub := range c.Subcommands {
+		setUsageErrors(sub)
+	}
+}
+
+// settings are the resolved global flags.
+type settings struct {
+	home         string
+	sessionsRoot string
+	persistence  string
+	compression  jsonl.Compression
+	sqlitePath   string
+	header       *session.Header // nil: a call with no agent
+	cwd          string          // the session cwd, also for a call with no agent; "" with --no-cwd
+	stateDir     string
+	dataDir      string
+	log          zerolog.Logger
+}
+
+func loadSettings(c *cli.Context) (*settings, error) {
+	f, err := newFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	s := &settings{log: newLogger(c, f)}
+	home, err := contributors.ResolveHome(f.String("home"), os.Getenv, os.UserHomeDir)
+	if err != nil {
+		return nil, usageError("--home: %v", err)
+	}
+	s.home = home
+	s.sessionsRoot = filepath.Join(home, "sessions")
+	if v := f.String("sessions-root"); v != "" {
+		if s.sessionsRoot, err = absFlag("sessions-root", v); err != nil {
+			return nil, err
+		}
+	}
+	switch s.persistence = f.String("persistence"); s.persistence {
+	case "jsonl", "sqlite":
+	default:
+		return nil, usageError("--persistence: %q is not one of jsonl, sqlite", s.persistence)
+	}
+	if s.compression, err = jsonl.ParseCompression(f.String("compression")); err != nil {
+		return nil, usageError("--compression: %v", err)
+	}
+	s.sqlitePath = filepath.Join(home, "sessions.sqlite")
+	if v := f.String("sqlite-path"); v != "" {
+		if s.sqlitePath, err = absFlag("sqlite-path", v); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		dst  *string
+	}{{"state-dir", &s.stateDir}, {"data-dir", &s.dataDir}} {
+		if *d.dst, err = absFlag(d.flag, f.String(d.flag)); err != nil {
+			return nil, err
+		}
+	}
+	if !f.Bool("no-cwd") {
+		cwd := f.String("cwd")
+		if cwd == "" {
+			if cwd, err = os.Getwd(); err != nil {
+				return nil, fmt.Errorf("current directory: %w", err)
+			}
+		}
+		if s.cwd, err = absFlag("cwd", cwd); err != nil {
+			return nil, err
+		}
+	} else if f.IsSet("cwd") {
+		return nil, usageError("--cwd and --no-cwd exclude each other")
+	}
+	if id := f.String("session-id"); f.IsSet("session-id") {
+		h := session.Header{ID: id, Cwd: s.cwd}
+		if err := h.Validate(); err != nil {
+			return nil, usageError("--session-id: %v", err)
+		}
+		s.header = &h
+	}
+	return s, nil
+}
+
+func absFlag(name, v string) (string, error) {
+	if strings.ContainsRune(v, 0) {
+		return "", usageError("--%s: contains a NUL byte", name)
+	}
+	abs, err := filepath.Abs(v)
+	if err != nil {
+		return "", usageError("--%s: %v", name, err)
+	}
+	return abs, nil
+}
+
+func newLogger(c *cli.Context, f *flags) zerolog.Logger {
+	level, err := zerolog.ParseLevel(f.String("log-level"))
+	if err != nil {
+		level = zerolog.WarnLevel
+	}
+	var w io.Writer = c.App.ErrWriter
+	if f.String("log-format") == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+)
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "per-call latency of each usable backend against baselines, medians and ratios",
+		Description: `Runs true N times on each usable OCI runtime through the full executor (policy
+workspace-write, a fresh container per call, output capture, teardown), interleaved with
+two baselines measured in the same run: a bare bash -c true, and a raw runc run of an
+equivalent hand-made bundle. Also reports the executor's own preparation time (env,
+snapshot, spec, mounts) and the growth of this process's RSS while one call streams
+200 MB of output. Prints medians and ratios; never fails on a slow result.
+
+Example:
+   dsh-sandbox bench --n 30 --json`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "n", Value: 20, Usage: "calls per backend"},
+			&cli.Int64Flag{Name: "stream-bytes", Value: 200_000_000, Usage: "bytes of output for the RSS measurement (0 skips it)"},
+			jsonFlag,
+		},
+		Action: runBench,
+	}
+}
+
+// benchRow is one measured series.
+type benchRow struct {
+	Name        string  `json:"name"`
+	MedianMs    float64 `json:"medianMs"`
+	MinMs       float64 `json:"minMs"`
+	MaxMs       float64 `json:"maxMs"`
+	PrepareMs   float64 `json:"prepareMedianMs,omitempty"`
+	VsRawRunc   float64 `json:"vsRawRunc,omitempty"`
+	VsBackendRc float64 `json:"vsRuncBackend,omitempty"`
+	N           int     `json:"n"`
+	Error       string  `json:"error,omitempty"`
+}
+
+type benchReport struct {
+	Rows           []benchRow `json:"rows"`
+	StreamBytes    int64      `json:"streamBytes,omitempty"`
+	RSSGrowthBytes int64      `json:"rssGrowthBytes,omitempty"`
+	StreamError    string     `json:"streamError,omitempty"`
+}
+
+func runBench(c *cli.Context) error {
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	n := c.Int("n")
+	if n < 1 || n > 10000 {
+		return usageError("--n: must be between 1 and 10000, got %d", n)
+	}
+	ctx := c.Context
+	base, _ := policy.Builtin(policy.WorkspaceWrite)
+	work, err := os.MkdirTemp("", "dsh-sandbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	type series struct {
+		name    string
+		call    func() (time.Duration, time.Duration, error) // total, prepare
+		samples []time.Duration
+		prepare []time.Duration
+		err     error
+	}
+	var all []*series
+	all = append(all, &series{name: "bash -c true", call: func() (time.Duration, time.Duration, error) {
+		start := time.Now()
+		err := exec.CommandContext(ctx, "bash", "-c", "true").Run()
+		return time.Since(start), 0, err
+	}})
+	if runc, err := exec.LookPath("runc"); err == nil {
+		all = append(all, &series{name: "raw runc run", call: func() (time.Duration, time.Duration, error) {
+			d, err := oci.BenchRaw(ctx, runc, s.stateDir)
+			return d, 0, err
+		}})
+	}
+	var execs []*oci.Executor
+	defer func() {
+		for _, ex := range execs {
+			ex.Close()
+		}
+	}()
+	var runcExec *oci.Executor
+	for _, rt := range []string{"runc", "crun", "runsc"} {
+		ex, err := oci.New(oci.Options{Runtime: rt, StateDir: s.stateDir, Logger: s.log})
+		if err != nil {
+			all = append(all, &series{name: "oci/" + rt, err: err})
+			continue
+		}
+		execs = append(execs, ex)
+		if rt == "runc" {
+			runcExec = ex
+		}
+		p := base
+		p.Runtime = rt
+		if p, err = policy.Normalize(p); err != nil {
+			return err
+		}
+		all = append(all, &series{name: "oci/" + rt, call: func() (time.Duration, time.Duration, error) {
+			start := time.Now()
+			res, err := ex.Run(ctx, &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: work}})
+			if err == nil && sandbox.ExitCode(res, nil) != 0 {
+				err = fmt.Errorf("true exited %d", sandbox.ExitCode(res, nil))
+			}
+			if err != nil {
+				return 0, 0, err
+			}
+			return time.Since(start), res.Timings.Prepare, nil
+		}})
+	}
+
+	// Interleave the series so that drift of the machine hits all alike.
+	progress := io.Discard
+	if f, ok := c.App.ErrWriter.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		progress = f
+	}
+	for i := range n + 1 { // the first round warms up and is not counted
+		for _, se := range all {
+			if se.err != nil || ctx.Err() != nil {
+				continue
+			}
+			d, prep, err := se.call()
+			if err != nil {
+				se.err = err
+				continue
+			}
+			if i > 0 {
+				se.samples = append(se.samples, d)
+				se.prepare = append(se.prepare, prep)
+			}
+		}
+		fmt.Fprintf(progress, "\rbench: round %d/%d", i, n)
+	}
+	fmt.Fprintln(progress)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	var rep benchReport
+	medians := map[string]time.Duration{}
+	for _, se := range all {
+		row := benchRow{Name: se.name, N: len(se.samples)}
+		if se.err != nil {
+			row.Error = se.err.Error()
+		}
+		if len(se.samples) > 0 {
+			med := median(se.samples)
+			medians[se.name] = med
+			row.MedianMs = ms(med)
+			row.MinMs = ms(slices.Min(se.samples))
+			row.MaxMs = ms(slices.Max(se.samples))
+			if slices.ContainsFunc(se.prepare, func(d time.Duration) bool { return d > 0 }) {
+				row.PrepareMs = ms(median(se.prepare))
+			}
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if raw := medians["raw runc run"]; raw > 0 && r.MedianMs > 0 {
+			r.VsRawRunc = r.MedianMs / ms(raw)
+		}
+		if rc := medians["oci/runc"]; rc > 0 && r.MedianMs > 0 && strings.HasPrefix(r.Name, "oci/") {
+			r.VsBackendRc = r.MedianMs / ms(rc)
+		}
+	}
+
+	if size := c.Int64("stream-bytes"); size > 0 && runcExec != nil {
+		rep.StreamBytes = size
+		growth, err := streamRSS(ctx, runcExec, base, work, size)
+		if err != nil {
+			rep.StreamError = err.Error()
+		}
+		rep.RSSGrowthBytes = growth
+	}
+
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, rep)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "series\tmedian ms\tmin ms\tmax ms\tprepare ms\t× raw runc\t× oci/runc\tn\t")
+	for _, r := range rep.Rows {
+		if r.Error != "" && r.N == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t0\t\n", r.Name)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t\n", r.Name, r.MedianMs, r.MinMs, r.MaxMs,
+			optional(r.PrepareMs, "%.3f"), optional(r.VsRawRunc, "%.2f"), optional(r.VsBackendRc, "%.2f"), r.N)
+	}
+	tw.Flush()
+	for _, r := range rep.Rows {
+		if r.Error != "" {
+			fmt.Fprintf(c.App.Writer, "%s: %s\n", r.Name, r.Error)
+		}
+	}
+	if rep.StreamBytes > 0 {
+		if rep.StreamError != "" {
+			fmt.Fprintf(c.App.Writer, "streaming %d bytes: %s\n", rep.StreamBytes, rep.StreamError)
+		} else {
+			fmt.Fprintf(c.App.Writer, "RSS growth while streaming %d MB through oci/runc: %.1f MB\n", rep.StreamBytes/1_000_000, float64(rep.RSSGrowthBytes)/1e6)
+		}
+	}
+	return nil
+}
+
+// streamRSS runs one call that writes size bytes and returns how far this
+// process's peak RSS rose above its RSS before the call.
+func streamRSS(ctx context.Context, ex *oci.Executor, p sandbox.Policy, work string, size int64) (int64, error) {
+	// Writing 5 to clear_refs resets the peak (VmHWM) to the current RSS.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return 0, fmt.Errorf("resetting peak RSS: %w", err)
+	}
+	before, err := procStatusBytes("VmRSS")
+	if err != nil {
+		return 0, err
+	}
+	res, err := ex.Run(ctx, &sandbox.Request{
+		Command: "head -c " + strconv.FormatInt(size, 10) + " /dev/zero",
+		Policy:  p,
+		Session: sandbox.Session{Cwd: work},
+		Stdout:  io.Discard,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if got := int64(len(res.Stdout.Text)) + res.Stdout.DroppedBytes; got != size {
+		return 0, fmt.Errorf("streamed %d bytes, want %d", got, size)
+	}
+	if res.Stdout.SpillPath != "" {
+		os.Remove(res.Stdout.SpillPath)
+	}
+	peak, err := procStatusBytes("VmHWM")
+	if err != nil {
+		return 0, err
+	}
+	return peak - before, nil
+}
+
+// procStatusBytes reads a "kB" field of /proc/self/status.
+func procStatusBytes(field string) (int64, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/self/status has no %s", field)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func optional(v float64, format string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}

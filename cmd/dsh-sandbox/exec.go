@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+)
+
+// maxStdinBytes bounds --stdin-file.
+const maxStdinBytes = 64 << 20
+
+func execCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run one bash -c call in a fresh container; stream its output; exit with its code",
+		ArgsUsage: "-- COMMAND…",
+		Description: `The child's environment is the image's base, the policy's inherited and set variables,
+terminal settings, and last the DSH_* snapshot of the session. The session's transcript
+directory is mounted read-only at its own path; the workspace (--cwd) per policy.
+
+Exit codes: the child's; 128+N when killed by signal N; 124 on timeout; 125 when the
+sandbox itself failed (nothing ran); 2 for usage errors.
+
+Examples:
+   dsh-sandbox exec --session-id s1 --cwd /srv/proj -- 'ls -la; env | grep ^DSH_'
+   dsh-sandbox exec --policy read-only --timeout 5s -- 'cat "$DSH_SESSION_JSONL" | wc -l'
+   dsh-sandbox exec --runtime runsc --json -- uname -a`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json)"},
+			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci (docker and containerd are not built yet)"},
+			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc"},
+			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
+			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` inside the container (default: the session cwd, else /tmp)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; at most its maximum)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},
+			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` to the command's stdin (default: empty stdin)"},
+			jsonFlag,
+		},
+		Action: runExec,
+	}
+}
+
+func runExec(c *cli.Context) error {
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() == 0 {
+		return usageError("exec needs a command after --")
+	}
+	req, err := s.execRequest(c)
+	if err != nil {
+		return err
+	}
+	ex, closeEx, err := s.newExecutor(req.Policy)
+	if err != nil {
+		return err
+	}
+	defer closeEx()
+	if o, ok := ex.(*oci.Executor); ok {
+		if _, err := o.Reap(c.Context); err != nil {
+			s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
+		}
+	}
+	asJSON := c.Bool("json")
+	if !asJSON {
+		req.Stdout, req.Stderr = c.App.Writer, c.App.ErrWriter
+	}
+	res, err := ex.Run(c.Context, req)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := writeJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		if res.TimedOut {
+			fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: timed out after %dms\n", res.TimeoutMs)
+		}
+		for _, st := range []sandbox.Stream{res.Stdout, res.Stderr} {
+			if st.SpillPath != "" {
+				fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: full output: %s\n", st.SpillPath)
+			}
+		}
+	}
+	if code := sandbox.ExitCode(res, nil); code != 0 {
+		return &childExit{code}
+	}
+	return nil
+}
+
+// execRequest builds the request of `exec` from the flags: the policy with
+// its overrides, the DSH_* snapshot and the session's mounts.
+func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
+	pol, err := s.execPolicy(c)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := s.snapshot(c)
+	if err != nil {
+		return nil, err
+	}
+	req := &sandbox.Request{
+		Command: strings.Join(c.Args().Slice(), " "),
+		Workdir: c.String("workdir"),
+		DSHEnv:  snap.Environ(),
+		Policy:  pol,
+	}
+	if c.IsSet("timeout") {
+		d := c.Duration("timeout")
+		if d <= 0 {
+			return nil, usageError("--timeout: must be positive, got %s", d)
+		}
+		req.TimeoutMs = max(d.Milliseconds(), 1)
+	}
+	for _, kv := range c.StringSlice("env") {
+		name, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || name == "":
+			return nil, usageError("--env: %q is not NAME=VALUE", name)
+		case sandbox.IsDSHName(name):
+			return nil, usageError("--env: %s: DSH_* variables come only from the trusted snapshot", name)
+		case strings.ContainsRune(kv, 0):
+			return nil, usageError("--env: %s: the value contains a NUL byte", name)
+		}
+		req.Env = append(req.Env, kv)
+	}
+	if f := c.String("stdin-file"); f != "" {
+		data, err := readBounded(f, maxStdinBytes)
+		if err != nil {
+			return nil, usageError("--stdin-file: %v", err)
+		}
+		req.Stdin = data
+	}
+	if s.header != nil {
+		req.Session.ID = s.header.ID
+		req.Session.Cwd = s.header.Cwd
+		if loc, ok := s.locator().Locate(*s.header); ok && loc.Kind == persistence.KindJSONL {
+			req.Session.TranscriptDir = filepath.Dir(loc.Path)
+		}
+	} else {
+		req.Session.Cwd = s.cwd // a call with no agent still works in its directory
+	}
+	return req, nil
+}
+
+// execPolicy loads --policy and applies the overrides. The local backend
+// runs only when a policy file names it, never through --backend.
+func (s *settings) execPolicy(c *cli.Context) (sandbox.Policy, error) {
+	p, err := policy.Load(c.String("policy"))
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	if b := c.String("backend"); b != "" {
+		if b == "local" && p.Backend != "local" {
+			return sandbox.Policy{}, usageError("--backend local: the unsandboxed local backend runs only when a policy file says backend: local")
+		}
+		p.Backend = b
+	}
+	if r := c.String("runtime"); r != "" {
+		p.Runtime = r
+	}
+	if i := c.String("image"); i != "" {
+		p.Image = i
+	}
+	return policy.Normalize(p)
+}
+
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return data, nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+func policyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "policy",
+		Usage: "validate sandbox policies and explain them",
+		Subcommands: []*cli.Command{{
+			Name:      "check",
+			Usage:     "validate a policy and explain what a call under it may read, write, reach and use",
+			ArgsUsage: "NAME|FILE",
+			Description: `NAME is a built-in profile (read-only, workspace-write, ci); FILE is a YAML or JSON
+policy. Prints the normalized policy and a plain explanation; with the session flags it
+also warns when the chosen user cannot read the workspace or the transcript.
+Exits 2 when the policy is invalid, naming the field.
+
+Examples:
+   dsh-sandbox policy check workspace-write
+   dsh-sandbox policy check ./strict.yaml --session-id s1 --cwd /srv/proj`,
+			Flags: []cli.Flag{jsonFlag},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usageError("policy check takes one NAME or FILE, got %d arguments", c.NArg())
+				}
+				s, err := loadSettings(c)
+				if err != nil {
+					return err
+				}
+				p, err := policy.Load(c.Args().First())
+				if err != nil {
+					return err
+				}
+				sess := sandbox.Session{Cwd: s.cwd}
+				if s.header != nil {
+					sess.ID = s.header.ID
+					if loc, ok := s.locator().Locate(*s.header); ok && loc.Kind == persistence.KindJSONL {
+						sess.TranscriptDir = filepath.Dir(loc.Path)
+					}
+				}
+				var warnings []string
+				if uid, gid, err := policy.ResolveUser(p, sess); err == nil {
+					warnings = policy.Warnings(p, sess, uid, gid)
+				} else {
+					warnings = append(warnings, fmt.Sprintf("the user cannot be resolved here: %v", err))
+				}
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, struct {
+						Policy      sandbox.Policy `json:"policy"`
+						Explanation string         `json:"explanation"`
+						Warnings    []string       `json:"warnings"`
+					}{p, policy.Explain(p), warnings})
+				}
+				formatted, err := policy.Format(p)
+				if err != nil {
+					return err
+				}
+				w := c.App.Writer
+				fmt.Fprintf(w, "# policy %s (%s) is valid\n", p.Name, p.Digest)
+				w.Write(formatted)
+				fmt.Fprintln(w)
+				fmt.Fprint(w, policy.Explain(p))
+				for _, warn := range warnings {
+					fmt.Fprintf(os.Stderr, "warning: %s\n", warn)
+				}
+				return nil
+			},
+		}},
+	}
+}

@@ -1,0 +1,115 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// binary is the dsh-sandbox binary built for this run.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dsh-sandbox-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "dsh-sandbox")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/dsh-sandbox")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building dsh-sandbox:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireRoot skips when the sandbox cannot run here, except in CI where
+// everything is installed and a skip would hide a failure.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	for _, bin := range []string{"runc", "crun", "runsc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("missing in CI: %s (scripts/setup.sh installs them)", strings.Join(missing, ", "))
+	}
+	t.Skipf("needs %s; run scripts/setup.sh as root", strings.Join(missing, ", "))
+}
+
+// env is a test's private dsh home, sessions root, workspace and state.
+type env struct {
+	home, root, workspace, state, data string
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	base := t.TempDir()
+	e := env{
+		home:      filepath.Join(base, "home"),
+		root:      filepath.Join(base, "sessions"),
+		workspace: filepath.Join(base, "work space"),
+		state:     filepath.Join(base, "state"),
+		data:      filepath.Join(base, "data"),
+	}
+	for _, d := range []string{e.home, e.root, e.workspace} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// flags are the global flags that point the CLI at e.
+func (e env) flags(sessionID string) []string {
+	f := []string{"--home", e.home, "--sessions-root", e.root, "--cwd", e.workspace,
+		"--state-dir", e.state, "--data-dir", e.data}
+	if sessionID != "" {
+		f = append(f, "--session-id", sessionID)
+	}
+	return f
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs the binary with args and the given extra environment on top of
+// a minimal one.
+func run(t *testing.T, extraEnv []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, extraEnv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
