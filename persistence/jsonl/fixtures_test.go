@@ -351,7 +351,10 @@ func TestFixturesPackedWriteMatchesDsh(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(log.Events) == 0 {
-				t.Skip("no events: nothing is written")
+				// A header-only log: a store that is never appended to
+				// writes nothing (TestLazyCreation covers that).
+				t.Logf("%s has no events: nothing to write", name)
+				return
 			}
 			ctx := context.Background()
 			st, err := New(Options{Root: t.TempDir(), Packed: true, BatchDelay: time.Hour})

@@ -115,7 +115,7 @@ func testUserAutoOwner(t *testing.T, s *suite) {
 	if u := s.cfg.Policy.User; u != "auto" {
 		uid, _, ok := strings.Cut(u, ":")
 		if !ok {
-			t.Skipf("policy user %q is neither auto nor uid:gid", u)
+			t.Fatalf("policy user %q is neither auto nor uid:gid", u)
 		}
 		wantUID = uid
 	}
