@@ -1,0 +1,17 @@
+// Package hooks runs users' existing Claude Code and Codex hook scripts
+// around dsh-sandbox's own events (DESIGN §3.10): it loads a hook
+// configuration in either dialect, matches hooks to an event, builds the
+// exact stdin bytes a dialect promises, runs every matching hook
+// concurrently through a sandbox executor, decodes each hook's exit code and
+// output, and merges them into one outcome.
+//
+// The payloads themselves are built by the dialect subpackages claudecode
+// and codex, which implement Dialect. Both take the transcript location
+// from a Locator (the persistence seam's Locate), which reads, creates and
+// flushes nothing, so computing a payload never materializes a session.
+//
+// This package imports only session, persistence and sandbox. It never
+// picks a backend: callers pass a Runner (any sandbox.Executor) and a
+// resolved sandbox.Policy; cmd/dsh-sandbox wires the real ones. The agent
+// loop, the service and cmd/dsh-sandbox may import it.
+package hooks

@@ -1,0 +1,86 @@
+package hooks
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Plan is what runs for one event: the payload every matching hook gets on
+// stdin, their environment and session, and the hooks themselves. NewPlan
+// makes it; it is read-only afterwards and safe for concurrent use.
+type Plan struct {
+	// Event is the event with its tool name as the dialect presents it.
+	Event Event
+	// Stdin is the exact payload bytes each hook reads.
+	Stdin []byte
+	// Env is the hooks' ordinary environment (the dialect's variables).
+	// Hooks never get a DSH_* snapshot.
+	Env []string
+	// Session is the sandbox view of the event's session: id, cwd (the
+	// hooks' working directory) and the transcript directory, mounted
+	// read-only so that hooks can read transcript_path.
+	Session sandbox.Session
+	// Invocations are the matching hooks in file order, identical
+	// commands run once.
+	Invocations []Invocation
+}
+
+// Invocation is one hook to run.
+type Invocation struct {
+	Hook
+	// Matcher is the pattern of the group that selected the hook.
+	Matcher string
+}
+
+// NewPlan matches ev against c and builds the payload in dialect d. It does
+// no I/O besides loc.Locate: it creates, reads and flushes nothing. An
+// event name the dialect does not fire, or a payload the dialect cannot
+// build, is an error wrapping sandbox.ErrInvalid.
+func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*Plan, error) {
+	syn := d.Syntax()
+	if !slices.Contains(syn.Fired, ev.Name) {
+		return nil, invalid("event: %q is not an event %s hooks run for (one of %s)", ev.Name, d.Name(), strings.Join(syn.Fired, ", "))
+	}
+	if ev.ToolName != "" {
+		ev.ToolName = c.presentedTool(d, ev.ToolName)
+	}
+	stdin, err := d.Payload(ev, loc)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Event: ev, Stdin: stdin, Env: d.Env(ev, pluginRoot)}
+	p.Session = sandbox.Session{ID: SessionID(ev), Cwd: ev.Cwd}
+	if path, ok := TranscriptPath(ev, loc); ok {
+		p.Session.TranscriptDir = filepath.Dir(path)
+	}
+	seen := map[string]bool{}
+	for _, g := range c.Events[ev.Name] {
+		if !g.Matches(ev) {
+			continue
+		}
+		for _, h := range g.Hooks {
+			h.Command = substitute(h.Command, syn.Substitute, p.Env)
+			if seen[h.Command] {
+				continue
+			}
+			seen[h.Command] = true
+			p.Invocations = append(p.Invocations, Invocation{Hook: h, Matcher: g.Matcher})
+		}
+	}
+	return p, nil
+}
+
+// substitute replaces ${NAME} in cmd for each name in names that env sets.
+func substitute(cmd string, names, env []string) string {
+	for _, name := range names {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				cmd = strings.ReplaceAll(cmd, "${"+name+"}", v)
+			}
+		}
+	}
+	return cmd
+}

@@ -1,0 +1,75 @@
+package hooks
+
+import (
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Runner runs one command in the sandbox; every sandbox.Executor is one.
+type Runner interface {
+	Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error)
+}
+
+// RunOptions configure Plan.Run. Runner and Policy are required.
+type RunOptions struct {
+	// Runner runs each hook command.
+	Runner Runner
+	// Policy confines every hook command. The caller resolves the
+	// configuration's policy name and adds Config.Mounts to it.
+	Policy sandbox.Policy
+	// StdoutMaxBytes is the tail of each output stream kept per hook;
+	// 0 means the policy's (default 64 000). Whatever a hook prints,
+	// memory stays bounded by it.
+	StdoutMaxBytes int
+}
+
+// Run runs every invocation of p concurrently, each through o.Runner in
+// its own container, with p.Stdin as stdin, p.Env as ordinary env, no
+// DSH_* snapshot, the session cwd as working directory and the hook's
+// timeout. The transcript directory is mounted read-only only when it
+// exists already, so running hooks never creates a session. It waits for all of them and returns their merged outcome; a
+// hook that fails is a non-blocking error in its HookResult, never an
+// error of Run. Run returns an error only for a missing Runner.
+func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
+	if o.Runner == nil {
+		return nil, invalid("hooks: RunOptions.Runner is nil")
+	}
+	sess := p.Session
+	if sess.TranscriptDir != "" {
+		// Hooks only read the transcript: when its directory does not
+		// exist yet there is nothing to read, and mounting it would create
+		// it, materializing the session.
+		if fi, err := os.Stat(sess.TranscriptDir); err != nil || !fi.IsDir() {
+			sess.TranscriptDir = ""
+		}
+	}
+	results := make([]HookResult, len(p.Invocations))
+	var wg sync.WaitGroup
+	for i, inv := range p.Invocations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &sandbox.Request{
+				Command:        inv.Command,
+				TimeoutMs:      max(inv.Timeout.Milliseconds(), 1),
+				StdoutMaxBytes: o.StdoutMaxBytes,
+				Stdin:          p.Stdin,
+				Env:            p.Env,
+				Session:        sess,
+				Policy:         o.Policy,
+			}
+			start := time.Now()
+			res, err := o.Runner.Run(ctx, req)
+			hr := Decode(p.Event.Name, res, err)
+			hr.Command, hr.Place = inv.Command, inv.Place
+			hr.Duration = time.Since(start)
+			results[i] = hr
+		}()
+	}
+	wg.Wait()
+	return Merge(results), nil
+}
