@@ -1,0 +1,167 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/session"
+)
+
+// Size limits of requests.
+const (
+	// MaxBodyBytes bounds a request body; a larger one is refused with 413.
+	MaxBodyBytes = 1 << 20
+	// MaxHeaderBytes bounds the HTTP header block.
+	MaxHeaderBytes = 16 << 10
+	// MaxCommandBytes bounds RunRequest.Command.
+	MaxCommandBytes = 256 << 10
+	// MaxCallIDBytes bounds RunRequest.CallID.
+	MaxCallIDBytes = 128
+)
+
+// DecodeRun strictly decodes and validates one RunRequest from r: exactly
+// one JSON object, no unknown fields, a valid session header, and every
+// field within its bounds. It does not check that the policy exists (the
+// server does). Errors wrap sandbox.ErrInvalid and, where a field is to
+// blame, are a *FieldError naming it. DecodeRun is safe for concurrent use.
+func DecodeRun(r io.Reader) (*RunRequest, error) {
+	var req RunRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return nil, err
+	}
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// DecodeSession strictly decodes a SessionRequest from r.
+func DecodeSession(r io.Reader) (*SessionRequest, error) {
+	var req SessionRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil && isMaxBytes(err) {
+			return err
+		}
+		return fieldErrorf("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func isMaxBytes(err error) bool {
+	return HTTPStatus(err) == 413
+}
+
+// decodeError names the field a json error is about.
+func decodeError(err error) error {
+	if isMaxBytes(err) {
+		return err
+	}
+	var (
+		typeErr *json.UnmarshalTypeError
+		synErr  *json.SyntaxError
+		fe      *session.FieldError
+	)
+	switch {
+	case errors.As(err, &fe):
+		return fieldErrorf("session."+fe.Field, "%s", fe.Reason)
+	case strings.HasPrefix(err.Error(), "session header:"):
+		field := "session"
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			field += "." + typeErr.Field
+		}
+		return fieldErrorf(field, "%s", strings.TrimPrefix(err.Error(), "session header: "))
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return fieldErrorf(field, "must be %s, not JSON %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &synErr):
+		return fieldErrorf("body", "malformed JSON at byte %d: %v", synErr.Offset, synErr)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fieldErrorf("body", "empty or truncated JSON")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fieldErrorf(strings.Trim(name, `"`), "unknown field")
+	}
+	return fieldErrorf("body", "%v", err)
+}
+
+func (r *RunRequest) validate() error {
+	if r.Session != nil && r.Session.Cwd != "" && r.Cwd != "" {
+		return fieldErrorf("cwd", "must be empty when session is set (the header's cwd applies)")
+	}
+	if err := absPath("cwd", r.Cwd); err != nil {
+		return err
+	}
+	if r.Policy == "" {
+		return fieldErrorf("policy", "is required")
+	}
+	if len(r.Policy) > 256 || !utf8.ValidString(r.Policy) {
+		return fieldErrorf("policy", "is not a policy name")
+	}
+	switch {
+	case strings.TrimSpace(r.Command) == "":
+		return fieldErrorf("command", "is required")
+	case len(r.Command) > MaxCommandBytes:
+		return fieldErrorf("command", "is longer than %d bytes", MaxCommandBytes)
+	case strings.ContainsRune(r.Command, 0):
+		return fieldErrorf("command", "contains a NUL byte")
+	}
+	if err := absPath("workdir", r.Workdir); err != nil {
+		return err
+	}
+	if r.TimeoutMs < 0 {
+		return fieldErrorf("timeoutMs", "must not be negative, got %d", r.TimeoutMs)
+	}
+	if r.StdoutMaxBytes < 0 || r.StdoutMaxBytes > sandbox.MaxTailBytes {
+		return fieldErrorf("stdoutMaxBytes", "must be 0–%d, got %d", sandbox.MaxTailBytes, r.StdoutMaxBytes)
+	}
+	for i, kv := range r.Env {
+		field := fmt.Sprintf("env[%d]", i)
+		name, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || name == "":
+			return fieldErrorf(field, "is not NAME=VALUE")
+		case strings.ContainsRune(kv, 0):
+			return fieldErrorf(field, "%s: contains a NUL byte", name)
+		case sandbox.IsDSHName(name):
+			return fieldErrorf(field, "%s: DSH_* variables come only from the service's snapshot", name)
+		}
+	}
+	if len(r.CallID) > MaxCallIDBytes || !utf8.ValidString(r.CallID) || strings.ContainsAny(r.CallID, "\x00\n") {
+		return fieldErrorf("callId", "must be at most %d bytes of text", MaxCallIDBytes)
+	}
+	return nil
+}
+
+func absPath(field, p string) error {
+	switch {
+	case p == "":
+		return nil
+	case strings.ContainsRune(p, 0):
+		return fieldErrorf(field, "contains a NUL byte")
+	case !filepath.IsAbs(p):
+		return fieldErrorf(field, "%q is not an absolute path", p)
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+func TestDecodeRunBadInput(t *testing.T) {
+	cases := []struct {
+		name, body, field string
+	}{
+		{"Malformed", `{"policy":"ci","command":`, "body"},
+		{"NotAnObject", `[1,2]`, "body"},
+		{"Empty", ``, "body"},
+		{"Trailing", `{"policy":"ci","command":"true"} {}`, "body"},
+		{"UnknownField", `{"policy":"ci","command":"true","dshEnv":["DSH_HOME=/x"]}`, "dshEnv"},
+		{"WrongType", `{"policy":"ci","command":"true","timeoutMs":"5"}`, "timeoutMs"},
+		{"NegativeTimeout", `{"policy":"ci","command":"true","timeoutMs":-1}`, "timeoutMs"},
+		{"NoPolicy", `{"command":"true"}`, "policy"},
+		{"NoCommand", `{"policy":"ci"}`, "command"},
+		{"NulCommand", `{"policy":"ci","command":"a\u0000b"}`, "command"},
+		{"DSHEnv", `{"policy":"ci","command":"true","env":["dsh_home=/x"]}`, "env[0]"},
+		{"BadEnv", `{"policy":"ci","command":"true","env":["A=1","=x"]}`, "env[1]"},
+		{"RelativeWorkdir", `{"policy":"ci","command":"true","workdir":"tmp"}`, "workdir"},
+		{"RelativeCwd", `{"policy":"ci","command":"true","cwd":"x"}`, "cwd"},
+		{"HugeTail", `{"policy":"ci","command":"true","stdoutMaxBytes":999999999}`, "stdoutMaxBytes"},
+		{"HeaderRelativeCwd", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"rel"}}`, "session.cwd"},
+		{"HeaderEmptyID", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"","createdAt":0}}`, "session.id"},
+		{"HeaderVersion1", `{"policy":"ci","command":"true","session":{"type":"session","version":1,"id":"s","createdAt":0}}`, "session.version"},
+		{"HeaderRetired", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"sandboxMode":"x"}}`, "session.sandboxMode"},
+		{"HeaderNotObject", `{"policy":"ci","command":"true","session":"s1"}`, "session"},
+		{"CwdWithSession", `{"policy":"ci","command":"true","cwd":"/a","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/b"}}`, "cwd"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := DecodeRun(strings.NewReader(tc.body))
+			if err == nil {
+				t.Fatalf("DecodeRun(%q) = %+v, nil; want an error naming %s", tc.body, req, tc.field)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Errorf("DecodeRun(%q) error = %v, want a FieldError for %q", tc.body, err, tc.field)
+			}
+			if !errors.Is(err, sandbox.ErrInvalid) || HTTPStatus(err) != 400 {
+				t.Errorf("DecodeRun(%q): HTTPStatus(%v) = %d, want 400", tc.body, err, HTTPStatus(err))
+			}
+		})
+	}
+}
+
+func TestDecodeRunValid(t *testing.T) {
+	body := `{"policy":"ci","command":"echo hi","timeoutMs":5000,"env":["A=1"],"stdin":"aGk=",
+		"session":{"type":"session","version":0,"id":"s1","createdAt":5,"cwd":"/w","futureKey":1}}`
+	req, err := DecodeRun(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("DecodeRun(%q) = %v, want nil", body, err)
+	}
+	if req.Session == nil || req.Session.ID != "s1" || req.Session.Cwd != "/w" || string(req.Stdin) != "hi" || req.TimeoutMs != 5000 {
+		t.Errorf("DecodeRun(%q) = %+v, want session s1 in /w, stdin hi, timeout 5000", body, req)
+	}
+}
+
+func TestHTTPStatusClasses(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{sandbox.Errorf(sandbox.ErrInvalid, "x"), 400},
+		{sandbox.Errorf(sandbox.ErrNotFound, "x"), 404},
+		{sandbox.Errorf(sandbox.ErrUnavailable, "x"), 503},
+		{sandbox.Errorf(sandbox.ErrInternal, "x"), 500},
+		{errors.New("plain"), 500},
+		{ErrOverloaded, 429},
+		{ErrUnauthorized, 401},
+	}
+	for _, tc := range cases {
+		if got := HTTPStatus(tc.err); got != tc.want {
+			t.Errorf("HTTPStatus(%q) = %d, want %d", tc.err, got, tc.want)
+		}
+		// The class survives the round trip through an ErrorBody.
+		if got := HTTPStatus(Body(tc.err).Err()); got != tc.want {
+			t.Errorf("HTTPStatus(Body(%q).Err()) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func FuzzDecodeRun(f *testing.F) {
+	for _, s := range []string{
+		`{"policy":"ci","command":"true"}`,
+		`{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/x"}}`,
+		`{"policy":"ci","command":"x","env":["A=1","DSH_X=2"],"timeoutMs":-1}`,
+		`{"stdin":"aGk=","callId":"c"}`, `[`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := DecodeRun(strings.NewReader(string(data)))
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrInvalid) {
+				t.Fatalf("DecodeRun(%q) error %v is not ErrInvalid", data, err)
+			}
+			return
+		}
+		// Whatever decodes must satisfy the trust boundary.
+		if req.Policy == "" || req.TimeoutMs < 0 || strings.TrimSpace(req.Command) == "" {
+			t.Fatalf("DecodeRun(%q) accepted %+v", data, req)
+		}
+		for _, kv := range req.Env {
+			name, _, _ := strings.Cut(kv, "=")
+			if name == "" || sandbox.IsDSHName(name) {
+				t.Fatalf("DecodeRun(%q) accepted env %q", data, kv)
+			}
+		}
+		if req.Session != nil {
+			if err := req.Session.Validate(); err != nil {
+				t.Fatalf("DecodeRun(%q) accepted an invalid header: %v", data, err)
+			}
+		}
+	})
+}

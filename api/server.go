@@ -1,0 +1,387 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/contributors"
+	"github.com/dsh-sandbox/dsh-sandbox/overlay"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrent = 4
+	DefaultMaxQueue      = 64
+	// RetryAfterSeconds is the Retry-After of a 429.
+	RetryAfterSeconds = 1
+)
+
+// Options configure a Server. Executor, Policies, Registry and Home are
+// required; every other zero field means the documented default.
+type Options struct {
+	// Executor runs every call; the wiring picks the backend(s) per
+	// policy. Required.
+	Executor sandbox.Executor
+	// Policies are the policies a request may name, by name. Required.
+	Policies map[string]sandbox.Policy
+	// Registry builds the DSH_* snapshot of every call; it must have the
+	// built-in contributors installed. Required.
+	Registry *overlay.Registry
+	// Locator returns the current persistence that answers Locate (for
+	// the session's transcript directory); nil, or a nil result, means
+	// no transcript.
+	Locator func() contributors.Locator
+	// Home is the absolute dsh home of every execution. Required.
+	Home string
+	// MaxConcurrent bounds concurrent foreground executions;
+	// 0 means DefaultMaxConcurrent.
+	MaxConcurrent int
+	// MaxQueue bounds foreground executions waiting for a slot; beyond it
+	// the answer is 429. 0 means DefaultMaxQueue; negative means none.
+	MaxQueue int
+	// Audit receives one record per execution; nil means none.
+	Audit *AuditLog
+	// LeakedObjects reports how many objects the reaper removed, for the
+	// metrics; nil means 0.
+	LeakedObjects func() float64
+	// Logger receives request logs (info) and per-call events (debug);
+	// the zero value logs nothing. Env values and command text are never
+	// logged.
+	Logger zerolog.Logger
+}
+
+// Server is the HTTP/JSON service. Create it with NewServer, serve
+// listeners with Serve and stop it with Shutdown. It is safe for
+// concurrent use.
+type Server struct {
+	opts    Options
+	jobs    *sandbox.Jobs
+	limit   *limiter
+	metrics *metrics
+	handler http.Handler
+
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	servers []*http.Server
+}
+
+// NewServer validates opts and returns a Server that is not yet serving.
+func NewServer(opts Options) (*Server, error) {
+	switch {
+	case opts.Executor == nil:
+		return nil, errors.New("api: Options.Executor is required")
+	case len(opts.Policies) == 0:
+		return nil, errors.New("api: Options.Policies is required")
+	case opts.Registry == nil:
+		return nil, errors.New("api: Options.Registry is required")
+	case opts.Home == "":
+		return nil, errors.New("api: Options.Home is required")
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	switch {
+	case opts.MaxQueue == 0:
+		opts.MaxQueue = DefaultMaxQueue
+	case opts.MaxQueue < 0:
+		opts.MaxQueue = 0
+	}
+	if opts.LeakedObjects == nil {
+		opts.LeakedObjects = func() float64 { return 0 }
+	}
+	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue)}
+	s.metrics = newMetrics(s.limit, opts.LeakedObjects)
+	s.jobs = sandbox.NewJobs(observed{s: s, background: true})
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the service's handler without authentication (for a
+// Unix socket or tests).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve accepts connections on l until Shutdown. A non-empty token makes
+// every request need "Authorization: Bearer <token>" (compared in constant
+// time); others get 401. It returns http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener, token string) error {
+	h := s.handler
+	if token != "" {
+		h = requireToken(token, h)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
+	}
+	s.mu.Lock()
+	if s.base.Err() != nil {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.servers = append(s.servers, srv)
+	s.mu.Unlock()
+	return srv.Serve(l)
+}
+
+// Shutdown stops accepting connections and lets running calls finish
+// until ctx ends; then it cancels them (each container is stopped and torn
+// down by its executor), kills background jobs and waits for the handlers
+// to return, at most a further 30 s. It returns ctx's error when calls had
+// to be cancelled.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	servers := s.servers
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(servers))
+	for i, srv := range servers {
+		wg.Go(func() { errs[i] = srv.Shutdown(ctx) })
+	}
+	wg.Wait()
+	drainErr := errors.Join(errs...)
+	s.mu.Lock()
+	s.cancel() // abort whatever still runs
+	s.mu.Unlock()
+	cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer done()
+	jobsErr := s.jobs.KillAll(cleanup)
+	if drainErr != nil {
+		for _, srv := range servers {
+			wg.Go(func() { _ = srv.Shutdown(cleanup) })
+		}
+		wg.Wait()
+	}
+	return errors.Join(drainErr, jobsErr)
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.Handle(pattern, s.logged(pattern, h))
+	}
+	handle("POST /v1/run", s.handleRun)
+	handle("POST /v1/jobs", s.handleStart)
+	handle("GET /v1/jobs", s.handleList)
+	handle("GET /v1/jobs/{id}", s.handleOutput)
+	handle("POST /v1/jobs/{id}/kill", s.handleKill)
+	handle("DELETE /v1/jobs/{id}", s.handleRemove)
+	handle("GET /v1/env", s.handleDeclarations)
+	handle("POST /v1/snapshot", s.handleSnapshot)
+	handle("POST /v1/locate", s.handleLocate)
+	handle("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) error {
+		return writeJSON(w, http.StatusOK, HealthResponse{Status: "ok"})
+	})
+	handle("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) error {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, err := w.Write(OpenAPI)
+		return err
+	})
+	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.Handle("/", s.logged("other", func(http.ResponseWriter, *http.Request) error {
+		return sandbox.Errorf(sandbox.ErrNotFound, "no such endpoint")
+	}))
+	return mux
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type requestIDKey struct{}
+
+// logged wraps h: a request id, the error answer, metrics and one info
+// line per request (method, route, status, duration; no bodies).
+func (s *Server) logged(route string, h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := newRequestID()
+		w.Header().Set("X-Request-Id", id)
+		sw := &statusWriter{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		err := h(sw, r)
+		if err != nil && sw.status == 0 {
+			writeError(sw, err)
+		}
+		s.metrics.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
+		ev := s.opts.Logger.Info()
+		if sw.status >= 500 {
+			ev = s.opts.Logger.Warn()
+		}
+		ev = ev.Str("request", id).Str("method", r.Method).Str("route", route).Int("status", sw.status).Dur("duration", time.Since(start))
+		if err != nil {
+			ev = ev.Str("error", Body(err).Class)
+			if fe := (*FieldError)(nil); errors.As(err, &fe) {
+				ev = ev.Str("field", fe.Field)
+			}
+		}
+		ev.Msg("request")
+	})
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := HTTPStatus(err)
+	switch status {
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfterSeconds))
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dsh-sandbox"`)
+	}
+	_ = writeJSON(w, status, ErrorResponse{Error: Body(err)})
+}
+
+// requireToken refuses requests without the bearer token. Both sides are
+// hashed first so the comparison takes the same time whatever the lengths.
+func requireToken(token string, h http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
+			writeError(w, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// decodeRunBody strictly decodes a RunRequest body within MaxBodyBytes.
+func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) {
+	return DecodeRun(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+}
+
+// request turns a decoded RunRequest into a sandbox.Request: the named
+// policy, the service's own DSH_* snapshot, the session's mounts and a new
+// execution id.
+func (s *Server) request(ctx context.Context, rr *RunRequest) (*sandbox.Request, error) {
+	pol, ok := s.opts.Policies[rr.Policy]
+	if !ok {
+		return nil, fieldErrorf("policy", "%q is not a policy this service knows", rr.Policy)
+	}
+	snap, err := s.opts.Registry.Collect(ctx, overlay.Execution{Home: s.opts.Home, Session: rr.Session})
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "DSH_* snapshot: %v", err)
+	}
+	req := &sandbox.Request{
+		Command:        rr.Command,
+		Workdir:        rr.Workdir,
+		TimeoutMs:      rr.TimeoutMs,
+		StdoutMaxBytes: rr.StdoutMaxBytes,
+		Stdin:          rr.Stdin,
+		Env:            rr.Env,
+		DSHEnv:         snap.Environ(),
+		Policy:         pol,
+		CallID:         sandbox.NewCallID(),
+	}
+	if h := rr.Session; h != nil {
+		req.Session.ID, req.Session.Cwd = h.ID, h.Cwd
+		if loc, ok := s.locate(*rr); ok && loc.Kind == persistence.KindJSONL {
+			req.Session.TranscriptDir = dirOf(loc.Path)
+		}
+	} else {
+		req.Session.Cwd = rr.Cwd
+	}
+	return req, nil
+}
+
+func (s *Server) locate(rr RunRequest) (persistence.Location, bool) {
+	if s.opts.Locator == nil || rr.Session == nil {
+		return persistence.Location{}, false
+	}
+	l := s.opts.Locator()
+	if l == nil {
+		return persistence.Location{}, false
+	}
+	return l.Locate(*rr.Session)
+}
+
+func dirOf(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+type callMetaKey struct{}
+
+// callMeta travels with a call's context to the observed executor.
+type callMeta struct {
+	callID string
+	queue  time.Duration
+}
+
+// observed wraps the executor with the audit log and metrics; foreground
+// calls and background jobs both run through it.
+type observed struct {
+	s          *Server
+	background bool
+}
+
+func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	meta, _ := ctx.Value(callMetaKey{}).(callMeta)
+	start := time.Now()
+	res, err := o.s.opts.Executor.Run(ctx, req)
+	o.s.metrics.observe(req.Policy.Backend, time.Since(start), res, err)
+	o.s.opts.Logger.Debug().Str("call", req.CallID).Str("session", req.Session.ID).
+		Str("backend", req.Policy.Backend).Str("outcome", outcome(res, err)).Msg("execution")
+	if a := o.s.opts.Audit; a != nil {
+		if aerr := a.Append(auditRecord(req, meta.callID, o.background, meta.queue, res, err)); aerr != nil {
+			o.s.opts.Logger.Error().Err(aerr).Str("call", req.CallID).Msg("audit log append failed")
+		}
+	}
+	return res, err
+}
