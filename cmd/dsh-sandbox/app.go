@@ -27,6 +27,7 @@ func globalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "config", Usage: "read flag defaults from a YAML or JSON `FILE` (keys are flag names)", EnvVars: envVar("config")},
 		&cli.StringFlag{Name: "home", Usage: "dsh home `DIR` (default: $DSH_HOME, else ~/.dsh)", EnvVars: envVar("home")},
+		&cli.StringFlag{Name: "skills-home", Usage: "the nested (skills) dsh home `DIR`; when set it must resolve to the same directory as the home", EnvVars: envVar("skills-home")},
 		&cli.StringFlag{Name: "sessions-root", Usage: "root `DIR` of JSONL transcripts (default: <home>/sessions)", EnvVars: envVar("sessions-root")},
 		&cli.StringFlag{Name: "persistence", Value: "jsonl", Usage: "session store that answers Locate: jsonl or sqlite", EnvVars: envVar("persistence")},
 		&cli.StringFlag{Name: "compression", Value: "none", Usage: "JSONL encoding: none or zstd", EnvVars: envVar("compression")},
@@ -68,6 +69,9 @@ Examples:
 			benchCommand(),
 			envCommand(),
 			sessionCommand(),
+			serveCommand(),
+			auditCommand(),
+			hooksCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes
 	}
@@ -81,9 +85,25 @@ Examples:
 
 // addGlobalFlags lets every leaf command take the global flags after its
 // name too, as in `dsh-sandbox locate --sessions-root /r`.
+// A leaf that defines a flag of the same name itself (hooks run --config)
+// keeps its own; the global one is then taken only before the command name.
 func addGlobalFlags(c *cli.Command) {
 	if len(c.Subcommands) == 0 {
-		c.Flags = append(globalFlags(), c.Flags...)
+		own := map[string]bool{}
+		for _, f := range c.Flags {
+			for _, n := range f.Names() {
+				own[n] = true
+			}
+		}
+		var globals []cli.Flag
+		for _, g := range globalFlags() {
+			if own[g.Names()[0]] {
+				ownedFlags[c] = append(ownedFlags[c], g.Names()[0])
+				continue
+			}
+			globals = append(globals, g)
+		}
+		c.Flags = append(globals, c.Flags...)
 	}
 	for _, sub := range c.Subcommands {
 		addGlobalFlags(sub)
@@ -120,6 +140,9 @@ func loadSettings(c *cli.Context) (*settings, error) {
 	home, err := contributors.ResolveHome(f.String("home"), os.Getenv, os.UserHomeDir)
 	if err != nil {
 		return nil, usageError("--home: %v", err)
+	}
+	if err := contributors.CheckHomes(home, f.String("skills-home")); err != nil {
+		return nil, usageError("%v", err)
 	}
 	s.home = home
 	s.sessionsRoot = filepath.Join(home, "sessions")

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/local"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
@@ -45,7 +47,14 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 		}
 		return ex, func() {}, nil
 	case "docker", "containerd":
-		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "backend %q is not available in this build", p.Backend)
+		if p.Backend == "containerd" {
+			return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "backend %q is not available in this build", p.Backend)
+		}
+		ex, err := docker.New(context.Background(), docker.Options{StateDir: s.stateDir, Logger: s.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ex, func() { _ = ex.Close() }, nil
 	default:
 		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.backend: unknown backend %q", p.Backend)
 	}

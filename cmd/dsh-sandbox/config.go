@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
@@ -10,6 +11,15 @@ import (
 
 // maxConfigBytes bounds the --config file.
 const maxConfigBytes = 1 << 20
+
+// ownedFlags lists, per leaf command, the global flag names the command
+// defines with a meaning of its own; lookups of the global flag skip it.
+var ownedFlags = map[*cli.Command][]string{}
+
+// global reports whether ctx's value of name is the global flag's.
+func global(ctx *cli.Context, name string) bool {
+	return ctx.Command == nil || !slices.Contains(ownedFlags[ctx.Command], name)
+}
 
 // flags reads global flags wherever they were given: on the command
 // (`dsh-sandbox env show --home /h`), before it (`dsh-sandbox --home /h env
@@ -61,7 +71,7 @@ func newFlags(c *cli.Context) (*flags, error) {
 // IsSet reports whether name was given anywhere, the config file included.
 func (f *flags) IsSet(name string) bool {
 	for _, ctx := range f.c.Lineage() {
-		if ctx.IsSet(name) {
+		if global(ctx, name) && ctx.IsSet(name) {
 			return true
 		}
 	}
@@ -72,20 +82,26 @@ func (f *flags) IsSet(name string) bool {
 // String returns the flag's value by precedence, else its default.
 func (f *flags) String(name string) string {
 	for _, ctx := range f.c.Lineage() {
-		if ctx.IsSet(name) {
+		if global(ctx, name) && ctx.IsSet(name) {
 			return ctx.String(name)
 		}
 	}
 	if v, ok := f.config[name]; ok {
 		return v
 	}
-	return f.c.String(name)
+	// The global flag's default (a leaf may own the name with another).
+	for _, g := range globalFlags() {
+		if sf, ok := g.(*cli.StringFlag); ok && sf.Name == name {
+			return sf.Value
+		}
+	}
+	return ""
 }
 
 // Bool returns the flag's value by precedence, else false.
 func (f *flags) Bool(name string) bool {
 	for _, ctx := range f.c.Lineage() {
-		if ctx.IsSet(name) {
+		if global(ctx, name) && ctx.IsSet(name) {
 			return ctx.Bool(name)
 		}
 	}

@@ -43,6 +43,8 @@ Examples:
 			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; at most its maximum)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},
 			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` to the command's stdin (default: empty stdin)"},
+			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
+			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
 			jsonFlag,
 		},
 		Action: runExec,
@@ -60,6 +62,9 @@ func runExec(c *cli.Context) error {
 	req, err := s.execRequest(c)
 	if err != nil {
 		return err
+	}
+	if addr := c.String("server"); addr != "" {
+		return s.execRemote(c, addr, req)
 	}
 	ex, closeEx, err := s.newExecutor(req.Policy)
 	if err != nil {

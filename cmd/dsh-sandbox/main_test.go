@@ -196,3 +196,14 @@ func TestExecRefusesBadInputCase(t *testing.T) {
 		})
 	}
 }
+
+func TestConflictingHomes(t *testing.T) {
+	_, errOut, code := run(t, "env", "show", "--home", "/h", "--skills-home", "/other")
+	if code != 2 || !strings.Contains(errOut, "/h") || !strings.Contains(errOut, "/other") {
+		t.Errorf("env show with two homes: exit %d, stderr %q; want exit 2 naming both", code, errOut)
+	}
+	out, errOut, code := run(t, "env", "show", "--home", "/h", "--skills-home", "/h/")
+	if code != 0 || !strings.Contains(out, "DSH_HOME=/h\n") {
+		t.Errorf("env show with agreeing homes: exit %d, %q, %q", code, out, errOut)
+	}
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the HTTP/JSON service on a Unix socket (default) and optionally TCP",
+		Description: `Serves the /v1 API (see GET /v1/openapi.yaml): foreground runs (one JSON result or an
+NDJSON stream), background jobs, DSH_* declarations, snapshot preview, locate, health and
+GET /metrics. A request names its session header and a policy by name; the service builds
+the DSH_* snapshot itself. The socket is 0600 in a 0700 directory; a TCP listener needs
+--token-file (a 0600 file) and is loopback-only unless --allow-remote. On SIGTERM it stops
+accepting, lets calls finish for --shutdown-grace, then cancels and tears them down.
+
+Examples:
+   dsh-sandbox serve
+   dsh-sandbox serve --listen unix:///run/dsh/sandbox.sock --listen tcp://127.0.0.1:7070 --token-file /etc/dsh/token
+   dsh-sandbox exec --server unix:///run/dsh/sandbox.sock --session-id s1 -- ls`,
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "listen", Usage: "`ADDR` to serve: unix:///PATH or tcp://HOST:PORT (repeatable; default unix://<home>/run/sandbox.sock)"},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer token TCP clients must send"},
+			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
+			&cli.IntFlag{Name: "max-concurrent", Value: api.DefaultMaxConcurrent, Usage: "foreground executions at once"},
+			&cli.IntFlag{Name: "max-queue", Value: api.DefaultMaxQueue, Usage: "foreground executions waiting for a slot before 429 (0: none wait)"},
+			&cli.StringFlag{Name: "audit-log", Usage: "audit log `FILE` (JSONL, hash-chained; default <data-dir>/audit.jsonl; \"none\" disables)"},
+			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
+		},
+		Action: runServe,
+	}
+}
+
+func runServe(c *cli.Context) error {
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	policies, err := servePolicies(c.StringSlice("policy-file"))
+	if err != nil {
+		return err
+	}
+	listens := c.StringSlice("listen")
+	if len(listens) == 0 {
+		listens = []string{"unix://" + filepath.Join(s.home, "run", "sandbox.sock")}
+	}
+	var token string
+	if f := c.String("token-file"); f != "" {
+		if token, err = api.ReadToken(f); err != nil {
+			return usageError("--token-file: %v", err)
+		}
+	}
+	type bound struct {
+		l     net.Listener
+		token string
+	}
+	var listeners []bound
+	closeAll := func() {
+		for _, b := range listeners {
+			b.l.Close()
+		}
+	}
+	for _, addr := range listens {
+		scheme, target, err := api.ParseListen(addr)
+		if err != nil {
+			closeAll()
+			return usageError("--listen: %v", err)
+		}
+		var l net.Listener
+		tok := ""
+		switch scheme {
+		case api.SchemeUnix:
+			l, err = api.ListenUnix(target)
+		case api.SchemeTCP:
+			if token == "" {
+				closeAll()
+				return usageError("--listen %s: a TCP listener needs --token-file", addr)
+			}
+			tok = token
+			l, err = api.ListenTCP(target, c.Bool("allow-remote"))
+		}
+		if err != nil {
+			closeAll()
+			return sandbox.Errorf(sandbox.ErrUnavailable, "--listen: %v", err)
+		}
+		listeners = append(listeners, bound{l, tok})
+	}
+	defer closeAll()
+
+	router := &executorRouter{s: s}
+	defer router.close()
+	leaked, err := router.reapAll(c.Context, policies)
+	if err != nil {
+		return err
+	}
+	auditPath := c.String("audit-log")
+	if auditPath == "" {
+		auditPath = filepath.Join(s.dataDir, "audit.jsonl")
+	}
+	var audit *api.AuditLog
+	if auditPath != "none" {
+		if err := os.MkdirAll(filepath.Dir(auditPath), 0o700); err != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "--audit-log: %v", err)
+		}
+		if audit, err = api.OpenAudit(auditPath); err != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "--audit-log: %v", err)
+		}
+		defer audit.Close()
+	}
+	reg, err := s.registry()
+	if err != nil {
+		return err
+	}
+	srv, err := api.NewServer(api.Options{
+		Executor:      router,
+		Policies:      policies,
+		Registry:      reg,
+		Locator:       s.locator,
+		Home:          s.home,
+		MaxConcurrent: c.Int("max-concurrent"),
+		MaxQueue:      queueFlag(c.Int("max-queue")),
+		Audit:         audit,
+		LeakedObjects: func() float64 { return float64(leaked) },
+		Logger:        s.log,
+	})
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, len(listeners))
+	for _, b := range listeners {
+		go func() { errc <- srv.Serve(b.l, b.token) }()
+		s.log.Info().Str("listen", b.l.Addr().String()).Bool("token", b.token != "").Msg("serving")
+	}
+	var serveErr error
+	select {
+	case <-c.Context.Done():
+	case serveErr = <-errc:
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), c.Duration("shutdown-grace"))
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("shutdown cancelled running calls")
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "serve: %v", serveErr)
+	}
+	return nil
+}
+
+// queueFlag maps --max-queue to api.Options.MaxQueue (whose 0 means the
+// default): 0 on the command line means no queue.
+func queueFlag(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// servePolicies are the built-in profiles plus the --policy-file ones, by
+// name; a file may not shadow a built-in or another file.
+func servePolicies(files []string) (map[string]sandbox.Policy, error) {
+	out := map[string]sandbox.Policy{}
+	for _, name := range policy.Builtins() {
+		p, _ := policy.Builtin(name)
+		np, err := policy.Normalize(p)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = np
+	}
+	for _, f := range files {
+		p, err := policy.Load(f)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := out[p.Name]; dup {
+			return nil, usageError("--policy-file %s: policy name %q is already taken", f, p.Name)
+		}
+		if out[p.Name], err = policy.Normalize(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// executorRouter is the service's sandbox.Executor: it runs each call on
+// the backend and runtime its policy names, creating one executor per
+// pair on first use and never substituting another (fail closed).
+type executorRouter struct {
+	s      *settings
+	mu     sync.Mutex
+	execs  map[string]sandbox.Executor
+	closes []func()
+}
+
+var _ sandbox.Executor = (*executorRouter)(nil)
+
+func (r *executorRouter) get(p sandbox.Policy) (sandbox.Executor, error) {
+	key := p.Backend + "/" + p.Runtime
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ex, ok := r.execs[key]; ok {
+		return ex, nil
+	}
+	ex, closeEx, err := r.s.newExecutor(p)
+	if err != nil {
+		return nil, err
+	}
+	if r.execs == nil {
+		r.execs = map[string]sandbox.Executor{}
+	}
+	r.execs[key] = ex
+	r.closes = append(r.closes, closeEx)
+	return ex, nil
+}
+
+// Run runs req on its policy's backend.
+func (r *executorRouter) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	ex, err := r.get(req.Policy)
+	if err != nil {
+		return nil, err
+	}
+	return ex.Run(ctx, req)
+}
+
+// reapAll creates the executor of every policy's backend and removes what
+// dead instances left; it returns how many objects it removed.
+func (r *executorRouter) reapAll(ctx context.Context, policies map[string]sandbox.Policy) (int, error) {
+	n := 0
+	for _, p := range policies {
+		if p.Backend != "oci" {
+			continue
+		}
+		ex, err := r.get(p)
+		if err != nil {
+			return n, err
+		}
+		o, ok := ex.(*oci.Executor)
+		if !ok {
+			continue
+		}
+		rep, err := o.Reap(ctx)
+		n += len(rep.Containers) + len(rep.Bundles) + len(rep.Mounts) + len(rep.Cgroups)
+		if err != nil {
+			r.s.log.Warn().Err(err).Str("runtime", o.Runtime()).Msg("reaping leftovers of earlier instances failed")
+		}
+	}
+	return n, nil
+}
+
+func (r *executorRouter) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.closes {
+		c()
+	}
+	r.closes, r.execs = nil, nil
+}
+
+// execRemote is `exec --server`: it sends the call to a running service
+// and reports it exactly as a local exec does. The service builds the
+// DSH_* snapshot; the policy must be one it knows by name.
+func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request) error {
+	for _, f := range []string{"backend", "runtime", "image"} {
+		if c.IsSet(f) {
+			return usageError("--%s: not available with --server; name a policy the service knows", f)
+		}
+	}
+	var token string
+	if f := c.String("token-file"); f != "" {
+		var err error
+		if token, err = api.ReadToken(f); err != nil {
+			return usageError("--token-file: %v", err)
+		}
+	}
+	cl, err := client.New(addr, client.Options{Token: token})
+	if err != nil {
+		return usageError("--server: %v", err)
+	}
+	rr := api.RunRequest{
+		Session:        s.header,
+		Policy:         req.Policy.Name,
+		Command:        req.Command,
+		Workdir:        req.Workdir,
+		TimeoutMs:      req.TimeoutMs,
+		StdoutMaxBytes: req.StdoutMaxBytes,
+		Env:            req.Env,
+		Stdin:          req.Stdin,
+	}
+	if s.header == nil {
+		rr.Cwd = s.cwd
+	}
+	var resp *api.RunResponse
+	if c.Bool("json") {
+		resp, err = cl.Run(c.Context, rr)
+	} else {
+		resp, err = cl.Stream(c.Context, rr, c.App.Writer, c.App.ErrWriter)
+	}
+	if err != nil {
+		return err
+	}
+	res := resp.Result
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else {
+		if res.TimedOut {
+			fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: timed out after %dms\n", res.TimeoutMs)
+		}
+		for _, st := range []sandbox.Stream{res.Stdout, res.Stderr} {
+			if st.SpillPath != "" {
+				fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: full output: %s\n", st.SpillPath)
+			}
+		}
+	}
+	if code := sandbox.ExitCode(res, nil); code != 0 {
+		return &childExit{code}
+	}
+	return nil
+}
