@@ -1,0 +1,13 @@
+// Package docker is the sandbox backend on a Docker engine: each call runs
+// in its own container, created through the engine API (with API version
+// negotiation, so an older daemon such as Debian's 20.10 / API 1.41
+// works), attached before it starts so that no output is lost, supervised
+// with sandbox.Supervise and removed on every path. The container has the
+// same shape as the oci backend's: no network, a read-only root, no
+// capabilities, no-new-privileges, Docker's default seccomp profile,
+// tmpfs /tmp, the workspace and the session directory bound at their own
+// paths, cgroup limits, the policy's user and the sandbox labels.
+//
+// It imports sandbox, policy and the Docker client. Only cmd/dsh-sandbox
+// (which picks backends) and tests import it.
+package docker

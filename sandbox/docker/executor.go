@@ -1,0 +1,577 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Backend is the backend name in policies and results.
+const Backend = "docker"
+
+// Options configure an Executor. StateDir is required; every other zero
+// field means the documented default.
+type Options struct {
+	// Host is the engine's address ("unix:///var/run/docker.sock");
+	// empty means DOCKER_HOST, else the engine's default socket.
+	Host string
+	// StateDir is an absolute directory owned by the service; spill files
+	// of calls without a session directory go to StateDir/spill.
+	StateDir string
+	// InstanceID names this executor in labels; empty means a random
+	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
+	// with a letter or digit.
+	InstanceID string
+	// Logger receives debug events per call and errors of teardown; the
+	// zero value logs nothing. Env values are never logged.
+	Logger zerolog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit, at
+	// call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// teardownTimeout bounds the removal of one call's container; it runs on
+// a context detached from the caller's.
+const teardownTimeout = 30 * time.Second
+
+// outputDrain bounds how long the output stream may trail the container's
+// exit before the attach connection is closed.
+const outputDrain = 10 * time.Second
+
+// Executor runs each call in a new container of a Docker engine and
+// removes it when the call ends. Create one with New; the zero value is
+// not usable. An Executor is safe for concurrent use. Close releases it.
+type Executor struct {
+	opts     Options
+	cli      *client.Client
+	log      zerolog.Logger
+	instance string
+	lock     *os.File
+
+	mu     sync.RWMutex // held for reading by every running call
+	closed bool
+}
+
+var _ sandbox.Executor = (*Executor)(nil)
+
+// New validates opts and connects to the engine: it pings the daemon and
+// negotiates the API version. An unreachable daemon is an error wrapping
+// sandbox.ErrUnavailable.
+func New(ctx context.Context, opts Options) (*Executor, error) {
+	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: StateDir %q is not an absolute path", opts.StateDir)
+	}
+	opts.StateDir = filepath.Clean(opts.StateDir)
+	if opts.InstanceID == "" {
+		opts.InstanceID = newInstanceID()
+	} else if !sandbox.ValidCallID(opts.InstanceID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.LookupEnv
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = sandbox.DefaultKillGrace
+	}
+	cli, err := newClient(opts.Host)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx); err != nil {
+		_ = cli.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: engine at %s is not reachable: %w", cli.DaemonHost(), err)
+	}
+	cli.NegotiateAPIVersion(pctx)
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		_ = cli.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: state directory: %v", err)
+	}
+	e := &Executor{
+		opts:     opts,
+		cli:      cli,
+		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		instance: opts.InstanceID,
+	}
+	if e.lock, err = lockInstance(e.instancesDir(), e.instance); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// newClient makes an engine client for host (empty: from the environment)
+// that negotiates the API version with the daemon.
+func newClient(host string) (*client.Client, error) {
+	o := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		o = append(o, client.WithHost(host))
+	}
+	cli, err := client.NewClientWithOpts(o...)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: host %q: %w", host, err)
+	}
+	return cli, nil
+}
+
+func newInstanceID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
+}
+
+// Instance returns the executor's instance id.
+func (e *Executor) Instance() string { return e.instance }
+
+// Close waits for running calls, closes the engine connection and
+// releases the instance lock (StateDir/docker-instances/<id>.lock, which
+// tells Reap the instance is live). Runs
+// after Close fail with sandbox.ErrUnavailable. Close is idempotent.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	err := e.cli.Close()
+	if e.lock != nil {
+		err = errors.Join(err, os.Remove(e.lock.Name()), e.lock.Close())
+		e.lock = nil
+	}
+	return err
+}
+
+// unavailable classifies an engine error: a daemon that cannot be reached
+// is ErrUnavailable, a missing object ErrNotFound, anything else
+// ErrInternal.
+func unavailable(err error, format string, args ...any) error {
+	class := sandbox.ErrInternal
+	switch {
+	case client.IsErrConnectionFailed(err), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		class = sandbox.ErrUnavailable
+	case isNotFound(err):
+		class = sandbox.ErrNotFound
+	}
+	return sandbox.Errorf(class, "docker: "+format+": %w", append(args, err)...)
+}
+
+// isNotFound reports whether the engine said the object does not exist.
+func isNotFound(err error) bool {
+	var nf interface{ NotFound() }
+	return errors.As(err, &nf)
+}
+
+// Run executes req in a new container and removes the container before
+// returning, whatever happened.
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: executor is closed")
+	}
+	t0 := time.Now()
+	if req == nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: request is nil")
+	}
+	if req.Policy.Backend != Backend {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.backend %q: this executor runs only %q", req.Policy.Backend, Backend)
+	}
+	if req.Policy.Image == "" || req.Policy.Image == "host" {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.image %q: the host image exists only for the oci backend; import an image with `dsh-sandbox images import --backend docker`", req.Policy.Image)
+	}
+	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	// Validate the request before asking the daemon anything.
+	if _, err := sandbox.Prepare(req, nil, e.opts.Getenv); err != nil {
+		return nil, err
+	}
+	mounts, err := policy.Mounts(specPolicy(req.Policy), req.Session, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
+	}
+	imgEnv, err := e.imageEnv(ctx, req.Policy.Image)
+	if err != nil {
+		return nil, err
+	}
+	call, err := sandbox.Prepare(req, imgEnv, e.opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
+	res = &sandbox.Result{
+		TimeoutMs: call.Timeout.Milliseconds(),
+		Sandbox: sandbox.Info{
+			Backend: Backend,
+			Runtime: req.Policy.Runtime,
+			Image:   req.Policy.Image,
+			Policy:  req.Policy.Name,
+		},
+	}
+	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
+		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
+		}
+	}
+	cfg, hc, err := e.containerConfig(call, req, uid, gid, mounts)
+	if err != nil {
+		return nil, err
+	}
+	res.Timings.Prepare = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+
+	// From here on the container is removed on every path, on a context
+	// the caller's cancellation does not reach.
+	bg := context.WithoutCancel(ctx)
+	t1 := time.Now()
+	name := containerName(call.ID)
+	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
+	if err != nil {
+		// A create that failed may still have left the container.
+		e.remove(bg, log, name, res)
+		return nil, unavailable(err, "call %s: create container", call.ID)
+	}
+	res.Sandbox.ContainerID = created.ID
+	defer e.remove(bg, log, created.ID, res)
+	res.Timings.Create = time.Since(t1)
+
+	t2 := time.Now()
+	if err := e.runContainer(ctx, log, call, req, created.ID, res); err != nil {
+		return nil, err
+	}
+	res.Timings.Run = time.Since(t2)
+	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	return res, nil
+}
+
+// remove deletes the container (forcibly: it may still run) and records
+// the teardown time. A failure is logged: the outcome of the call is
+// known, and Reap removes what is left.
+func (e *Executor) remove(ctx context.Context, log zerolog.Logger, id string, res *sandbox.Result) {
+	t := time.Now()
+	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
+	defer cancel()
+	err := e.cli.ContainerRemove(tctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isNotFound(err) {
+		log.Error().Err(err).Str("container", id).Msg("teardown left the container behind; `dsh-sandbox reap --backend docker` removes it")
+	}
+	if res != nil {
+		res.Timings.Teardown = time.Since(t)
+	}
+}
+
+// containerName is the engine's name for a call's container.
+func containerName(callID string) string { return "dsh-sandbox-" + callID }
+
+// specPolicy is p without its environment settings, which only
+// sandbox.Prepare reads (see the oci backend).
+func specPolicy(p sandbox.Policy) sandbox.Policy {
+	p.EnvInherit, p.EnvSet = nil, nil
+	return p
+}
+
+// imageEnv returns the environment of the engine's image name.
+func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) {
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	img, err := e.cli.ImageInspect(ictx, name)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, sandbox.Errorf(sandbox.ErrNotFound, "docker: policy.image %q: not in the engine; import it with `dsh-sandbox images import --backend docker`: %w", name, err)
+		}
+		return nil, unavailable(err, "policy.image %q: inspect", name)
+	}
+	if img.Config == nil {
+		return nil, nil
+	}
+	return img.Config.Env, nil
+}
+
+// containerConfig maps the call onto the engine's container
+// configuration. The mapping keeps the oci backend's shape:
+//   - tmpfs mounts carry the policy's options plus "exec" (the engine
+//     adds noexec otherwise) and an explicit uid/gid for /tmp;
+//   - binds are non-recursive and private; the engine has no nosuid,
+//     nodev or noexec for binds, which no-new-privileges, the device
+//     cgroup and the empty capability set make moot;
+//   - the engine's defaults supply the masked /proc paths, the device
+//     allow-list and the default seccomp profile.
+func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, ms []specs.Mount) (*container.Config, *container.HostConfig, error) {
+	p := req.Policy
+	l := p.Limits
+	mem := l.MemoryBytes
+	if mem == 0 {
+		mem = 1 << 30
+	}
+	cpus := l.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
+	pids := l.Pids
+	if pids == 0 {
+		pids = 256
+	}
+	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
+	cfg := &container.Config{
+		Hostname:        policy.Hostname,
+		User:            strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10),
+		Env:             call.Env,
+		Cmd:             initArgs(req.Command, call.Env),
+		Entrypoint:      []string{},
+		WorkingDir:      call.Workdir,
+		Image:           p.Image,
+		Labels:          labels,
+		NetworkDisabled: true,
+		AttachStdout:    true,
+		AttachStderr:    true,
+	}
+	if len(req.Stdin) > 0 {
+		cfg.AttachStdin, cfg.OpenStdin, cfg.StdinOnce = true, true, true
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		Runtime:        p.Runtime,
+		Tmpfs:          map[string]string{},
+		IpcMode:        "private",
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem,
+			NanoCPUs:   int64(cpus * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: policy.NofileSoft, Hard: policy.NofileHard},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	for _, m := range ms {
+		switch m.Type {
+		case "tmpfs":
+			opts := append([]string{"rw", "exec"}, m.Options...)
+			if !hasOption(opts, "uid=") {
+				opts = append(opts, "uid=0", "gid=0")
+			}
+			hc.Tmpfs[m.Destination] = strings.Join(opts, ",")
+		case "bind":
+			hc.Mounts = append(hc.Mounts, mount.Mount{
+				Type:     mount.TypeBind,
+				Source:   m.Source,
+				Target:   m.Destination,
+				ReadOnly: slicesContains(m.Options, "ro"),
+				BindOptions: &mount.BindOptions{
+					Propagation:  mount.PropagationRPrivate,
+					NonRecursive: true,
+				},
+			})
+		default:
+			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: call %s: mount %q of type %q is not supported", call.ID, m.Destination, m.Type)
+		}
+	}
+	return cfg, hc, nil
+}
+
+func hasOption(opts []string, prefix string) bool {
+	for _, o := range opts {
+		if strings.HasPrefix(o, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func slicesContains(opts []string, want string) bool {
+	for _, o := range opts {
+		if o == want {
+			return true
+		}
+	}
+	return false
+}
+
+// runContainer attaches to the created container, starts it, streams its
+// output into the call's captures, supervises it and fills res.
+func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, id string, res *sandbox.Result) error {
+	bg := context.WithoutCancel(ctx)
+	spillDir := call.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(e.opts.StateDir, "spill")
+	}
+	capture := func(suffix string, live io.Writer) *sandbox.Capture {
+		return sandbox.NewCapture(sandbox.CaptureOptions{
+			TailBytes:   call.TailBytes,
+			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
+			SpillMax:    call.SpillMax,
+			Live:        live,
+			SpillInside: call.SpillInside,
+		})
+	}
+	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+
+	// Attach before start so that no output is lost, and wait for the
+	// next exit before start so that the exit is not missed either.
+	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
+		Stream: true,
+		Stdin:  len(req.Stdin) > 0,
+		Stdout: true,
+		Stderr: true,
+	})
+	if err != nil {
+		return unavailable(err, "call %s: attach", call.ID)
+	}
+	defer hj.Close()
+	wctx, wcancel := context.WithCancel(bg)
+	defer wcancel()
+	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
+
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		copied <- err
+	}()
+
+	if err := ctx.Err(); err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
+		return unavailable(err, "call %s: start container", call.ID)
+	}
+	if len(req.Stdin) > 0 {
+		go func() {
+			_, _ = io.Copy(hj.Conn, bytes.NewReader(req.Stdin))
+			_ = hj.CloseWrite()
+		}()
+	}
+
+	done := make(chan struct{})
+	var status int64
+	var waitErr error
+	go func() {
+		defer close(done)
+		select {
+		case w := <-waitC:
+			status = w.StatusCode
+			if w.Error != nil && w.Error.Message != "" {
+				waitErr = errors.New(w.Error.Message)
+			}
+		case err := <-waitErrC:
+			waitErr = err
+		}
+	}()
+	var lastSig syscall.Signal
+	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
+		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
+		lastSig = sig
+		return e.signal(bg, id, sig)
+	})
+	<-done
+
+	// The stream ends when the container's output does; give it a
+	// moment after the exit, then cut it.
+	drain := time.NewTimer(outputDrain)
+	select {
+	case <-copied:
+	case <-drain.C:
+		log.Warn().Msg("output stream did not end after the container exited; closing it")
+		hj.Close()
+		<-copied
+	}
+	drain.Stop()
+
+	out, oerr := stdout.Stream()
+	errOut, eerr := stderr.Stream()
+	if oerr != nil || eerr != nil {
+		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
+	}
+	res.Stdout, res.Stderr = out, errOut
+	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+	if waitErr != nil {
+		return unavailable(waitErr, "call %s: wait for the container", call.ID)
+	}
+	// An engine that shuts down stops its containers and reports their
+	// status as if they had ended: the outcome is then unknown.
+	pctx, pcancel := context.WithTimeout(bg, 5*time.Second)
+	_, perr := e.cli.Ping(pctx)
+	pcancel()
+	if perr != nil {
+		return unavailable(perr, "call %s: the engine went away during the call; its outcome is unknown", call.ID)
+	}
+	res.ExitCode, res.Signal = decodeStatus(status)
+	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
+		// Stopped by us, it chose its own status (a TERM handler); it
+		// still did not finish on its own.
+		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
+	}
+	return nil
+}
+
+// signal delivers sig to every process of the container: SIGKILL through
+// the engine to pid 1, whose death ends the pid namespace; any other
+// signal from inside, since the engine reaches pid 1 alone.
+func (e *Executor) signal(ctx context.Context, id string, sig syscall.Signal) error {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if sig == syscall.SIGKILL {
+		return e.cli.ContainerKill(kctx, id, "KILL")
+	}
+	ex, err := e.cli.ContainerExecCreate(kctx, id, container.ExecOptions{
+		Cmd: termAll,
+	})
+	if err != nil {
+		return err
+	}
+	return e.cli.ContainerExecStart(kctx, ex.ID, container.ExecStartOptions{Detach: true})
+}
+
+// maxSignal is the highest Linux signal number.
+const maxSignal = 64
+
+// decodeStatus turns the container's exit status into the call's exit
+// code or signal. The init exits with its child's status: an exit code as
+// is, a death by signal N as 128+N; a status 129–192 naming a known signal
+// is reported as that signal with a nil exit code (as the oci backend
+// does; a command's own `exit 137` looks the same, as it does in $?).
+func decodeStatus(status int64) (code *int, signal string) {
+	c := int(status)
+	if c > 128 && c <= 128+maxSignal {
+		if name := sandbox.SignalName(syscall.Signal(c - 128)); name != "" {
+			return nil, name
+		}
+	}
+	return &c, ""
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Starts and stops the container daemons the docker and containerd
+# backend tests need (DESIGN §3.11), as root:
+#
+#   scripts/daemons.sh start   start dockerd unless one answers already,
+#                              and a PRIVATE containerd (own config, root,
+#                              state and socket in the state directory,
+#                              never the one Docker uses); wait until both
+#                              answer; print the environment the tests read
+#                              as shell assignments, for eval:
+#                                DOCKER_HOST, DSH_SANDBOX_TEST_CONTAINERD
+#   scripts/daemons.sh stop    stop only the daemons this script started
+#                              (their PIDs are recorded in the state
+#                              directory) and remove the private
+#                              containerd's files.
+#   scripts/daemons.sh env     print the assignments again.
+#
+# The state directory is $DSH_SANDBOX_DAEMONS_DIR, default
+# /tmp/dsh-sandbox-daemons. Logs go to daemon-name.log in it. Safe to run
+# start twice: a daemon this script started and that still runs is reused.
+set -euo pipefail
+
+dir=${DSH_SANDBOX_DAEMONS_DIR:-/tmp/dsh-sandbox-daemons}
+docker_sock=/var/run/docker.sock
+ctrd_sock=$dir/containerd/containerd.sock
+ready_timeout=60
+
+log() { echo "daemons: $*" >&2; }
+
+# alive PIDFILE: true when the recorded process still runs.
+alive() {
+	[ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# wait_for what cmd...: polls cmd until it succeeds or ready_timeout passes.
+wait_for() {
+	local what=$1
+	shift
+	local i
+	for ((i = 0; i < ready_timeout * 10; i++)); do
+		if "$@" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	log "$what did not become ready within ${ready_timeout}s"
+	return 1
+}
+
+docker_ready() { docker -H "unix://$docker_sock" version --format '{{.Server.APIVersion}}'; }
+ctrd_ready() { ctr --address "$ctrd_sock" version; }
+
+print_env() {
+	echo "export DOCKER_HOST=unix://$docker_sock"
+	echo "export DSH_SANDBOX_TEST_CONTAINERD=$ctrd_sock"
+}
+
+start_docker() {
+	if docker_ready >/dev/null 2>&1; then
+		log "dockerd already answers on $docker_sock; using it"
+		return 0
+	fi
+	if ! command -v dockerd >/dev/null 2>&1; then
+		log "dockerd is not installed (apt-get install docker.io)"
+		return 1
+	fi
+	if alive "$dir/dockerd.started"; then
+		# A dockerd this script started is still shutting down.
+		log "waiting for the previous dockerd (pid $(cat "$dir/dockerd.started")) to exit"
+		wait_for "previous dockerd exit" bash -c "! kill -0 $(cat "$dir/dockerd.started")" || return 1
+	fi
+	rm -f "$dir/dockerd.pid"
+	log "starting dockerd"
+	# The backends need no bridge: every call runs with network none.
+	setsid dockerd --host "unix://$docker_sock" --bridge=none --iptables=false --ip-masq=false \
+		--pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 </dev/null &
+	echo $! >"$dir/dockerd.started"
+	wait_for dockerd docker_ready || {
+		tail -20 "$dir/dockerd.log" >&2
+		return 1
+	}
+}
+
+start_containerd() {
+	if alive "$dir/containerd.started" && ctrd_ready >/dev/null 2>&1; then
+		log "private containerd already runs on $ctrd_sock; using it"
+		return 0
+	fi
+	if ! command -v containerd >/dev/null 2>&1; then
+		log "containerd is not installed (apt-get install containerd)"
+		return 1
+	fi
+	mkdir -p "$dir/containerd/root" "$dir/containerd/state"
+	chmod 0700 "$dir/containerd"
+	cat >"$dir/containerd/config.toml" <<EOF
+version = 2
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = "$ctrd_sock"
+
+[ttrpc]
+  address = "$ctrd_sock.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+EOF
+	log "starting a private containerd on $ctrd_sock"
+	setsid containerd --config "$dir/containerd/config.toml" >"$dir/containerd.log" 2>&1 </dev/null &
+	echo $! >"$dir/containerd.started"
+	wait_for containerd ctrd_ready || {
+		tail -20 "$dir/containerd.log" >&2
+		return 1
+	}
+}
+
+# stop_pid NAME: stops the daemon whose PID NAME.started records, TERM
+# then KILL, and forgets it.
+stop_pid() {
+	local f=$dir/$1.started pid i
+	[ -s "$f" ] || return 0
+	pid=$(cat "$f")
+	if kill -0 "$pid" 2>/dev/null; then
+		log "stopping $1 (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < 200; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "$1 (pid $pid) ignored SIGTERM for 20s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	rm -f "$f"
+}
+
+case "${1:-}" in
+start)
+	if [ "$(id -u)" -ne 0 ]; then
+		log "must run as root"
+		exit 1
+	fi
+	mkdir -p "$dir"
+	chmod 0700 "$dir"
+	start_docker
+	start_containerd
+	print_env
+	;;
+stop)
+	stop_pid containerd
+	stop_pid dockerd
+	if [ -d "$dir/containerd" ]; then
+		# Snapshots may still be mounted when containerd died hard.
+		grep -F " $dir/containerd/" /proc/self/mountinfo | awk '{print $5}' | sort -r |
+			while read -r m; do umount -l "$m" 2>/dev/null || true; done
+		rm -rf "$dir/containerd"
+	fi
+	;;
+env)
+	print_env
+	;;
+*)
+	echo "usage: $0 start|stop|env" >&2
+	exit 2
+	;;
+esac
