@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -315,7 +315,7 @@ func TestOverlappingCallsParentAndChild(t *testing.T) {
 // TestFixtureHeaders collects the built-ins for the header of every real
 // dsh session log.
 func TestFixtureHeaders(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures in %s (%v)", dir, err)
@@ -356,33 +356,4 @@ func firstLine(t *testing.T, path string) string {
 		t.Fatalf("%s: no first line (%v)", path, sc.Err())
 	}
 	return sc.Text()
-}
-
-// fixturesDir finds ../shared/fixtures/dsh-sessions next to the module
-// root; it skips when missing, except under CI=true.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fixtures); err != nil {
-		msg := fmt.Sprintf("dsh session fixtures not found at ../shared/fixtures/dsh-sessions: %v", err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return fixtures
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,39 +83,11 @@ func TestResolveUserCase(t *testing.T) {
 	}
 }
 
-// fixtureDir finds the shared dsh session logs: up from the package to
-// the module root, then ../shared/fixtures/dsh-sessions.
-func fixtureDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	fix := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fix); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("dsh session fixtures missing at ../shared/fixtures/dsh-sessions: %v", err)
-		}
-		t.Skipf("dsh session fixtures missing at ../shared/fixtures/dsh-sessions (%v); they come with the project's shared directory", err)
-	}
-	return fix
-}
-
 // sessionDir copies a real dsh transcript into a fresh session directory
 // with the given modes.
 func sessionDir(t *testing.T, dirMode, fileMode os.FileMode) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(fixtureDir(t), "apps__web__fresh-round-trip__session.jsonl"))
+	data, err := os.ReadFile(filepath.Join(fixtures.DSHSessions(t), "apps__web__fresh-round-trip__session.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

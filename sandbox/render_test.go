@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"flag"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,7 +74,7 @@ func TestRenderGolden(t *testing.T) {
 // TestRenderDSHFixtures renders the bash results recorded in real dsh
 // session logs from their parsed parts and expects dsh's exact text.
 func TestRenderDSHFixtures(t *testing.T) {
-	dir := fixtureDir(t)
+	dir := fixtures.DSHSessions(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,33 +96,6 @@ func TestRenderDSHFixtures(t *testing.T) {
 	if checked < 5 {
 		t.Errorf("checked %d bash results from the fixtures, want at least 5", checked)
 	}
-}
-
-// fixtureDir finds shared/fixtures/dsh-sessions next to the repository
-// root (the directory holding go.mod).
-func fixtureDir(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			fx := filepath.Join(d, "..", "shared", "fixtures", "dsh-sessions")
-			if _, err := os.Stat(fx); err == nil {
-				return fx
-			}
-			break
-		}
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("dsh session fixtures not found at ../shared/fixtures/dsh-sessions from the repository root")
-	}
-	t.Skip("dsh session fixtures not found at ../shared/fixtures/dsh-sessions from the repository root")
-	return ""
 }
 
 // bashResultTexts returns the text of every tool result in a dsh log whose

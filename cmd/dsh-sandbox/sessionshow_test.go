@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,37 +15,10 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
-// fixturesDir finds ../shared/fixtures/dsh-sessions beside the repository.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fixtures); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("fixtures missing in CI: %v", err)
-		}
-		t.Skipf("dsh session fixtures not found at %s: %v", fixtures, err)
-	}
-	return fixtures
-}
-
 var placeholder = regexp.MustCompile(`\{\{[A-Za-z0-9_]+\}\}`)
 
 func TestSessionShowFixtures(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil || len(files) < 40 {
 		t.Fatalf("found %d fixture logs (%v), want 40", len(files), err)

@@ -38,7 +38,12 @@ var allowed = map[string][]string{
 	"cmd/...":             {"*"},
 	"integration/...":     {"*"},
 	"internal/deptest":    {},
+	"internal/fixtures":   {},
 }
+
+// testSupport are packages every package's tests may import and no
+// package's own code may.
+var testSupport = []string{"internal/fixtures"}
 
 // backends may be picked only by cmd and integration.
 var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd"}
@@ -143,7 +148,7 @@ func TestLayering(t *testing.T) {
 			if !internal || dep == pkg || dep == pkg+"_test" || strings.HasSuffix(dep, ".test") {
 				continue
 			}
-			if !slices.Contains(ok, dep) {
+			if !slices.Contains(ok, dep) && !slices.Contains(testSupport, dep) {
 				t.Errorf("%s depends on %s, which DESIGN §2 forbids", pkg, dep)
 			}
 		}
@@ -154,11 +159,14 @@ func TestBackendsPickedOnlyByCmd(t *testing.T) {
 	for _, line := range goList(t, "-tags", "integration", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...") {
 		fields := strings.Fields(line)
 		pkg, _ := rel(fields[0])
-		if matches("cmd/...", pkg) || matches("integration/...", pkg) {
-			continue
-		}
 		for _, imp := range fields[1:] {
 			dep, internal := rel(imp)
+			if internal && slices.Contains(testSupport, dep) {
+				t.Errorf("%s imports %s outside its tests; it is test support only", pkg, dep)
+			}
+			if matches("cmd/...", pkg) || matches("integration/...", pkg) {
+				continue
+			}
 			if internal && slices.Contains(backends, dep) && !strings.HasPrefix(pkg, dep) {
 				t.Errorf("%s imports backend %s; only cmd/dsh-sandbox picks backends", pkg, dep)
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -44,7 +45,7 @@ func loadFixture(t *testing.T, dir, name string) ([]byte, *persistence.Log, erro
 }
 
 func TestFixturesLoad(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	names, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil || len(names) == 0 {
 		t.Fatalf("no fixtures in %s (%v)", dir, err)
@@ -227,7 +228,7 @@ func checkPackedRow(t *testing.T, line int, typ string, env map[string]json.RawM
 // what dsh itself writes: unpacked text/tool-call deltas in the fixtures
 // have exactly the bytes our packed-row expansion produces.
 func TestFixturesUnpackedChunksMatchExpansion(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	names, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	checked := 0
 	for _, p := range names {
@@ -263,7 +264,7 @@ func TestFixturesUnpackedChunksMatchExpansion(t *testing.T) {
 // TestFixturesRoundTrip writes every loaded fixture back through a Store,
 // plain, packed and zstd, in several batches, and loads it again.
 func TestFixturesRoundTrip(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	names, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	modes := []struct {
 		name   string
@@ -338,7 +339,7 @@ func TestFixturesRoundTrip(t *testing.T) {
 // before sourceEventSeqs, where the lines must hold the same JSON. The
 // header line differs only by the delegationDepth we always write.
 func TestFixturesPackedWriteMatchesDsh(t *testing.T) {
-	dir := fixturesDir(t)
+	dir := fixtures.DSHSessions(t)
 	names, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	for _, p := range names {
 		name := filepath.Base(p)

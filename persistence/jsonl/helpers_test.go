@@ -4,41 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 )
-
-// fixturesDir returns shared/fixtures/dsh-sessions next to the repository
-// root (the directory holding go.mod).
-func fixturesDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fixtures); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("dsh session fixtures are missing at ../shared/fixtures/dsh-sessions: %v", err)
-		}
-		t.Skipf("dsh session fixtures not found at ../shared/fixtures/dsh-sessions (%v); CI=true makes this fatal", err)
-	}
-	return fixtures
-}
 
 // fixtureID replaces {{sessionId}} in fixtures.
 const fixtureID = "session-7f3c2a10-4b5d-4e6f-8a9b-0c1d2e3f4a5b"

@@ -8,41 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
-
-// fixtureDir returns the directory of real dsh session logs, found beside
-// the repository root (the directory holding go.mod). It skips the test
-// when the fixtures are missing, and fails it under CI=true.
-func fixtureDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatalf("os.Getwd() = %v", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fixtures); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("dsh session fixtures missing under CI: %v", err)
-		}
-		t.Skipf("dsh session fixtures missing (want ../shared/fixtures/dsh-sessions beside the repository): %v", err)
-	}
-	return fixtures
-}
 
 // wireEvent is one event line of a dsh JSONL log, plain or packed.
 type wireEvent struct {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -190,7 +191,7 @@ func TestOpenRefusesForeignDatabase(t *testing.T) {
 }
 
 func TestRoundTripFixtures(t *testing.T) {
-	dir := fixtureDir(t)
+	dir := fixtures.DSHSessions(t)
 	cwd := t.TempDir()
 	names := []string{
 		"apps__web__fresh-round-trip__session.jsonl",     // text/reasoning/tool-call chunk rows

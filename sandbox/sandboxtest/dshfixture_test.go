@@ -4,40 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// dshSessionsDir finds the real dsh session logs: ../shared/fixtures/
-// dsh-sessions next to the module root. It skips the test when they are
-// missing, unless CI=true.
-func dshSessionsDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	fx := filepath.Join(dir, "..", "shared", "fixtures", "dsh-sessions")
-	if _, err := os.Stat(fx); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but the dsh session fixtures are missing: %v", err)
-		}
-		t.Skipf("dsh session fixtures not found at ../shared/fixtures/dsh-sessions from the module root: %v", err)
-	}
-	return fx
-}
 
 // topKeys returns the top-level keys of a JSON object in file order.
 func topKeys(t *testing.T, line []byte) []string {
@@ -84,7 +56,7 @@ func sameOrder(a, b []string) bool {
 // suite writes have the key order of real dsh logs, so that a reader
 // built for dsh accepts the fake sessions root.
 func TestFakeLinesMatchRealDSH(t *testing.T) {
-	dir := dshSessionsDir(t)
+	dir := fixtures.DSHSessions(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dsh session logs in %s (err %v)", dir, err)
