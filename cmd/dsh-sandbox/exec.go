@@ -84,6 +84,13 @@ func runExec(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	return finishExec(c, res, asJSON)
+}
+
+// finishExec ends `exec` after a call ran, locally or through the
+// service: the result as JSON, or notes on stderr (the output was
+// streamed), and the child's exit code.
+func finishExec(c *cli.Context, res *sandbox.Result, asJSON bool) error {
 	if asJSON {
 		if err := writeJSON(c.App.Writer, res); err != nil {
 			return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -318,22 +317,5 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 		return err
 	}
 	res := resp.Result
-	if c.Bool("json") {
-		if err := writeJSON(c.App.Writer, res); err != nil {
-			return err
-		}
-	} else {
-		if res.TimedOut {
-			fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: timed out after %dms\n", res.TimeoutMs)
-		}
-		for _, st := range []sandbox.Stream{res.Stdout, res.Stderr} {
-			if st.SpillPath != "" {
-				fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: full output: %s\n", st.SpillPath)
-			}
-		}
-	}
-	if code := sandbox.ExitCode(res, nil); code != 0 {
-		return &childExit{code}
-	}
-	return nil
+	return finishExec(c, res, c.Bool("json"))
 }
