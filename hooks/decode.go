@@ -3,6 +3,7 @@ package hooks
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,8 +71,9 @@ type hookJSON struct {
 // Decode turns what a hook's run returned into a HookResult, for an event
 // named event:
 //
-//   - runErr set (the sandbox failed), a timeout, or a signal: a
-//     non-blocking error;
+//   - runErr set or no result (the sandbox could not run the hook, so
+//     what it guards was not checked): Block, failing closed;
+//   - a timeout or a signal: a non-blocking error;
 //   - exit 2: Block, with stderr (trimmed) as the reason;
 //   - exit 0: stdout that is a whole, untruncated JSON object is decoded
 //     (continue, stopReason, systemMessage, decision approve/block,
@@ -86,11 +88,16 @@ type hookJSON struct {
 func Decode(event string, res *sandbox.Result, runErr error) HookResult {
 	var hr HookResult
 	switch {
-	case runErr != nil:
+	case runErr != nil, res == nil:
+		// The hook never ran, so whatever it guards was not checked: fail
+		// closed. (A hook that ran and failed is a non-blocking error, as
+		// in both dialects; a sandbox that could not run it is not that.)
+		if runErr == nil {
+			runErr = errors.New("no result")
+		}
 		hr.Error = "sandbox: " + runErr.Error()
-		return hr
-	case res == nil:
-		hr.Error = "sandbox: no result"
+		hr.Decision = Block
+		hr.Reason = "the hook could not run in the sandbox (" + runErr.Error() + "); failing closed"
 		return hr
 	}
 	hr.ExitCode = res.ExitCode

@@ -278,7 +278,7 @@ func TestDecodeCase(t *testing.T) {
 		{"signal", PreToolUse, &sandbox.Result{Signal: "SIGSEGV"}, nil,
 			HookResult{Error: "killed by signal SIGSEGV"}},
 		{"sandbox error", PreToolUse, nil, sandbox.Errorf(sandbox.ErrUnavailable, "runc missing"),
-			HookResult{Error: "sandbox: runc missing"}},
+			HookResult{Error: "sandbox: runc missing", Decision: Block, Reason: "the hook could not run in the sandbox (runc missing); failing closed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
