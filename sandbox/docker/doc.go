@@ -6,7 +6,11 @@
 // same shape as the oci backend's: no network, a read-only root, no
 // capabilities, no-new-privileges, Docker's default seccomp profile,
 // tmpfs /tmp, the workspace and the session directory bound at their own
-// paths, cgroup limits, the policy's user and the sandbox labels.
+// paths, cgroup limits, the policy's user and the sandbox labels. The
+// container has no log driver: its output reaches the caller only through
+// the attach stream, and the engine keeps no copy of it on disk. An engine
+// that is down or goes away during a call gives sandbox.ErrUnavailable,
+// never a made-up exit status.
 //
 // It imports sandbox, policy and the Docker client. Only cmd/dsh-sandbox
 // (which picks backends) and tests import it.

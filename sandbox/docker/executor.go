@@ -6,15 +6,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
@@ -67,12 +71,16 @@ const outputDrain = 10 * time.Second
 type Executor struct {
 	opts     Options
 	cli      *client.Client
+	probe    *client.Client // never reuses a connection: see engineGone
 	log      zerolog.Logger
 	instance string
 	lock     *os.File
 
 	mu     sync.RWMutex // held for reading by every running call
 	closed bool
+
+	activeMu sync.Mutex
+	active   map[string]struct{} // call IDs whose container Run still owns
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -107,35 +115,86 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: engine at %s is not reachable: %w", cli.DaemonHost(), err)
 	}
 	cli.NegotiateAPIVersion(pctx)
+	probe, err := newProbe(opts.Host)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		_ = cli.Close()
+		_ = probe.Close()
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: state directory: %v", err)
 	}
 	e := &Executor{
 		opts:     opts,
 		cli:      cli,
+		probe:    probe,
 		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
 		instance: opts.InstanceID,
+		active:   map[string]struct{}{},
 	}
 	if e.lock, err = lockInstance(e.instancesDir(), e.instance); err != nil {
 		_ = cli.Close()
+		_ = probe.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
 // newClient makes an engine client for host (empty: from the environment)
-// that negotiates the API version with the daemon.
-func newClient(host string) (*client.Client, error) {
+// that negotiates the API version with the daemon; extra options apply
+// last.
+func newClient(host string, extra ...client.Opt) (*client.Client, error) {
 	o := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if host != "" {
 		o = append(o, client.WithHost(host))
 	}
-	cli, err := client.NewClientWithOpts(o...)
+	cli, err := client.NewClientWithOpts(append(o, extra...)...)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: host %q: %w", host, err)
 	}
 	return cli, nil
+}
+
+// newProbe makes a client for host that opens a new connection for every
+// request (see engineGone).
+func newProbe(host string) (*client.Client, error) {
+	// The option runs before the client wraps its transport for tracing,
+	// while HTTPClient still shares the bare *http.Transport.
+	return newClient(host, func(c *client.Client) error {
+		t, ok := c.HTTPClient().Transport.(*http.Transport)
+		if !ok {
+			return fmt.Errorf("the client's transport is a %T, not an *http.Transport", c.HTTPClient().Transport)
+		}
+		t.DisableKeepAlives = true
+		return nil
+	})
+}
+
+// probeTimeout bounds engineGone's ping.
+const probeTimeout = 5 * time.Second
+
+// engineGone reports, as an error, that the engine does not accept new
+// connections; nil means it answers. A stopping engine closes its
+// listener first and then stops its containers (SIGTERM to pid 1, SIGKILL
+// after the stop timeout), while requests on connections it already had
+// are still served: the wait then reports a status the command never
+// chose, and only a new connection tells the engine is going away.
+func (e *Executor) engineGone(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := e.probe.Ping(pctx)
+	return err
+}
+
+// callErr classifies err, which the engine returned for what during call
+// id, as unavailable does; when the engine no longer accepts connections
+// the error says that it went away.
+func (e *Executor) callErr(ctx context.Context, err error, id, what string) error {
+	if gone := e.engineGone(ctx); gone != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: %s: the engine at %s went away during the call (%v): %w", id, what, e.cli.DaemonHost(), gone, err)
+	}
+	return unavailable(err, "call %s: %s", id, what)
 }
 
 func newInstanceID() string {
@@ -158,7 +217,7 @@ func (e *Executor) Close() error {
 		return nil
 	}
 	e.closed = true
-	err := e.cli.Close()
+	err := errors.Join(e.cli.Close(), e.probe.Close())
 	if e.lock != nil {
 		err = errors.Join(err, os.Remove(e.lock.Name()), e.lock.Close())
 		e.lock = nil
@@ -183,13 +242,18 @@ func unavailable(err error, format string, args ...any) error {
 }
 
 // isNotFound reports whether the engine said the object does not exist.
+// The client's errors match the containerd errdefs classes through Is;
+// they have no NotFound method.
 func isNotFound(err error) bool {
-	var nf interface{ NotFound() }
-	return errors.As(err, &nf)
+	return cerrdefs.IsNotFound(err)
 }
 
 // Run executes req in a new container and removes the container before
-// returning, whatever happened.
+// returning, whatever happened. An engine that is down, or that goes away
+// during the call (it kills its containers when it stops), gives no
+// Result and an error wrapping sandbox.ErrUnavailable: the command's
+// outcome is unknown. A container whose removal failed because the
+// engine was gone is left to Reap.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -258,11 +322,29 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	bg := context.WithoutCancel(ctx)
 	t1 := time.Now()
 	name := containerName(call.ID)
+	// Reap leaves the container alone until Run is done with it.
+	e.activeMu.Lock()
+	if _, dup := e.active[call.ID]; dup {
+		e.activeMu.Unlock()
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q is already running on this executor", call.ID)
+	}
+	e.active[call.ID] = struct{}{}
+	e.activeMu.Unlock()
+	defer func() {
+		e.activeMu.Lock()
+		delete(e.active, call.ID)
+		e.activeMu.Unlock()
+	}()
 	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			// The name belongs to another executor's call: not ours to
+			// remove.
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q: a container named %q already exists in the engine: %w", call.ID, name, err)
+		}
 		// A create that failed may still have left the container.
 		e.remove(bg, log, name, res)
-		return nil, unavailable(err, "call %s: create container", call.ID)
+		return nil, e.callErr(bg, err, call.ID, "create container")
 	}
 	res.Sandbox.ContainerID = created.ID
 	defer e.remove(bg, log, created.ID, res)
@@ -345,6 +427,9 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		pids = 256
 	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
+	// When the engine stops the container itself (a daemon shutting
+	// down, `docker stop`), it gives the same grace as a timeout does.
+	stopTimeout := int((e.opts.KillGrace + time.Second - 1) / time.Second)
 	cfg := &container.Config{
 		Hostname:        policy.Hostname,
 		User:            strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10),
@@ -357,6 +442,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		NetworkDisabled: true,
 		AttachStdout:    true,
 		AttachStderr:    true,
+		StopTimeout:     &stopTimeout,
 	}
 	if len(req.Stdin) > 0 {
 		cfg.AttachStdin, cfg.OpenStdin, cfg.StdinOnce = true, true, true
@@ -369,6 +455,11 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		Runtime:        p.Runtime,
 		Tmpfs:          map[string]string{},
 		IpcMode:        "private",
+		// No log driver: the engine's default (json-file) writes every
+		// line of output as a JSON record to disk, which made 200 MB of
+		// output take ~50 s instead of ~5 s and kept the command's
+		// output on the daemon's disk. The attach stream is all we read.
+		LogConfig: container.LogConfig{Type: "none"},
 		Resources: container.Resources{
 			Memory:     mem,
 			MemorySwap: mem,
@@ -393,7 +484,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 				Type:     mount.TypeBind,
 				Source:   m.Source,
 				Target:   m.Destination,
-				ReadOnly: slicesContains(m.Options, "ro"),
+				ReadOnly: slices.Contains(m.Options, "ro"),
 				BindOptions: &mount.BindOptions{
 					Propagation:  mount.PropagationRPrivate,
 					NonRecursive: true,
@@ -409,15 +500,6 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 func hasOption(opts []string, prefix string) bool {
 	for _, o := range opts {
 		if strings.HasPrefix(o, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-func slicesContains(opts []string, want string) bool {
-	for _, o := range opts {
-		if o == want {
 			return true
 		}
 	}
@@ -452,7 +534,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 		Stderr: true,
 	})
 	if err != nil {
-		return unavailable(err, "call %s: attach", call.ID)
+		return e.callErr(bg, err, call.ID, "attach")
 	}
 	defer hj.Close()
 	wctx, wcancel := context.WithCancel(bg)
@@ -469,7 +551,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
-		return unavailable(err, "call %s: start container", call.ID)
+		return e.callErr(bg, err, call.ID, "start container")
 	}
 	if len(req.Stdin) > 0 {
 		go func() {
@@ -520,16 +602,15 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	}
 	res.Stdout, res.Stderr = out, errOut
 	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+	// An engine that shuts down kills its containers and reports their
+	// status as if the command had died of SIGKILL (or broke the wait
+	// off): either way the outcome is unknown, whatever status came.
+	if gone := e.engineGone(bg); gone != nil {
+		log.Debug().Err(gone).AnErr("wait", waitErr).Int64("status", status).Msg("the engine went away during the call")
+		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
+	}
 	if waitErr != nil {
 		return unavailable(waitErr, "call %s: wait for the container", call.ID)
-	}
-	// An engine that shuts down stops its containers and reports their
-	// status as if they had ended: the outcome is then unknown.
-	pctx, pcancel := context.WithTimeout(bg, 5*time.Second)
-	_, perr := e.cli.Ping(pctx)
-	pcancel()
-	if perr != nil {
-		return unavailable(perr, "call %s: the engine went away during the call; its outcome is unknown", call.ID)
 	}
 	res.ExitCode, res.Signal = decodeStatus(status)
 	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {

@@ -18,7 +18,8 @@ import (
 
 // ReapReport lists what Reap removed.
 type ReapReport struct {
-	// Instances are the dead instances whose containers were removed.
+	// Instances are the dead instances whose containers were removed;
+	// this executor's own instance is never listed.
 	Instances []string `json:"instances"`
 	// Containers are the engine ids of the containers removed.
 	Containers []string `json:"containers"`
@@ -51,9 +52,11 @@ func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 // left in the engine: those of an instance whose lock file in StateDir is
 // not held (its process is gone), and stopped ones of instances unknown
 // here. Running containers of unknown instances may belong to a live
-// service on another state directory and are left alone; this
-// executor's own containers are never touched. It keeps going after a
-// failure and returns what it removed with every failure joined.
+// service on another state directory and are left alone. Of this
+// executor's own containers it removes those whose call has returned
+// (their teardown failed, typically because the engine was down) and
+// never one of a call in progress. It keeps going after a failure and
+// returns what it removed with every failure joined.
 func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	var rep ReapReport
 	cs, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
@@ -68,10 +71,10 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	for _, c := range cs {
 		inst := c.Labels[sandbox.LabelInstance]
 		if inst == e.instance {
-			continue
-		}
-		_, isDead := dead[inst]
-		if !isDead && (e.knownInstance(inst) || c.State == "running") {
+			if e.callActive(c.Labels[sandbox.LabelExecution]) {
+				continue
+			}
+		} else if _, isDead := dead[inst]; !isDead && (e.knownInstance(inst) || c.State == "running") {
 			continue
 		}
 		err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -80,7 +83,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 			continue
 		}
 		rep.Containers = append(rep.Containers, c.ID)
-		if !slices.Contains(rep.Instances, inst) {
+		if inst != e.instance && !slices.Contains(rep.Instances, inst) {
 			rep.Instances = append(rep.Instances, inst)
 		}
 	}
@@ -93,6 +96,15 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, sandbox.Errorf(sandbox.ErrInternal, "docker: reap: %w", errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// callActive reports whether a Run of this executor still owns the
+// container of call id.
+func (e *Executor) callActive(id string) bool {
+	e.activeMu.Lock()
+	defer e.activeMu.Unlock()
+	_, ok := e.active[id]
+	return ok
 }
 
 // knownInstance reports whether inst has a lock file here (then it is
