@@ -25,7 +25,7 @@ func BenchmarkCollect(b *testing.B) {
 	if _, err := Install(r, holder.Get); err != nil {
 		b.Fatal(err)
 	}
-	h := session.New("/work/project", fixedTime)
+	h := session.New("/srv/project", fixedTime)
 	x := overlay.Execution{Home: "/srv/dsh", Session: &h}
 	ctx := context.Background()
 	b.ReportAllocs()

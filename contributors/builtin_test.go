@@ -67,7 +67,7 @@ func collect(t *testing.T, r *overlay.Registry, x overlay.Execution) overlay.Sna
 
 func TestCollectBuiltInsCase(t *testing.T) {
 	const home = "/srv/dsh"
-	h := &session.Header{ID: "session-1", CreatedAt: 1, Cwd: "/work/project"}
+	h := &session.Header{ID: "session-1", CreatedAt: 1, Cwd: "/srv/project"}
 	cases := []struct {
 		name    string
 		locator Locator
@@ -324,7 +324,7 @@ func TestFixtureHeaders(t *testing.T) {
 	for _, f := range files {
 		line := firstLine(t, f)
 		line = strings.ReplaceAll(line, "{{sessionId}}", "fixture-"+filepath.Base(f))
-		line = strings.ReplaceAll(line, "{{cwd}}", "/work/fixture")
+		line = strings.ReplaceAll(line, "{{cwd}}", "/srv/fixture")
 		h, err := session.Parse([]byte(line))
 		if err != nil {
 			t.Errorf("%s: session.Parse = %v", filepath.Base(f), err)
