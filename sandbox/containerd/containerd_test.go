@@ -1,0 +1,140 @@
+//go:build containerd
+
+// The containerd tests need a running containerd; they are not yet part of
+// CI (see the Docker and containerd issue). Run them with:
+// eval "$(scripts/daemons.sh start)"; go test -tags containerd ./sandbox/containerd
+
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
+)
+
+// testImage is the busybox image the tests import into the namespace.
+const testImage = "dsh-sandbox-test-busybox:latest"
+
+// testImageEnv is its environment.
+var testImageEnv = []string{"PATH=" + images.DefaultPath}
+
+// testNamespace keeps the tests' objects apart from a service's.
+const testNamespace = "dsh-sandbox-test"
+
+// testAddress returns the daemon socket the tests use
+// (DSH_SANDBOX_TEST_CONTAINERD, set by scripts/daemons.sh), skipping the
+// test unless it runs as root and the daemon answers; under CI=true it
+// fails instead.
+func testAddress(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv("DSH_SANDBOX_TEST_CONTAINERD")
+	missing := ""
+	switch {
+	case os.Geteuid() != 0:
+		missing = fmt.Sprintf("the containerd backend tests need root (running as uid %d)", os.Geteuid())
+	case addr == "":
+		missing = "DSH_SANDBOX_TEST_CONTAINERD is not set (eval \"$(scripts/daemons.sh start)\")"
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		e, err := New(ctx, Options{Address: addr, StateDir: t.TempDir(), Namespace: testNamespace})
+		cancel()
+		if err != nil {
+			missing = fmt.Sprintf("no containerd answers on %s: %v", addr, err)
+		} else {
+			e.Close()
+		}
+	}
+	if missing == "" {
+		return addr
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but %s", missing)
+	}
+	t.Skip(missing)
+	return ""
+}
+
+// newTestExecutor returns an executor on a fresh state directory with the
+// busybox test image imported, closed when the test ends.
+func newTestExecutor(t testing.TB) *Executor {
+	t.Helper()
+	addr := testAddress(t)
+	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	var tar bytes.Buffer
+	if err := testRootfsTar(&tar); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("BusyboxRootfsTar: %v", err)
+		}
+		t.Skipf("cannot build the busybox test image (install busybox-static and bash): %v", err)
+	}
+	if err := e.ImportRootfs(t.Context(), &tar, testImage, testImageEnv); err != nil {
+		t.Fatalf("ImportRootfs(%q) = %v", testImage, err)
+	}
+	return e
+}
+
+// testPolicy is the built-in workspace-write policy for the backend.
+func testPolicy(t testing.TB) sandbox.Policy {
+	t.Helper()
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		t.Fatalf("policy.Builtin(%q) not found", policy.WorkspaceWrite)
+	}
+	p.Backend, p.Image = Backend, testImage
+	return p
+}
+
+// leftovers lists the containers and snapshots of e's instance.
+func leftovers(t testing.TB, e *Executor) []string {
+	t.Helper()
+	var out []string
+	ids, err := e.Containers(context.Background())
+	if err != nil {
+		out = append(out, "list containers: "+err.Error())
+	}
+	for _, id := range ids {
+		out = append(out, "container "+id)
+	}
+	keys, err := e.Snapshots(context.Background())
+	if err != nil {
+		out = append(out, "list snapshots: "+err.Error())
+	}
+	for _, k := range keys {
+		out = append(out, "snapshot "+k)
+	}
+	return out
+}
+
+// TestConformance runs the sandboxtest suite on the daemon, unchanged.
+func TestConformance(t *testing.T) {
+	testAddress(t)
+	var e *Executor
+	sandboxtest.Run(t, sandboxtest.Config{
+		New: func(t *testing.T) sandbox.Executor {
+			e = newTestExecutor(t)
+			return e
+		},
+		Policy:    testPolicy(t),
+		ImageEnv:  testImageEnv,
+		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
+		Isolated:  true,
+	})
+}

@@ -1,0 +1,515 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/identifiers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	cerrdefs "github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Backend is the backend name in policies and results.
+const Backend = "containerd"
+
+// DefaultNamespace is the containerd namespace of an Executor whose
+// Options.Namespace is empty.
+const DefaultNamespace = "dsh-sandbox"
+
+// runtimeName is the containerd runtime (shim) every task runs under.
+const runtimeName = "io.containerd.runc.v2"
+
+// snapshotter is the snapshotter images are unpacked into and call
+// snapshots are made with.
+const snapshotter = "overlayfs"
+
+// Options configure an Executor. Address and StateDir are required; every
+// other zero field means the documented default.
+type Options struct {
+	// Address is the daemon's socket path.
+	Address string
+	// Namespace is the containerd namespace of images, containers and
+	// snapshots; empty means DefaultNamespace.
+	Namespace string
+	// StateDir is an absolute directory owned by the service: the task
+	// FIFOs go to StateDir/containerd-fifo, spill files of calls without a
+	// session directory to StateDir/spill.
+	StateDir string
+	// InstanceID names this executor in labels; empty means a random
+	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
+	// with a letter or digit.
+	InstanceID string
+	// Logger receives debug events per call and errors of teardown; the
+	// zero value logs nothing. Env values are never logged.
+	Logger zerolog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit, at
+	// call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// teardownTimeout bounds the removal of one call's task, container and
+// snapshot; it runs on a context detached from the caller's.
+const teardownTimeout = 30 * time.Second
+
+// outputDrain bounds how long the output may trail the task's exit
+// before the FIFOs are closed.
+const outputDrain = 10 * time.Second
+
+// Executor runs each call in a new containerd container and removes it
+// when the call ends. Create one with New; the zero value is not usable.
+// An Executor is safe for concurrent use. Close releases it.
+type Executor struct {
+	opts     Options
+	cli      *containerd.Client
+	log      zerolog.Logger
+	instance string
+
+	mu     sync.RWMutex // held for reading by every running call
+	closed bool
+
+	activeMu sync.Mutex
+	active   map[string]struct{} // call IDs whose container Run still owns
+}
+
+var _ sandbox.Executor = (*Executor)(nil)
+
+// New validates opts and connects to the daemon at opts.Address. An
+// unreachable daemon is an error wrapping sandbox.ErrUnavailable.
+func New(ctx context.Context, opts Options) (*Executor, error) {
+	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: StateDir %q is not an absolute path", opts.StateDir)
+	}
+	if opts.Address == "" {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: Address is empty")
+	}
+	opts.StateDir = filepath.Clean(opts.StateDir)
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if err := identifiers.Validate(opts.Namespace); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: Namespace %q: %v", opts.Namespace, err)
+	}
+	if opts.InstanceID == "" {
+		opts.InstanceID = newInstanceID()
+	} else if !sandbox.ValidCallID(opts.InstanceID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.LookupEnv
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = sandbox.DefaultKillGrace
+	}
+	// A missing socket is answered at once; the client would retry the
+	// dial until its timeout.
+	if _, err := os.Stat(opts.Address); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: daemon at %s is not reachable: %v", opts.Address, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cli, err := containerd.New(opts.Address,
+		containerd.WithDefaultNamespace(opts.Namespace),
+		containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: daemon at %s is not reachable: %v", opts.Address, err)
+	}
+	if _, err := cli.Version(cctx); err != nil {
+		_ = cli.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: daemon at %s is not reachable: %v", opts.Address, err)
+	}
+	if err := os.MkdirAll(filepath.Join(opts.StateDir, "containerd-fifo"), 0o700); err != nil {
+		_ = cli.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+	}
+	return &Executor{
+		opts:     opts,
+		cli:      cli,
+		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		instance: opts.InstanceID,
+		active:   map[string]struct{}{},
+	}, nil
+}
+
+func newInstanceID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
+}
+
+// Instance returns the executor's instance id.
+func (e *Executor) Instance() string { return e.instance }
+
+// Close waits for running calls and closes the daemon connection. Runs
+// after Close fail with sandbox.ErrUnavailable. Close is idempotent.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	return e.cli.Close()
+}
+
+// ctx returns ctx in the executor's namespace.
+func (e *Executor) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, e.opts.Namespace)
+}
+
+// classify maps a daemon error: one that cannot be reached is
+// ErrUnavailable, a missing object ErrNotFound, anything else ErrInternal.
+func classify(err error, format string, args ...any) error {
+	class := sandbox.ErrInternal
+	switch {
+	case cerrdefs.IsUnavailable(err), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT),
+		errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), cerrdefs.IsCanceled(err), cerrdefs.IsDeadlineExceeded(err):
+		class = sandbox.ErrUnavailable
+	case cerrdefs.IsNotFound(err):
+		class = sandbox.ErrNotFound
+	}
+	return sandbox.Errorf(class, "containerd: "+format+": %w", append(args, err)...)
+}
+
+// specPolicy is p without its environment settings, which only
+// sandbox.Prepare reads (see the oci backend).
+func specPolicy(p sandbox.Policy) sandbox.Policy {
+	p.EnvInherit, p.EnvSet = nil, nil
+	return p
+}
+
+// containerID is the daemon's id for a call's container and snapshot.
+func containerID(callID string) string { return "dsh-sandbox-" + callID }
+
+// Run executes req in a new container and removes the task, container
+// and snapshot before returning, whatever happened. A daemon that is down
+// or goes away during the call gives no Result and an error wrapping
+// sandbox.ErrUnavailable. What teardown could not remove is left to Reap.
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: executor is closed")
+	}
+	t0 := time.Now()
+	if req == nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: request is nil")
+	}
+	if req.Policy.Backend != Backend {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: policy.backend %q: this executor runs only %q", req.Policy.Backend, Backend)
+	}
+	if req.Policy.Image == "" || req.Policy.Image == "host" {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: policy.image %q: the host image exists only for the oci backend; import an image with `dsh-sandbox images import --backend containerd`", req.Policy.Image)
+	}
+	if req.Policy.Runtime != "" && req.Policy.Runtime != "runc" {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: policy.runtime %q: this backend runs only runc", req.Policy.Runtime)
+	}
+	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sandbox.Prepare(req, nil, e.opts.Getenv); err != nil {
+		return nil, err
+	}
+	opts, err := policy.SpecOpts(specPolicy(req.Policy), req.Session, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
+	}
+	nctx := e.ctx(ctx)
+	img, err := e.cli.GetImage(nctx, req.Policy.Image)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, sandbox.Errorf(sandbox.ErrNotFound, "containerd: policy.image %q: not in namespace %q; import it with `dsh-sandbox images import --backend containerd`: %w", req.Policy.Image, e.opts.Namespace, err)
+		}
+		return nil, classify(err, "policy.image %q", req.Policy.Image)
+	}
+	ispec, err := img.Spec(nctx)
+	if err != nil {
+		return nil, classify(err, "policy.image %q: config", req.Policy.Image)
+	}
+	call, err := sandbox.Prepare(req, ispec.Config.Env, e.opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
+	res = &sandbox.Result{
+		TimeoutMs: call.Timeout.Milliseconds(),
+		Sandbox: sandbox.Info{
+			Backend: Backend,
+			Runtime: "runc",
+			Image:   req.Policy.Image,
+			Policy:  req.Policy.Name,
+		},
+	}
+	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
+		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
+		}
+	}
+	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
+	spec := baseSpec()
+	all := append(opts,
+		withProcess(initArgs(req.Command, call.Env), call.Env, call.Workdir),
+		withAnnotations(labels),
+		withCgroupsPath("/dsh-sandbox-containerd/"+e.instance+"-"+call.ID),
+	)
+	for _, o := range all {
+		if err := o(spec); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: spec: %w", call.ID, err)
+		}
+	}
+	spec.Root = &specs.Root{Path: "rootfs", Readonly: true}
+	res.Timings.Prepare = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+
+	e.activeMu.Lock()
+	if _, dup := e.active[call.ID]; dup {
+		e.activeMu.Unlock()
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q is already running on this executor", call.ID)
+	}
+	e.active[call.ID] = struct{}{}
+	e.activeMu.Unlock()
+	defer func() {
+		e.activeMu.Lock()
+		delete(e.active, call.ID)
+		e.activeMu.Unlock()
+	}()
+
+	// From here on everything is removed on every path, on a context the
+	// caller's cancellation does not reach.
+	bg := context.WithoutCancel(nctx)
+	t1 := time.Now()
+	id := containerID(call.ID)
+	c, err := e.cli.NewContainer(bg, id,
+		containerd.WithContainerLabels(labels),
+		containerd.WithSnapshotter(snapshotter),
+		containerd.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
+		containerd.WithRuntime(runtimeName, nil),
+		containerd.WithSpec(spec),
+	)
+	if err != nil {
+		if cerrdefs.IsAlreadyExists(err) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q: a container or snapshot %q already exists in namespace %q: %w", call.ID, id, e.opts.Namespace, err)
+		}
+		// A failed create may have left the snapshot behind.
+		e.removeSnapshot(bg, log, id)
+		return nil, classify(err, "call %s: create container", call.ID)
+	}
+	res.Sandbox.ContainerID = id
+	defer e.remove(bg, log, c, res)
+	res.Timings.Create = time.Since(t1)
+
+	t2 := time.Now()
+	if err := e.runTask(ctx, bg, log, call, req, c, res); err != nil {
+		return nil, err
+	}
+	res.Timings.Run = time.Since(t2)
+	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	return res, nil
+}
+
+// remove deletes the call's task (killing what is left of it), container
+// and snapshot, and records the teardown time. A failure is logged: the
+// outcome of the call is known, and Reap removes what is left.
+func (e *Executor) remove(ctx context.Context, log zerolog.Logger, c containerd.Container, res *sandbox.Result) {
+	t := time.Now()
+	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
+	defer cancel()
+	if err := deleteContainer(tctx, c); err != nil {
+		log.Error().Err(err).Str("container", c.ID()).Msg("teardown left the container behind; `dsh-sandbox reap --backend containerd` removes it")
+	}
+	if res != nil {
+		res.Timings.Teardown = time.Since(t)
+	}
+}
+
+// deleteContainer kills and deletes c's task if it has one, then deletes
+// c with its snapshot. Objects already gone are not an error.
+func deleteContainer(ctx context.Context, c containerd.Container) error {
+	var errs []error
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	} else if !cerrdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !cerrdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeSnapshot deletes the snapshot key if it exists.
+func (e *Executor) removeSnapshot(ctx context.Context, log zerolog.Logger, key string) {
+	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
+	defer cancel()
+	err := e.cli.SnapshotService(snapshotter).Remove(tctx, key)
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		log.Error().Err(err).Str("snapshot", key).Msg("teardown left the snapshot behind; `dsh-sandbox reap --backend containerd` removes it")
+	}
+}
+
+// runTask creates the task with its stdio attached, starts it, streams
+// its output into the call's captures, supervises it and fills res.
+func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, c containerd.Container, res *sandbox.Result) error {
+	spillDir := call.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(e.opts.StateDir, "spill")
+	}
+	capture := func(suffix string, live io.Writer) *sandbox.Capture {
+		return sandbox.NewCapture(sandbox.CaptureOptions{
+			TailBytes:   call.TailBytes,
+			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
+			SpillMax:    call.SpillMax,
+			Live:        live,
+			SpillInside: call.SpillInside,
+		})
+	}
+	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	var stdin io.Reader
+	stdinDone := make(chan struct{})
+	if len(req.Stdin) > 0 {
+		stdin = &eofReader{r: bytes.NewReader(req.Stdin), eof: stdinDone}
+	}
+	// The FIFOs go to a directory of ours, explicitly: the client's
+	// default is under /run/containerd, which the daemon may not share.
+	creator := cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))
+	task, err := c.NewTask(bg, creator)
+	if err != nil {
+		return classify(err, "call %s: create task", call.ID)
+	}
+	// Wait before start so that the exit is not missed.
+	exitC, err := task.Wait(bg)
+	if err != nil {
+		return classify(err, "call %s: wait for the task", call.ID)
+	}
+	if err := ctx.Err(); err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	if err := task.Start(bg); err != nil {
+		return classify(err, "call %s: start task", call.ID)
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	if stdin != nil {
+		// The shim keeps the process's stdin open until told to close
+		// it: the end of our copy alone is no EOF for the command.
+		go func() {
+			select {
+			case <-stdinDone:
+				_ = task.CloseIO(bg, containerd.WithStdinCloser)
+			case <-finished:
+			}
+		}()
+	}
+
+	done := make(chan struct{})
+	var status containerd.ExitStatus
+	go func() {
+		defer close(done)
+		status = <-exitC
+	}()
+	var lastSig syscall.Signal
+	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
+		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping task")
+		lastSig = sig
+		kctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		// Every process of the container, not only its init.
+		return task.Kill(kctx, sig, containerd.WithKillAll)
+	})
+	<-done
+
+	// The output ends when the container's processes close it; give it
+	// a moment after the exit, then cut it.
+	drained := make(chan struct{})
+	go func() {
+		task.IO().Wait()
+		close(drained)
+	}()
+	drain := time.NewTimer(outputDrain)
+	select {
+	case <-drained:
+	case <-drain.C:
+		log.Warn().Msg("output did not end after the task exited; closing it")
+		task.IO().Cancel()
+		<-drained
+	}
+	drain.Stop()
+	task.IO().Close()
+
+	out, oerr := stdout.Stream()
+	errOut, eerr := stderr.Stream()
+	if oerr != nil || eerr != nil {
+		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
+	}
+	res.Stdout, res.Stderr = out, errOut
+	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+	code, _, werr := status.Result()
+	if werr != nil {
+		return classify(werr, "call %s: wait for the task", call.ID)
+	}
+	res.ExitCode, res.Signal = decodeStatus(code)
+	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
+		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
+	}
+	return nil
+}
+
+// maxSignal is the highest Linux signal number.
+const maxSignal = 64
+
+// decodeStatus turns the task's exit status into the call's exit code or
+// signal: the init exits with its child's status, a death by signal N as
+// 128+N, which is reported as that signal with a nil exit code (as the
+// oci backend does).
+func decodeStatus(status uint32) (code *int, signal string) {
+	c := int(status)
+	if c > 128 && c <= 128+maxSignal {
+		if name := sandbox.SignalName(syscall.Signal(c - 128)); name != "" {
+			return nil, name
+		}
+	}
+	return &c, ""
+}
+
+// eofReader reads r and closes eof once r reports the end of its data.
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err == io.EOF {
+		r.once.Do(func() { close(r.eof) })
+	}
+	return n, err
+}

@@ -1,0 +1,123 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// ImportRootfs stores the uncompressed root-filesystem tarball r in the
+// executor's namespace as a one-layer image called name (a canonical
+// as images.ValidateName accepts it, e.g. "example:latest"; policies
+// name it the same way) whose environment is env, and
+// unpacks it into the snapshotter. An image of that name is replaced.
+func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error {
+	if err := dshimages.ValidateName(name); err != nil {
+		return sandbox.Errorf(sandbox.ErrInvalid, "containerd: image name %q: %v", name, err)
+	}
+	canon := name
+	ctx = e.ctx(ctx)
+	// The lease keeps the blobs from the garbage collector until the
+	// image record points at them.
+	ctx, done, err := e.cli.WithLease(ctx)
+	if err != nil {
+		return classify(err, "import %q: lease", canon)
+	}
+	defer func() { _ = done(context.WithoutCancel(ctx)) }()
+
+	// The layer goes through a temporary file: its digest must be known
+	// before the content store takes it.
+	tmp, err := os.CreateTemp(e.opts.StateDir, "import-*.tar")
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrInternal, "containerd: import %q: %v", canon, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	dg := digest.Canonical.Digester()
+	size, err := io.Copy(io.MultiWriter(tmp, dg.Hash()), r)
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrInternal, "containerd: import %q: read rootfs tarball: %v", canon, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return sandbox.Errorf(sandbox.ErrInternal, "containerd: import %q: %v", canon, err)
+	}
+	cs := e.cli.ContentStore()
+	layer := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: dg.Digest(), Size: size}
+	if err := content.WriteBlob(ctx, cs, "dsh-layer-"+layer.Digest.Encoded(), tmp, layer); err != nil {
+		return classify(err, "import %q: write layer", canon)
+	}
+	cfg := ocispec.Image{
+		Created:  ptr(time.Now().UTC()),
+		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Config:   ocispec.ImageConfig{Env: env},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+	}
+	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, nil)
+	if err != nil {
+		return classify(err, "import %q: write config", canon)
+	}
+	mf := ocispec.Manifest{
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    cfgDesc,
+		Layers:    []ocispec.Descriptor{layer},
+	}
+	mf.SchemaVersion = 2
+	// The manifest's labels tell the garbage collector what it refers to.
+	refs := map[string]string{
+		"containerd.io/gc.ref.content.config": cfgDesc.Digest.String(),
+		"containerd.io/gc.ref.content.l.0":    layer.Digest.String(),
+	}
+	mfDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageManifest, mf, refs)
+	if err != nil {
+		return classify(err, "import %q: write manifest", canon)
+	}
+	rec := images.Image{Name: canon, Target: mfDesc, Labels: map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue}}
+	is := e.cli.ImageService()
+	if _, err := is.Create(ctx, rec); err != nil {
+		if !cerrdefs.IsAlreadyExists(err) {
+			return classify(err, "import %q: create image", canon)
+		}
+		if _, err := is.Update(ctx, rec); err != nil {
+			return classify(err, "import %q: update image", canon)
+		}
+	}
+	img := containerd.NewImage(e.cli, rec)
+	if err := img.Unpack(ctx, snapshotter); err != nil {
+		return classify(err, "import %q: unpack", canon)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// writeJSON stores v as a blob of mediaType with labels.
+func writeJSON(ctx context.Context, cs content.Store, mediaType string, v any, labels map[string]string) (ocispec.Descriptor, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("encode %s: %w", mediaType, err)
+	}
+	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
+	var opts []content.Opt
+	if labels != nil {
+		opts = append(opts, content.WithLabels(labels))
+	}
+	if err := content.WriteBlob(ctx, cs, "dsh-"+desc.Digest.Encoded(), bytes.NewReader(data), desc, opts...); err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	return desc, nil
+}

@@ -1,0 +1,71 @@
+package containerd
+
+import (
+	"fmt"
+	"strings"
+)
+
+// initRun is the container's pid 1 after the preamble of initScript: a
+// POSIX shell that runs the command as its foreground child and exits
+// with its status. It traps TERM so that it survives the SIGTERM a timeout
+// sends to the container's processes and keeps waiting; the child gets
+// SIGTERM as usual (a caught signal is reset to the default in the child).
+// The child's stderr is the original one on fd 3; the init's own stderr
+// goes to /dev/null so that its "Terminated" notice never reaches the
+// command's output. This is the oci and docker backends' init, so all backends give
+// a command the same process tree and signal semantics.
+const initRun = `trap : TERM; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); exit $?`
+
+// pickShell sets the positional parameters to the command line: the
+// image's bash when it has one, else /bin/sh, with -c and the command
+// (the only parameter on entry). The spec is built before the snapshot is mounted
+// before the container exists, so the init looks for itself.
+const pickShell = `for b in /bin/bash /usr/bin/bash /usr/local/bin/bash; do ` +
+	`if [ -f "$b" ] && [ -x "$b" ]; then set -- "$b" -c "$1"; break; fi; done; ` +
+	`if [ "$#" -eq 1 ]; then set -- /bin/sh -c "$1"; fi; unset b; `
+
+// initOwnedVars are the variables the init shell, the engine or the
+// runtime may add or change before the command starts: the shell's own
+// (PWD, OLDPWD, SHLVL, PATH, _), HOSTNAME and HOME
+// (runc adds it when the env lacks it). initScript puts each back the way
+// the call's env has it.
+var initOwnedVars = []string{"PWD", "OLDPWD", "SHLVL", "PATH", "_", "HOSTNAME", "HOME"}
+
+// initScript returns the init's script for a command whose environment
+// is env. Only the values of initOwnedVars appear in it (they are
+// restored from the command line); no other env value does.
+func initScript(env []string) string {
+	var b strings.Builder
+	b.WriteString(pickShell)
+	for _, name := range initOwnedVars {
+		v, ok := lookupEnv(env, name)
+		if !ok {
+			fmt.Fprintf(&b, "unset %s; ", name)
+			continue
+		}
+		fmt.Fprintf(&b, "%s=%s; export %s; ", name, shellQuote(v), name)
+	}
+	b.WriteString(initRun)
+	return b.String()
+}
+
+// initArgs is the container's argv: the init running command.
+func initArgs(command string, env []string) []string {
+	return []string{"/bin/sh", "-c", initScript(env), "sh", command}
+}
+
+// lookupEnv finds name in a KEY=VALUE list (the last entry wins).
+func lookupEnv(env []string, name string) (string, bool) {
+	val, found := "", false
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			val, found = v, true
+		}
+	}
+	return val, found
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

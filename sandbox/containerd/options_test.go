@@ -1,0 +1,73 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+func TestNewInvalidCases(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"relative-state-dir", Options{Address: "/nonexistent.sock", StateDir: "state"}},
+		{"empty-address", Options{StateDir: dir}},
+		{"bad-namespace", Options{Address: "/nonexistent.sock", StateDir: dir, Namespace: "bad ns"}},
+		{"bad-instance", Options{Address: "/nonexistent.sock", StateDir: dir, InstanceID: "-x"}},
+	} {
+		_, err := New(context.Background(), tc.opts)
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("New(%s) = %v, want sandbox.ErrInvalid", tc.name, err)
+		}
+	}
+}
+
+func TestLabelFilterCases(t *testing.T) {
+	for _, tc := range []struct{ key, value, want string }{
+		{sandbox.LabelOwner, sandbox.LabelOwnerValue, `labels."dsh-sandbox.owner"==dsh-sandbox`},
+		{sandbox.LabelInstance, "i-1", `labels."dsh-sandbox.instance"==i-1`},
+	} {
+		if got := labelFilter(tc.key, tc.value); got != tc.want {
+			t.Errorf("labelFilter(%q, %q) = %q, want %q", tc.key, tc.value, got, tc.want)
+		}
+	}
+}
+
+func TestSpecReadonlyRootCases(t *testing.T) {
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		t.Fatalf("policy.Builtin(%q) not found", policy.WorkspaceWrite)
+	}
+	p.Backend, p.Image = Backend, "img:latest"
+	s := sandbox.Session{ID: "s1", Cwd: t.TempDir()}
+	opts, err := policy.SpecOpts(specPolicy(p), s, 0, 0)
+	if err != nil {
+		t.Fatalf("policy.SpecOpts() = %v", err)
+	}
+	spec := baseSpec()
+	for _, o := range append(opts, withCgroupsPath("/x"), withAnnotations(map[string]string{"k": "v"})) {
+		if err := o(spec); err != nil {
+			t.Fatalf("spec option = %v", err)
+		}
+	}
+	if spec.Root == nil || !spec.Root.Readonly || spec.Root.Path != "rootfs" {
+		t.Errorf("spec.Root = %+v, want read-only rootfs", spec.Root)
+	}
+	if spec.Linux.CgroupsPath != "/x" || spec.Annotations["k"] != "v" {
+		t.Errorf("spec cgroupsPath, annotations = %q, %v, want /x, k=v", spec.Linux.CgroupsPath, spec.Annotations)
+	}
+}
+
+func TestNewUnavailableCases(t *testing.T) {
+	dir := t.TempDir()
+	addr := dir + "/no-daemon.sock"
+	_, err := New(context.Background(), Options{Address: addr, StateDir: dir})
+	if !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("New(Address %q) = %v, want sandbox.ErrUnavailable", "no-daemon.sock", err)
+	}
+}
