@@ -10,8 +10,10 @@ have runc || need+=(runc)
 have crun || need+=(crun)
 have runsc || need+=(runsc)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
-have jq || need+=(jq)
-have python3 || need+=(python3)
+# The hook tests run jq and python3 inside the sandbox, which sees the
+# host's /usr only: a python3 elsewhere (pyenv, say) does not count.
+[ -x /usr/bin/jq ] || need+=(jq)
+[ -x /usr/bin/python3 ] || need+=(python3)
 have unshare || need+=(util-linux)
 have git || need+=(git)
 
