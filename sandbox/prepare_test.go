@@ -27,7 +27,7 @@ func testRequest() *Request {
 		Command: "echo hi",
 		Session: Session{
 			ID:            "0190a1b2-c3d4",
-			Cwd:           "/work/project",
+			Cwd:           "/srv/project",
 			TranscriptDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4",
 		},
 		DSHEnv: []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4", "DSH_SHELL=1"},
@@ -99,7 +99,7 @@ func TestPrepareResolve(t *testing.T) {
 	}{
 		{"defaults", func(r *Request) {}, func(t *testing.T, c *Call) {
 			want := Call{
-				Timeout: DefaultTimeout, Workdir: "/work/project", TailBytes: DefaultStdoutMaxBytes,
+				Timeout: DefaultTimeout, Workdir: "/srv/project", TailBytes: DefaultStdoutMaxBytes,
 				SpillMax: DefaultSpillMaxBytes, SpillDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4/spill",
 				SpillInside: true,
 			}
@@ -145,7 +145,7 @@ func TestPrepareResolve(t *testing.T) {
 			}
 		}},
 		{"read-only workspace is the default workdir", func(r *Request) { r.Policy.Workspace = "ro" }, func(t *testing.T, c *Call) {
-			if c.Workdir != "/work/project" {
+			if c.Workdir != "/srv/project" {
 				t.Errorf("Workdir = %q, want /work/project", c.Workdir)
 			}
 		}},

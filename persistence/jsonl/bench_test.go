@@ -16,7 +16,7 @@ func BenchmarkLocate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := session.Header{ID: "session-7f3c2a10-4b5d-4e6f-8a9b-0c1d2e3f4a5b", CreatedAt: 1, Cwd: "/home/dev/work/deepseek-harness/开发"}
+	h := session.Header{ID: "session-7f3c2a10-4b5d-4e6f-8a9b-0c1d2e3f4a5b", CreatedAt: 1, Cwd: "/home/dev/src/deepseek-harness/开发"}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, ok := s.Locate(h); !ok {

@@ -272,7 +272,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	spec := baseSpec()
 	all := append(opts,
-		withProcess(initArgs(req.Command, call.Env), call.Env, call.Workdir),
+		withProcess(sandbox.InitArgs(req.Command, call.Env), call.Env, call.Workdir),
 		withAnnotations(labels),
 		withCgroupsPath("/dsh-sandbox-containerd/"+e.instance+"-"+call.ID),
 	)
@@ -475,28 +475,11 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	if werr != nil {
 		return classify(werr, "call %s: wait for the task", call.ID)
 	}
-	res.ExitCode, res.Signal = decodeStatus(code)
+	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(code))
 	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
 		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
 	}
 	return nil
-}
-
-// maxSignal is the highest Linux signal number.
-const maxSignal = 64
-
-// decodeStatus turns the task's exit status into the call's exit code or
-// signal: the init exits with its child's status, a death by signal N as
-// 128+N, which is reported as that signal with a nil exit code (as the
-// oci backend does).
-func decodeStatus(status uint32) (code *int, signal string) {
-	c := int(status)
-	if c > 128 && c <= 128+maxSignal {
-		if name := sandbox.SignalName(syscall.Signal(c - 128)); name != "" {
-			return nil, name
-		}
-	}
-	return &c, ""
 }
 
 // eofReader reads r and closes eof once r reports the end of its data.

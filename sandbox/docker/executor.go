@@ -434,7 +434,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		Hostname:        policy.Hostname,
 		User:            strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10),
 		Env:             call.Env,
-		Cmd:             initArgs(req.Command, call.Env),
+		Cmd:             sandbox.InitArgs(req.Command, call.Env),
 		Entrypoint:      []string{},
 		WorkingDir:      call.Workdir,
 		Image:           p.Image,
@@ -612,7 +612,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	if waitErr != nil {
 		return unavailable(waitErr, "call %s: wait for the container", call.ID)
 	}
-	res.ExitCode, res.Signal = decodeStatus(status)
+	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(status))
 	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
 		// Stopped by us, it chose its own status (a TERM handler); it
 		// still did not finish on its own.
@@ -637,22 +637,4 @@ func (e *Executor) signal(ctx context.Context, id string, sig syscall.Signal) er
 		return err
 	}
 	return e.cli.ContainerExecStart(kctx, ex.ID, container.ExecStartOptions{Detach: true})
-}
-
-// maxSignal is the highest Linux signal number.
-const maxSignal = 64
-
-// decodeStatus turns the container's exit status into the call's exit
-// code or signal. The init exits with its child's status: an exit code as
-// is, a death by signal N as 128+N; a status 129–192 naming a known signal
-// is reported as that signal with a nil exit code (as the oci backend
-// does; a command's own `exit 137` looks the same, as it does in $?).
-func decodeStatus(status int64) (code *int, signal string) {
-	c := int(status)
-	if c > 128 && c <= 128+maxSignal {
-		if name := sandbox.SignalName(syscall.Signal(c - 128)); name != "" {
-			return nil, name
-		}
-	}
-	return &c, ""
 }

@@ -72,8 +72,6 @@ func initArgs(bash, command string, env []string) []string {
 	return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, shellArgs(bash, command)...)
 }
 
-// maxSignal is the highest Linux signal number.
-const maxSignal = 64
 
 // decodeStatus turns the wait status of the runtime's `run` process into
 // the call's exit code or signal.
@@ -90,11 +88,5 @@ func decodeStatus(ws syscall.WaitStatus) (code *int, signal string) {
 	if ws.Signaled() {
 		return nil, sandbox.SignalName(ws.Signal())
 	}
-	c := ws.ExitStatus()
-	if c > 128 && c <= 128+maxSignal {
-		if name := sandbox.SignalName(syscall.Signal(c - 128)); name != "" {
-			return nil, name
-		}
-	}
-	return &c, ""
+	return sandbox.DecodeExitStatus(ws.ExitStatus())
 }

@@ -1,8 +1,9 @@
-package containerd
+package sandbox
 
 import (
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // initRun is the container's pid 1 after the preamble of initScript: a
@@ -12,21 +13,21 @@ import (
 // SIGTERM as usual (a caught signal is reset to the default in the child).
 // The child's stderr is the original one on fd 3; the init's own stderr
 // goes to /dev/null so that its "Terminated" notice never reaches the
-// command's output. This is the oci and docker backends' init, so all backends give
-// a command the same process tree and signal semantics.
+// command's output. The oci backend's init is the same, so every backend gives a
+// command the same process tree and signal semantics.
 const initRun = `trap : TERM; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); exit $?`
 
 // pickShell sets the positional parameters to the command line: the
 // image's bash when it has one, else /bin/sh, with -c and the command
-// (the only parameter on entry). The spec is built before the snapshot is mounted
-// before the container exists, so the init looks for itself.
+// (the only parameter on entry). A daemon backend cannot look into the
+// image before the container exists, so the init looks for itself.
 const pickShell = `for b in /bin/bash /usr/bin/bash /usr/local/bin/bash; do ` +
 	`if [ -f "$b" ] && [ -x "$b" ]; then set -- "$b" -c "$1"; break; fi; done; ` +
 	`if [ "$#" -eq 1 ]; then set -- /bin/sh -c "$1"; fi; unset b; `
 
 // initOwnedVars are the variables the init shell, the engine or the
 // runtime may add or change before the command starts: the shell's own
-// (PWD, OLDPWD, SHLVL, PATH, _), HOSTNAME and HOME
+// (PWD, OLDPWD, SHLVL, PATH, _), HOSTNAME (an engine adds it) and HOME
 // (runc adds it when the env lacks it). initScript puts each back the way
 // the call's env has it.
 var initOwnedVars = []string{"PWD", "OLDPWD", "SHLVL", "PATH", "_", "HOSTNAME", "HOME"}
@@ -49,8 +50,12 @@ func initScript(env []string) string {
 	return b.String()
 }
 
-// initArgs is the container's argv: the init running command.
-func initArgs(command string, env []string) []string {
+// InitArgs is the argv of a container's pid 1 for backends that cannot
+// look into the image first (docker, containerd): a /bin/sh init that
+// runs command under the image's bash (else /bin/sh) as its child, with
+// the shell-owned variables restored to env's values. No other env value
+// appears in the argv. The image must have /bin/sh.
+func InitArgs(command string, env []string) []string {
 	return []string{"/bin/sh", "-c", initScript(env), "sh", command}
 }
 
@@ -68,4 +73,21 @@ func lookupEnv(env []string, name string) (string, bool) {
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// maxSignal is the highest Linux signal number.
+const maxSignal = 64
+
+// DecodeExitStatus turns a container's exit status into a call's exit
+// code or signal. The init exits with its child's status: an exit code as
+// is, a death by signal N as 128+N. A status 129–192 naming a known signal
+// is reported as that signal with a nil exit code (a command's own
+// `exit 137` looks the same, as it does in $?).
+func DecodeExitStatus(status int) (code *int, signal string) {
+	if status > 128 && status <= 128+maxSignal {
+		if name := SignalName(syscall.Signal(status - 128)); name != "" {
+			return nil, name
+		}
+	}
+	return &status, ""
 }

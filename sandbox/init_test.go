@@ -1,4 +1,4 @@
-package docker
+package sandbox
 
 import (
 	"slices"
@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-func TestDecodeStatusCases(t *testing.T) {
+func TestDecodeExitStatusCases(t *testing.T) {
 	for _, tc := range []struct {
-		status int64
+		status int
 		code   int // -1: nil
 		signal string
 	}{
@@ -20,13 +20,13 @@ func TestDecodeStatusCases(t *testing.T) {
 		{143, -1, "SIGTERM"},
 		{255, 255, ""},
 	} {
-		code, sig := decodeStatus(tc.status)
+		code, sig := DecodeExitStatus(tc.status)
 		got := -1
 		if code != nil {
 			got = *code
 		}
 		if got != tc.code || sig != tc.signal {
-			t.Errorf("decodeStatus(%d) = %d, %q, want %d, %q", tc.status, got, sig, tc.code, tc.signal)
+			t.Errorf("DecodeExitStatus(%d) = %d, %q, want %d, %q", tc.status, got, sig, tc.code, tc.signal)
 		}
 	}
 }
@@ -55,8 +55,8 @@ func TestInitScriptCases(t *testing.T) {
 			}
 		}
 	}
-	args := initArgs("echo hi", nil)
+	args := InitArgs("echo hi", nil)
 	if !slices.Equal(args[:2], []string{"/bin/sh", "-c"}) || args[3] != "sh" || args[4] != "echo hi" {
-		t.Errorf("initArgs(%q, nil) = %q, want /bin/sh -c SCRIPT sh %q", "echo hi", args, "echo hi")
+		t.Errorf("InitArgs(%q, nil) = %q, want /bin/sh -c SCRIPT sh %q", "echo hi", args, "echo hi")
 	}
 }
