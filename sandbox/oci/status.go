@@ -72,7 +72,6 @@ func initArgs(bash, command string, env []string) []string {
 	return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, shellArgs(bash, command)...)
 }
 
-
 // decodeStatus turns the wait status of the runtime's `run` process into
 // the call's exit code or signal.
 //
