@@ -133,7 +133,8 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		instance: opts.InstanceID,
 		active:   map[string]struct{}{},
 	}
-	if e.lock, err = lockInstance(e.instancesDir(), e.instance); err != nil {
+	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
+		err = fmt.Errorf("docker: %w", err)
 		_ = cli.Close()
 		_ = probe.Close()
 		return nil, err

@@ -7,11 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -65,16 +63,19 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	if err != nil {
 		return rep, unavailable(err, "reap: list containers")
 	}
-	dead, release := e.deadInstances()
+	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
 	defer release()
 	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range cs {
 		inst := c.Labels[sandbox.LabelInstance]
 		if inst == e.instance {
 			if e.callActive(c.Labels[sandbox.LabelExecution]) {
 				continue
 			}
-		} else if _, isDead := dead[inst]; !isDead && (e.knownInstance(inst) || c.State == "running") {
+		} else if _, isDead := dead[inst]; !isDead && (sandbox.InstanceKnown(e.instancesDir(), inst) || c.State == "running") {
 			continue
 		}
 		err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -105,62 +106,4 @@ func (e *Executor) callActive(id string) bool {
 	defer e.activeMu.Unlock()
 	_, ok := e.active[id]
 	return ok
-}
-
-// knownInstance reports whether inst has a lock file here (then it is
-// live unless deadInstances took its lock).
-func (e *Executor) knownInstance(inst string) bool {
-	_, err := os.Stat(filepath.Join(e.instancesDir(), inst+".lock"))
-	return err == nil
-}
-
-// deadInstances takes the lock of every other instance whose lock file is
-// not held; release drops those locks.
-func (e *Executor) deadInstances() (map[string]*os.File, func()) {
-	dead := map[string]*os.File{}
-	release := func() {
-		for _, f := range dead {
-			f.Close()
-		}
-	}
-	entries, err := os.ReadDir(e.instancesDir())
-	if err != nil {
-		return dead, release
-	}
-	for _, ent := range entries {
-		inst, ok := strings.CutSuffix(ent.Name(), ".lock")
-		if !ok || inst == e.instance {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(e.instancesDir(), ent.Name()), os.O_RDWR, 0)
-		if err != nil {
-			continue
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			continue // held: a live instance
-		}
-		dead[inst] = f
-	}
-	return dead, release
-}
-
-// lockInstance creates and locks dir/<instance>.lock for the executor's
-// life; the descriptor is close-on-exec.
-func lockInstance(dir, instance string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: instance lock: %v", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: instance lock: %v", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: InstanceID %q is in use by a live executor", instance)
-		}
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: instance lock %q: %v", instance, err)
-	}
-	return f, nil
 }

@@ -13,15 +13,7 @@ import (
 )
 
 // Check is one finding of Doctor.
-type Check struct {
-	// Name says what was checked: "binary", "version", "root",
-	// "cgroups", "state" or "run".
-	Name string `json:"name"`
-	// OK is true when the check passed.
-	OK bool `json:"ok"`
-	// Detail says what was found, or why the check failed.
-	Detail string `json:"detail"`
-}
+type Check = sandbox.Check
 
 // doctorRunTimeout bounds the test call of Doctor.
 const doctorRunTimeout = 60 * time.Second

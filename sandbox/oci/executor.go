@@ -144,8 +144,8 @@ func New(opts Options) (*Executor, error) {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 	}
-	if e.lock, err = lockInstance(e.instancesDir(), e.instance); err != nil {
-		return nil, err
+	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if opts.Runtime == RuntimeCrun {
 		if hide := layout.unifiedMounts(); len(hide) > 0 {

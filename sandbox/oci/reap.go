@@ -3,15 +3,11 @@ package oci
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -62,7 +58,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	}
 	var rep ReapReport
 	var errs []error
-	dead, release, err := e.deadInstances()
+	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
 	defer release()
 	if err != nil {
 		errs = append(errs, err)
@@ -78,8 +74,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		// No lock file at all: the instance is gone (Close removes
 		// it, a crash leaves it, so this is an instance that closed
 		// while a call's teardown failed).
-		_, err := os.Stat(filepath.Join(e.instancesDir(), inst+".lock"))
-		return err == nil
+		return sandbox.InstanceKnown(e.instancesDir(), inst)
 	}
 	reaped := map[string]bool{}
 
@@ -218,57 +213,4 @@ func (e *Executor) reapCgroup(ctx context.Context, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, cgroupReapWait)
 	defer cancel()
 	return removeCgroupTree(ctx, dir)
-}
-
-// deadInstances takes the lock of every other instance whose lock file is
-// not held, so that none of them can come back while Reap runs; release
-// drops those locks.
-func (e *Executor) deadInstances() (dead map[string]*os.File, release func(), err error) {
-	dead = map[string]*os.File{}
-	release = func() {
-		for _, f := range dead {
-			f.Close()
-		}
-	}
-	entries, err := os.ReadDir(e.instancesDir())
-	if err != nil {
-		return dead, release, err
-	}
-	for _, ent := range entries {
-		inst, ok := strings.CutSuffix(ent.Name(), ".lock")
-		if !ok || inst == e.instance {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(e.instancesDir(), ent.Name()), os.O_RDWR, 0)
-		if err != nil {
-			continue
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			continue // held: a live instance
-		}
-		dead[inst] = f
-	}
-	return dead, release, nil
-}
-
-// lockInstance creates and locks dir/<instance>.lock. The descriptor is
-// close-on-exec, so no runtime or container ever inherits the lock.
-func lockInstance(dir, instance string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock: %v", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: InstanceID %q is in use by a live executor", instance)
-		}
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock %q: %v", instance, err)
-	}
-	if _, err := fmt.Fprintf(f, "%d\n", os.Getpid()); err != nil {
-		f.Close()
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: instance lock %q: %v", instance, err)
-	}
-	return f, nil
 }

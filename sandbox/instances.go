@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Executors that share a state directory tell live instances from dead
+// ones by lock files: an executor holds an exclusive flock on
+// <dir>/<instance>.lock for its whole life, the kernel drops it when the
+// process dies, and Reap treats an instance whose lock file exists but is
+// not held as dead.
+
+// LockInstance creates dir (0700) and dir/<instance>.lock, takes an
+// exclusive lock on it and writes this process's PID into it. The file is
+// close-on-exec, so no runtime or container inherits the lock. An
+// instance whose lock a live executor holds is an ErrInvalid error.
+func LockInstance(dir, instance string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, Errorf(ErrUnavailable, "instance lock: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "instance lock: %v", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, Errorf(ErrInvalid, "InstanceID %q is in use by a live executor", instance)
+		}
+		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+	}
+	if _, err := fmt.Fprintf(f, "%d\n", os.Getpid()); err != nil {
+		f.Close()
+		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+	}
+	return f, nil
+}
+
+// LockDeadInstances takes the lock of every instance in dir other than
+// self whose lock file is not held, so that none of them can come back
+// while the caller reaps; it returns their open lock files by instance.
+// release drops those locks (the caller removes the files it is done
+// with first). A missing dir is no error: no instance ever ran there.
+func LockDeadInstances(dir, self string) (dead map[string]*os.File, release func(), err error) {
+	dead = map[string]*os.File{}
+	release = func() {
+		for _, f := range dead {
+			f.Close()
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return dead, release, nil
+		}
+		return dead, release, err
+	}
+	for _, ent := range entries {
+		inst, ok := strings.CutSuffix(ent.Name(), ".lock")
+		if !ok || inst == self {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, ent.Name()), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			continue // held: a live instance
+		}
+		dead[inst] = f
+	}
+	return dead, release, nil
+}
+
+// InstanceKnown reports whether instance has a lock file in dir: it ran
+// on this state directory, and is live unless LockDeadInstances took its
+// lock.
+func InstanceKnown(dir, instance string) bool {
+	_, err := os.Stat(filepath.Join(dir, instance+".lock"))
+	return err == nil
+}
