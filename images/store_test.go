@@ -539,3 +539,45 @@ func BenchmarkImportRootfs(b *testing.B) {
 		}
 	}
 }
+
+// TestAddHostBinariesBash imports busybox plus the host's bash and checks
+// that bash and the libraries it needs are in the stored root filesystem.
+func TestAddHostBinariesBash(t *testing.T) {
+	var base, full bytes.Buffer
+	if err := BusyboxRootfsTar(&base, requireBusybox(t)); err != nil {
+		t.Fatalf("BusyboxRootfsTar = %v", err)
+	}
+	if err := AddHostBinaries(&full, &base, "bash"); err != nil {
+		t.Fatalf("AddHostBinaries(bash) = %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "rootfs.tar")
+	if err := os.WriteFile(file, full.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := st.Import(t.Context(), file, "withbash:1", nil)
+	if err != nil {
+		t.Fatalf("Import = %v", err)
+	}
+	for _, p := range []string{"bin/bash", "bin/busybox", "bin/sh"} {
+		if _, err := os.Lstat(filepath.Join(img.Rootfs, p)); err != nil {
+			t.Errorf("stored rootfs lacks %s: %v", p, err)
+		}
+	}
+	libs, _ := filepath.Glob(filepath.Join(img.Rootfs, "lib*", "*", "libc.so*"))
+	libs64, _ := filepath.Glob(filepath.Join(img.Rootfs, "lib*", "libc.so*"))
+	if len(libs)+len(libs64) == 0 {
+		t.Errorf("stored rootfs has no libc for bash")
+	}
+}
+
+// TestAddHostBinariesRefusesPaths checks that a name with a slash is
+// refused.
+func TestAddHostBinariesRefusesPaths(t *testing.T) {
+	if err := AddHostBinaries(io.Discard, bytes.NewReader(nil), "/bin/bash"); err == nil {
+		t.Errorf("AddHostBinaries(%q) = nil, want an error", "/bin/bash")
+	}
+}
