@@ -2,18 +2,26 @@
 # Starts and stops the container daemons the docker and containerd
 # backend tests need (DESIGN §3.11), as root:
 #
-#   scripts/daemons.sh start   start dockerd unless one answers already,
+#   scripts/daemons.sh start [docker|containerd]...
+#                              start dockerd unless one answers already,
 #                              and a PRIVATE containerd (own config, root,
 #                              state and socket in the state directory,
 #                              never the one Docker uses); wait until both
 #                              answer; print the environment the tests read
 #                              as shell assignments, for eval:
 #                                DOCKER_HOST, DSH_SANDBOX_TEST_CONTAINERD
-#   scripts/daemons.sh stop    stop only the daemons this script started
+#   scripts/daemons.sh stop [docker|containerd]...
+#                              stop only the daemons this script started
 #                              (their PIDs are recorded in the state
 #                              directory) and remove the private
 #                              containerd's files.
 #   scripts/daemons.sh env     print the assignments again.
+#
+# Naming daemons limits start and stop to them (default: both). A dockerd
+# this script starts has gVisor's runsc registered as runtime "runsc" when runsc is installed,
+# with --oci-seccomp (the policy's seccomp filter applies inside the
+# sandbox too) and --network=none (every call runs without a network; gVisor
+# refuses to set up one from the engine's empty namespace).
 #
 # The state directory is $DSH_SANDBOX_DAEMONS_DIR, default
 # /tmp/dsh-sandbox-daemons. Logs go to daemon-name.log in it. Safe to run
@@ -70,10 +78,16 @@ start_docker() {
 		wait_for "previous dockerd exit" bash -c "! kill -0 $(cat "$dir/dockerd.started")" || return 1
 	fi
 	rm -f "$dir/dockerd.pid"
+	local runsc
+	if runsc=$(command -v runsc); then
+		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--oci-seccomp", "--network=none"]}}}\n' "$runsc" >"$dir/dockerd.json"
+	else
+		echo '{}' >"$dir/dockerd.json"
+	fi
 	log "starting dockerd"
 	# The backends need no bridge: every call runs with network none.
 	setsid dockerd --host "unix://$docker_sock" --bridge=none --iptables=false --ip-masq=false \
-		--pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 </dev/null &
+		--config-file "$dir/dockerd.json" --pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 </dev/null &
 	echo $! >"$dir/dockerd.started"
 	wait_for dockerd docker_ready || {
 		tail -20 "$dir/dockerd.log" >&2
@@ -140,7 +154,30 @@ stop_pid() {
 	rm -f "$f"
 }
 
-case "${1:-}" in
+# wanted NAME: true when the command line names NAME or names none.
+wanted() {
+	[ ${#daemons[@]} -eq 0 ] && return 0
+	local d
+	for d in "${daemons[@]}"; do
+		[ "$d" = "$1" ] && return 0
+	done
+	return 1
+}
+
+cmd=${1:-}
+shift || true
+daemons=("$@")
+for d in "${daemons[@]}"; do
+	case $d in
+	docker | containerd) ;;
+	*)
+		echo "usage: $0 start|stop|env [docker|containerd]...: unknown daemon $d" >&2
+		exit 2
+		;;
+	esac
+done
+
+case "$cmd" in
 start)
 	if [ "$(id -u)" -ne 0 ]; then
 		log "must run as root"
@@ -148,14 +185,14 @@ start)
 	fi
 	mkdir -p "$dir"
 	chmod 0700 "$dir"
-	start_docker
-	start_containerd
+	if wanted docker; then start_docker; fi
+	if wanted containerd; then start_containerd; fi
 	print_env
 	;;
 stop)
-	stop_pid containerd
-	stop_pid dockerd
-	if [ -d "$dir/containerd" ]; then
+	if wanted containerd; then stop_pid containerd; fi
+	if wanted docker; then stop_pid dockerd; fi
+	if wanted containerd && [ -d "$dir/containerd" ]; then
 		# Snapshots may still be mounted when containerd died hard.
 		grep -F " $dir/containerd/" /proc/self/mountinfo | awk '{print $5}' | sort -r |
 			while read -r m; do umount -l "$m" 2>/dev/null || true; done
