@@ -37,7 +37,6 @@ var initOwnedVars = []string{"PWD", "OLDPWD", "SHLVL", "PATH", "_", "HOSTNAME", 
 // restored from the command line); no other env value does.
 func initScript(env []string) string {
 	var b strings.Builder
-	b.WriteString(pickShell)
 	for _, name := range initOwnedVars {
 		v, ok := lookupEnv(env, name)
 		if !ok {
@@ -53,10 +52,21 @@ func initScript(env []string) string {
 // InitArgs is the argv of a container's pid 1 for backends that cannot
 // look into the image first (docker, containerd): a /bin/sh init that
 // runs command under the image's bash (else /bin/sh) as its child, with
-// the shell-owned variables restored to env's values. No other env value
-// appears in the argv. The image must have /bin/sh.
+// the variables of initOwnedVars restored to env's values. No other env
+// value appears in the argv. The image must have /bin/sh.
 func InitArgs(command string, env []string) []string {
-	return []string{"/bin/sh", "-c", initScript(env), "sh", command}
+	return []string{"/bin/sh", "-c", pickShell + initScript(env), "sh", command}
+}
+
+// InitArgsWithShell is InitArgs for a backend that knows the image's
+// shell up front (the oci backend): the init runs shell -c command, where
+// an empty shell means /bin/sh. Every backend thus gives a command the
+// same process tree, signal semantics and environment.
+func InitArgsWithShell(shell, command string, env []string) []string {
+	if shell == "" {
+		shell = "/bin/sh"
+	}
+	return []string{"/bin/sh", "-c", initScript(env), "sh", shell, "-c", command}
 }
 
 // lookupEnv finds name in a KEY=VALUE list (the last entry wins).

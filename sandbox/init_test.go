@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -58,5 +59,57 @@ func TestInitScriptCases(t *testing.T) {
 	args := InitArgs("echo hi", nil)
 	if !slices.Equal(args[:2], []string{"/bin/sh", "-c"}) || args[3] != "sh" || args[4] != "echo hi" {
 		t.Errorf("InitArgs(%q, nil) = %q, want /bin/sh -c SCRIPT sh %q", "echo hi", args, "echo hi")
+	}
+}
+
+// TestInitShellRuns runs the init under the host's /bin/sh (dash here)
+// and busybox sh, as a container would, and checks what the command
+// sees: exactly its environment, its stdin, its stderr, its signals and
+// its exit status.
+func TestInitShellRuns(t *testing.T) {
+	shells := [][]string{{"/bin/sh"}}
+	if p, err := exec.LookPath("busybox"); err == nil {
+		shells = append(shells, []string{p, "sh"})
+	}
+	env := []string{"A=1", "B=two words"}
+	inits := map[string]func(command string) []string{
+		"InitArgsWithShell": func(command string) []string { return InitArgsWithShell("", command, env) },
+		"InitArgs":          func(command string) []string { return InitArgs(command, env) },
+	}
+	for name, initArgs := range inits {
+		for _, sh := range shells {
+			run := func(command, stdin string) (string, string, int) {
+				args := append(append([]string{}, sh[1:]...), initArgs(command)[1:]...)
+				cmd := exec.Command(sh[0], args...)
+				cmd.Env = env
+				cmd.Stdin = strings.NewReader(stdin)
+				var out, errb strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				err := cmd.Run()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err != nil {
+					t.Fatalf("%v: %v", sh, err)
+				}
+				return out.String(), errb.String(), code
+			}
+			for _, tc := range []struct {
+				command, stdin   string
+				wantOut, wantErr string
+				wantCode         int
+			}{
+				{"cat /proc/$$/environ | tr '\\0' '\\n' | sort", "", "A=1\nB=two words\n", "", 0},
+				{"cat; echo err >&2; exit 3", "in\n", "in\n", "err\n", 3},
+				{"kill -TERM $$", "", "", "", 143},
+				{"kill -INT $$", "", "", "", 130},
+				{"test -e /proc/$$/fd/3 && echo fd3-open || echo fd3-closed", "", "fd3-closed\n", "", 0},
+			} {
+				out, errs, code := run(tc.command, tc.stdin)
+				if out != tc.wantOut || errs != tc.wantErr || code != tc.wantCode {
+					t.Errorf("%s under %v running %q = %q, %q, %d, want %q, %q, %d", name, sh, tc.command, out, errs, code, tc.wantOut, tc.wantErr, tc.wantCode)
+				}
+			}
+		}
 	}
 }

@@ -450,7 +450,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	spec := baseSpec(bundleRootfs, binds)
 	all := append(opts,
 		withReadonlyRoot(bundleRootfs),
-		withProcess(initArgs(bash, req.Command, call.Env), call.Env, call.Workdir),
+		withProcess(sandbox.InitArgsWithShell(bash, req.Command, call.Env), call.Env, call.Workdir),
 		withAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
 		withCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)

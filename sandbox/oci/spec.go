@@ -106,15 +106,6 @@ func withReadonlyRoot(rootPath string) sandbox.SpecOpt {
 	}
 }
 
-// shellArgs returns the argv that runs command under the image's shell:
-// bash when the image has it, else /bin/sh.
-func shellArgs(bash, command string) []string {
-	if bash != "" {
-		return []string{bash, "-c", command}
-	}
-	return []string{"/bin/sh", "-c", command}
-}
-
 // mountInside reports whether p is at or below one of the destinations.
 func mountInside(p string, dests map[string]bool) bool {
 	for q := path.Clean(p); ; q = path.Dir(q) {

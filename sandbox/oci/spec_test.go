@@ -40,15 +40,6 @@ func TestWithRunscPidsMovesLimit(t *testing.T) {
 	}
 }
 
-func TestShellArgsCases(t *testing.T) {
-	if got, want := shellArgs("/usr/bin/bash", "echo hi"), []string{"/usr/bin/bash", "-c", "echo hi"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("shellArgs(bash) = %q, want %q", got, want)
-	}
-	if got, want := shellArgs("", "echo hi"), []string{"/bin/sh", "-c", "echo hi"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("shellArgs(no bash) = %q, want %q", got, want)
-	}
-}
-
 func TestFindShellCases(t *testing.T) {
 	withBash := t.TempDir()
 	mkfile(t, filepath.Join(withBash, "usr/bin/bash"))

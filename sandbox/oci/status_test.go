@@ -1,8 +1,6 @@
 package oci
 
 import (
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 )
@@ -43,69 +41,5 @@ func TestDecodeStatusCases(t *testing.T) {
 				t.Errorf("decodeStatus(%#x) = %d, %q, want %d, %q", uint32(tc.ws), got, sig, tc.wantCode, tc.wantSig)
 			}
 		})
-	}
-}
-
-func TestInitScriptRestoresShellVars(t *testing.T) {
-	env := []string{"A=1", "PATH=/bin:/usr/bin", "PWD=/it's here", "SHLVL=7"}
-	s := initScript(env)
-	for _, want := range []string{
-		"unset OLDPWD; ", "unset _; ",
-		"PATH='/bin:/usr/bin'; export PATH; ",
-		`PWD='/it'\''s here'; export PWD; `,
-		"SHLVL='7'; export SHLVL; ",
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("initScript(%q) = %q, want it to contain %q", env, s, want)
-		}
-	}
-	if strings.Contains(s, "A=") {
-		t.Errorf("initScript(%q) = %q: carries a value that is not shell-owned", env, s)
-	}
-}
-
-// TestInitShellRuns runs the init under the host's /bin/sh (dash here)
-// and busybox sh, as a container would, and checks what the command
-// sees: exactly its environment, its stdin, its stderr, its signals and
-// its exit status.
-func TestInitShellRuns(t *testing.T) {
-	shells := [][]string{{"/bin/sh"}}
-	if p, err := exec.LookPath("busybox"); err == nil {
-		shells = append(shells, []string{p, "sh"})
-	}
-	env := []string{"A=1", "B=two words"}
-	for _, sh := range shells {
-		run := func(command, stdin string) (string, string, int) {
-			args := append(append([]string{}, sh[1:]...), initArgs("", command, env)[1:]...)
-			cmd := exec.Command(sh[0], args...)
-			cmd.Env = env
-			cmd.Stdin = strings.NewReader(stdin)
-			var out, errb strings.Builder
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatalf("%v: %v", sh, err)
-			}
-			return out.String(), errb.String(), code
-		}
-		for _, tc := range []struct {
-			command, stdin   string
-			wantOut, wantErr string
-			wantCode         int
-		}{
-			{"cat /proc/$$/environ | tr '\\0' '\\n' | sort", "", "A=1\nB=two words\n", "", 0},
-			{"cat; echo err >&2; exit 3", "in\n", "in\n", "err\n", 3},
-			{"kill -TERM $$", "", "", "", 143},
-			{"kill -INT $$", "", "", "", 130},
-			{"test -e /proc/$$/fd/3 && echo fd3-open || echo fd3-closed", "", "fd3-closed\n", "", 0},
-		} {
-			out, errs, code := run(tc.command, tc.stdin)
-			if out != tc.wantOut || errs != tc.wantErr || code != tc.wantCode {
-				t.Errorf("%v init running %q = %q, %q, %d, want %q, %q, %d", sh, tc.command, out, errs, code, tc.wantOut, tc.wantErr, tc.wantCode)
-			}
-		}
 	}
 }
