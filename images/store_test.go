@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -579,5 +580,79 @@ func TestAddHostBinariesBash(t *testing.T) {
 func TestAddHostBinariesRefusesPaths(t *testing.T) {
 	if err := AddHostBinaries(io.Discard, bytes.NewReader(nil), "/bin/bash"); err == nil {
 		t.Errorf("AddHostBinaries(%q) = nil, want an error", "/bin/bash")
+	}
+}
+
+// TestWriteRootfsTarRoundTrip exports an imported busybox image and
+// imports the export again: the same files, links and modes come back.
+func TestWriteRootfsTarRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	if err := BusyboxRootfsTar(&buf, requireBusybox(t)); err != nil {
+		t.Fatalf("BusyboxRootfsTar = %v", err)
+	}
+	dir := t.TempDir()
+	first := filepath.Join(dir, "first.tar")
+	if err := os.WriteFile(first, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStore(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.Import(t.Context(), first, "a:1", nil)
+	if err != nil {
+		t.Fatalf("Import(first) = %v", err)
+	}
+	var out bytes.Buffer
+	var last int64
+	if err := WriteRootfsTar(t.Context(), &out, a, func(done int64) { last = done }); err != nil {
+		t.Fatalf("WriteRootfsTar = %v", err)
+	}
+	if last != a.Size {
+		t.Errorf("WriteRootfsTar progress ended at %d, want the image size %d", last, a.Size)
+	}
+	second := filepath.Join(dir, "second.tar")
+	if err := os.WriteFile(second, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Import(t.Context(), second, "b:1", nil)
+	if err != nil {
+		t.Fatalf("Import(export) = %v", err)
+	}
+	list := func(root string) map[string]string {
+		m := map[string]string{}
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := d.Info()
+			rel, _ := filepath.Rel(root, p)
+			desc := fi.Mode().String()
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				l, _ := os.Readlink(p)
+				desc += " -> " + l
+			} else if fi.Mode().IsRegular() {
+				desc += fmt.Sprintf(" %d", fi.Size())
+			}
+			m[rel] = desc
+			return nil
+		})
+		return m
+	}
+	la, lb := list(a.Rootfs), list(b.Rootfs)
+	if len(la) < 10 {
+		t.Fatalf("first import has only %d entries", len(la))
+	}
+	for k, v := range la {
+		if lb[k] != v {
+			t.Errorf("after the round trip %s = %q, want %q", k, lb[k], v)
+		}
+	}
+	if len(lb) != len(la) {
+		t.Errorf("round trip has %d entries, want %d", len(lb), len(la))
+	}
+	host := &Image{Name: HostName, Host: true}
+	if err := WriteRootfsTar(t.Context(), io.Discard, host, nil); err == nil {
+		t.Errorf("WriteRootfsTar(host) = nil, want an error")
 	}
 }
