@@ -55,7 +55,8 @@ var allowedDevices = []struct{ major, minor int64 }{
 // WithDefaultSeccomp, WithMaskedPaths, WithDeviceAllowList, WithResources,
 // WithReadonlyRoot, WithUser, WithRlimits and WithMounts(Mounts(…)).
 //
-// p is validated first; zero limits take their defaults. Errors wrap
+// p is validated first, except for its environment settings, which the
+// spec does not carry; zero limits take their defaults. Errors wrap
 // sandbox.ErrInvalid and name the field: an invalid policy, a session path
 // that is not absolute and clean or lies on /, /proc, /dev or /sys, the
 // workspace and transcript on the same path, or a policy mount or tmpfs
@@ -63,7 +64,11 @@ var allowedDevices = []struct{ major, minor int64 }{
 // each is safe to apply to many specs concurrently.
 func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.SpecOpt, error) {
 	// Validate as Normalize does, without the copy, sort and digest that
-	// SpecOpts does not need: it runs once per call.
+	// SpecOpts does not need: it runs once per call. The environment
+	// settings are not looked at: sandbox.Prepare builds the environment
+	// (dropping DSH_* and secret-shaped names, DESIGN §3.6), and the
+	// stricter check that refuses such names in a policy file is Load's.
+	p.EnvInherit, p.EnvSet = nil, nil
 	if p.Runtime == "" {
 		p.Runtime = DefaultRuntime
 	}

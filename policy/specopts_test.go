@@ -456,3 +456,19 @@ func BenchmarkSpecOpts(b *testing.B) {
 		}
 	})
 }
+
+// TestSpecOptsIgnoresEnv checks that the environment settings, which only
+// sandbox.Prepare reads (dropping DSH_* and secret-shaped names), neither
+// fail the spec nor reach it.
+func TestSpecOptsIgnoresEnv(t *testing.T) {
+	p := builtin(t, WorkspaceWrite)
+	p.EnvInherit = []string{"DSH_HOME", "OPENAI_API_KEY"}
+	p.EnvSet = map[string]string{"DSH_SESSION_ID": "forged"}
+	spec := applied(t, p, testSession, 1000, 1000)
+	if len(spec.Process.Env) != 0 {
+		t.Errorf("SpecOpts with env settings set Process.Env = %q, want nothing", spec.Process.Env)
+	}
+	if len(p.EnvInherit) != 2 || p.EnvSet["DSH_SESSION_ID"] != "forged" {
+		t.Errorf("SpecOpts changed the caller's policy env: %q %v", p.EnvInherit, p.EnvSet)
+	}
+}

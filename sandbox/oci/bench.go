@@ -81,7 +81,7 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench host image: %v", err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
-	opts, err := policy.SpecOpts(specPolicy(p), sandbox.Session{}, uid, gid)
+	opts, err := policy.SpecOpts(p, sandbox.Session{}, uid, gid)
 	if err != nil {
 		return 0, err
 	}

@@ -254,7 +254,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err != nil {
 		return nil, err
 	}
-	opts, err := policy.SpecOpts(specPolicy(req.Policy), req.Session, uid, gid)
+	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
 		return nil, err
 	}
@@ -350,15 +350,6 @@ func (e *Executor) image(name string, uid, gid uint32) (*images.Image, error) {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: policy.image %q: %w", name, err)
 	}
 	return img, nil
-}
-
-// specPolicy is p without its environment settings. The environment is
-// built by sandbox.Prepare, which drops DSH_* and secret-shaped names as
-// DESIGN §3.6 says; the spec options do not use it, and the stricter check
-// that refuses such names in a policy file is the policy loader's.
-func specPolicy(p sandbox.Policy) sandbox.Policy {
-	p.EnvInherit, p.EnvSet = nil, nil
-	return p
 }
 
 // imageRoot is where the image's files are seen from the host.
