@@ -553,11 +553,7 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	res.ExitCode, res.Signal = decodeStatus(ws)
-	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
-		// The command was stopped by us and chose its own exit status
-		// (a TERM handler); it still did not finish on its own.
-		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
-	}
+	res.StoppedBy(lastSig)
 	return nil
 }
 
