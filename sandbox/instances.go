@@ -6,8 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // Executors that share a state directory tell live instances from dead
@@ -28,9 +27,9 @@ func LockInstance(dir, instance string) (*os.File, error) {
 	if err != nil {
 		return nil, Errorf(ErrUnavailable, "instance lock: %v", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, Errorf(ErrInvalid, "InstanceID %q is in use by a live executor", instance)
 		}
 		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
@@ -74,7 +73,7 @@ func LockDeadInstances(dir, self string) (dead map[string]*os.File, release func
 		if err != nil {
 			continue
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			f.Close()
 			continue // held: a live instance
 		}

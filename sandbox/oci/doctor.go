@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,21 +72,8 @@ func Doctor(ctx context.Context, opts Options) []Check {
 		add("cgroups", cgOK, "%s", detail)
 	}
 
-	stateOK := false
-	switch {
-	case opts.StateDir == "" || !filepath.IsAbs(opts.StateDir):
-		add("state", false, "StateDir %q is not an absolute path", opts.StateDir)
-	default:
-		err := os.MkdirAll(opts.StateDir, 0o700)
-		if err == nil {
-			var f *os.File
-			if f, err = os.CreateTemp(opts.StateDir, ".doctor-*"); err == nil {
-				f.Close()
-				err = os.Remove(f.Name())
-			}
-		}
-		stateOK = add("state", err == nil, "%s", errOr(err, opts.StateDir+" is writable"))
-	}
+	state := sandbox.CheckStateDir(opts.StateDir)
+	stateOK := add(state.Name, state.OK, "%s", state.Detail)
 
 	if !rootOK || !cgOK || !stateOK {
 		add("run", false, "not run: a prerequisite failed")
@@ -113,15 +99,7 @@ func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duratio
 	p.Backend, p.Runtime = "oci", rt
 	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
 	defer cancel()
-	t := time.Now()
-	res, err := e.Run(ctx, &sandbox.Request{Command: "true", Policy: p, CallID: "doctor-" + e.instance})
-	if err != nil {
-		return 0, err
-	}
-	if code := sandbox.ExitCode(res, nil); code != 0 {
-		return 0, fmt.Errorf("`true` exited with status %d; stderr %q", code, res.Stderr.Text)
-	}
-	return time.Since(t), nil
+	return sandbox.DoctorRun(ctx, e, p, e.instance)
 }
 
 func errOr(err error, ok string) string {
