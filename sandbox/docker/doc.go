@@ -10,8 +10,14 @@
 // container has no log driver: its output reaches the caller only through
 // the attach stream, and the engine keeps no copy of it on disk. An engine
 // that is down or goes away during a call gives sandbox.ErrUnavailable,
-// never a made-up exit status.
+// never a made-up exit status; so does a policy.runtime (e.g. runsc) the
+// engine has not registered, never another runtime.
 //
-// It imports sandbox, policy and the Docker client. Only cmd/dsh-sandbox
-// (which picks backends) and tests import it.
+// Besides the Executor it has ImportRootfs (tarball to labelled image),
+// Reap (leftover containers and unnamed images), Doctor (what is missing)
+// and BenchDockerRun (the `docker run --rm` baseline of `dsh-sandbox
+// bench`).
+//
+// It imports sandbox, policy, images and the Docker client. Only
+// cmd/dsh-sandbox (which picks backends) and tests import it.
 package docker

@@ -1,16 +1,17 @@
-//go:build docker
-
-// The Docker engine tests need a running dockerd; they are not yet part of
-// CI (the docker backend is work in progress: see the Docker and containerd
-// issue). Run them with: scripts/daemons.sh start; go test -tags docker ./sandbox/docker
+// The Docker engine tests need root and a running dockerd; without them
+// they skip, except under CI=true, where they fail. Start one with:
+// eval "$(scripts/daemons.sh start)"; go test ./sandbox/docker
 
 package docker
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,17 +71,50 @@ func newTestExecutor(t testing.TB) *Executor {
 			t.Errorf("Close() = %v", err)
 		}
 	})
+	importTestImage(t, e)
+	return e
+}
+
+// testImageMu guards testImageReady, which is true once this test
+// process has imported the test image: the tests share one import, which
+// keeps them fast and replaces the image of an earlier run only once.
+var (
+	testImageMu    sync.Mutex
+	testImageReady bool
+)
+
+// importTestImage imports the test image through e unless this process
+// already did: the busybox root filesystem plus the host's bash and its
+// libraries, since calls run under `bash -c` as on the host image (the
+// conformance suite relies on bash semantics, e.g. a failed redirection
+// of `:` does not end the shell).
+func importTestImage(t testing.TB, e *Executor) {
+	t.Helper()
+	testImageMu.Lock()
+	defer testImageMu.Unlock()
+	if testImageReady {
+		return
+	}
 	var tar bytes.Buffer
 	if err := testRootfsTar(&tar); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("BusyboxRootfsTar: %v", err)
+			t.Fatalf("CI=true but the busybox test image cannot be built: %v", err)
 		}
 		t.Skipf("cannot build the busybox test image (install busybox-static and bash): %v", err)
 	}
 	if err := e.ImportRootfs(t.Context(), &tar, testImage, testImageEnv); err != nil {
 		t.Fatalf("ImportRootfs(%q) = %v", testImage, err)
 	}
-	return e
+	testImageReady = true
+}
+
+// testRootfsTar writes the test image's root filesystem to w.
+func testRootfsTar(w io.Writer) error {
+	var base bytes.Buffer
+	if err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath); err != nil {
+		return err
+	}
+	return images.AddHostBinaries(w, &base, "bash")
 }
 
 // testPolicy is the built-in workspace-write policy for the engine.
@@ -122,4 +156,30 @@ func TestConformance(t *testing.T) {
 		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
 		Isolated:  true,
 	})
+}
+
+// TestSuspiciousCase lists which ends of a call make Run ask whether the
+// engine went away.
+func TestSuspiciousCase(t *testing.T) {
+	broken := errors.New("broken")
+	for _, tc := range []struct {
+		status           int64
+		waitErr, copyErr error
+		want             bool
+	}{
+		{0, nil, nil, false},
+		{1, nil, nil, false},
+		{127, nil, nil, false},
+		{128, nil, nil, true},
+		{137, nil, nil, true}, // SIGKILL: what an engine that stops leaves
+		{143, nil, nil, true},
+		{255, nil, nil, true},
+		{-1, nil, nil, true},
+		{0, broken, nil, true},
+		{0, nil, broken, true},
+	} {
+		if got := suspicious(tc.status, tc.waitErr, tc.copyErr); got != tc.want {
+			t.Errorf("suspicious(%d, %v, %v) = %v, want %v", tc.status, tc.waitErr, tc.copyErr, got, tc.want)
+		}
+	}
 }

@@ -81,6 +81,11 @@ type Executor struct {
 
 	activeMu sync.Mutex
 	active   map[string]struct{} // call IDs whose container Run still owns
+
+	runtimesMu sync.Mutex
+	runtimes   []string // the engine's runtimes when last asked; see checkRuntime
+
+	importMu sync.Mutex // held by ImportRootfs
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -251,10 +256,14 @@ func isNotFound(err error) bool {
 
 // Run executes req in a new container and removes the container before
 // returning, whatever happened. An engine that is down, or that goes away
-// during the call (it kills its containers when it stops), gives no
-// Result and an error wrapping sandbox.ErrUnavailable: the command's
-// outcome is unknown. A container whose removal failed because the
-// engine was gone is left to Reap.
+// during the call and takes the container with it (it kills its
+// containers when it stops), gives no Result and an error wrapping
+// sandbox.ErrUnavailable: the command's outcome is unknown. A command
+// that ended on its own is reported as usual even if the engine went
+// away right after. A container whose removal failed because the engine
+// was gone is left to Reap. A policy.runtime the engine has not
+// registered is an ErrUnavailable error; Run never falls back to another
+// runtime.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -279,12 +288,15 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if _, err := sandbox.Prepare(req, nil, e.opts.Getenv); err != nil {
 		return nil, err
 	}
-	mounts, err := policy.Mounts(specPolicy(req.Policy), req.Session, uid, gid)
+	mounts, err := policy.Mounts(req.Policy, req.Session, uid, gid)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
+	}
+	if err := e.checkRuntime(ctx, req.Policy.Runtime); err != nil {
+		return nil, err
 	}
 	imgEnv, err := e.imageEnv(ctx, req.Policy.Image)
 	if err != nil {
@@ -379,13 +391,6 @@ func (e *Executor) remove(ctx context.Context, log zerolog.Logger, id string, re
 // containerName is the engine's name for a call's container.
 func containerName(callID string) string { return "dsh-sandbox-" + callID }
 
-// specPolicy is p without its environment settings, which only
-// sandbox.Prepare reads (see the oci backend).
-func specPolicy(p sandbox.Policy) sandbox.Policy {
-	p.EnvInherit, p.EnvSet = nil, nil
-	return p
-}
-
 // imageEnv returns the environment of the engine's image name.
 func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) {
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -410,7 +415,8 @@ func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) 
 //   - binds are non-recursive and private; the engine has no nosuid,
 //     nodev or noexec for binds, which no-new-privileges, the device
 //     cgroup and the empty capability set make moot;
-//   - the engine's defaults supply the masked /proc paths, the device
+//   - the masked and read-only /proc and /sys paths are the policy's
+//     (policy.WithMaskedPaths); the engine's defaults supply the device
 //     allow-list and the default seccomp profile.
 func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, ms []specs.Mount) (*container.Config, *container.HostConfig, error) {
 	p := req.Policy
@@ -444,11 +450,23 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		AttachStdout:    true,
 		AttachStderr:    true,
 		StopTimeout:     &stopTimeout,
+		// The init traps SIGTERM, so a stop by the engine always ends in
+		// SIGKILL after the grace (see suspicious); an image's own
+		// STOPSIGNAL must not change that.
+		StopSignal: "SIGTERM",
 	}
 	if len(req.Stdin) > 0 {
 		cfg.AttachStdin, cfg.OpenStdin, cfg.StdinOnce = true, true, true
 	}
+	// The policy's masked and read-only /proc and /sys paths, exactly
+	// (the engine's defaults lack some, e.g. /proc/interrupts).
+	paths := &specs.Spec{}
+	if err := policy.WithMaskedPaths()(paths); err != nil {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: masked paths: %w", call.ID, err)
+	}
 	hc := &container.HostConfig{
+		MaskedPaths:    paths.Linux.MaskedPaths,
+		ReadonlyPaths:  paths.Linux.ReadonlyPaths,
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
@@ -547,6 +565,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
 		copied <- err
 	}()
+	var copyErr error
 
 	if err := ctx.Err(); err != nil {
 		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
@@ -588,11 +607,12 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	// moment after the exit, then cut it.
 	drain := time.NewTimer(outputDrain)
 	select {
-	case <-copied:
+	case copyErr = <-copied:
 	case <-drain.C:
 		log.Warn().Msg("output stream did not end after the container exited; closing it")
 		hj.Close()
 		<-copied
+		copyErr = errors.New("the output stream did not end after the container exited")
 	}
 	drain.Stop()
 
@@ -604,22 +624,34 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	res.Stdout, res.Stderr = out, errOut
 	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
 	// An engine that shuts down kills its containers and reports their
-	// status as if the command had died of SIGKILL (or broke the wait
-	// off): either way the outcome is unknown, whatever status came.
-	if gone := e.engineGone(bg); gone != nil {
-		log.Debug().Err(gone).AnErr("wait", waitErr).Int64("status", status).Msg("the engine went away during the call")
-		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
+	// status as if the command had died of SIGKILL (or breaks the wait
+	// off): the outcome is then unknown, whatever status came. Only a
+	// suspicious end needs the probe (see suspicious).
+	if suspicious(status, waitErr, copyErr) {
+		if gone := e.engineGone(bg); gone != nil {
+			log.Debug().Err(gone).AnErr("wait", waitErr).AnErr("output", copyErr).Int64("status", status).Msg("the engine went away during the call")
+			return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
+		}
 	}
 	if waitErr != nil {
 		return unavailable(waitErr, "call %s: wait for the container", call.ID)
 	}
 	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(status))
-	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
-		// Stopped by us, it chose its own status (a TERM handler); it
-		// still did not finish on its own.
-		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
-	}
+	res.StoppedBy(lastSig)
 	return nil
+}
+
+// suspicious reports whether a call's end may be the engine's doing
+// rather than the command's: the wait failed, the output stream broke,
+// or the status says pid 1 died of a signal or is one the engine made
+// up (128 and above, or negative). An engine that stops sends the stop
+// signal (SIGTERM) to pid 1 alone, which the init traps (sandbox.InitArgs),
+// and SIGKILL after the stop timeout, so a container it stops ends with
+// status 137; one that crashes breaks the wait off. A status below 128
+// with an intact wait and stream is the command's own, even when the
+// engine went away just after it: its outcome is known.
+func suspicious(status int64, waitErr, copyErr error) bool {
+	return waitErr != nil || copyErr != nil || status >= 128 || status < 0
 }
 
 // signal delivers sig to every process of the container: SIGKILL through

@@ -1,23 +1,20 @@
-//go:build docker
-
 package docker
 
 import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // stopWait bounds how long the test waits for the engine to stop or to
@@ -52,25 +49,6 @@ func enginePID(t *testing.T, e *Executor) int {
 	return int(cred.Pid)
 }
 
-// daemonsScript returns scripts/daemons.sh of the repository.
-func daemonsScript(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "scripts", "daemons.sh")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-}
-
 // startEngine starts the engine again with scripts/daemons.sh, which
 // starts dockerd only when none answers and reuses its other daemon.
 func startEngine(t *testing.T, script string) {
@@ -97,17 +75,6 @@ func stopEngine(t *testing.T, pid int, sig syscall.Signal) {
 	}
 }
 
-// startedWriter closes started at the first write.
-type startedWriter struct {
-	once    sync.Once
-	started chan struct{}
-}
-
-func (w *startedWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.started) })
-	return len(p), nil
-}
-
 // TestRunEngineStopsUnavailable stops the engine while a call runs: the
 // call must fail as unavailable (exit code 125), not report the SIGKILL
 // the engine gave the container on its way down; a call while the engine
@@ -122,7 +89,7 @@ func TestRunEngineStopsUnavailable(t *testing.T) {
 func testRunEngineStops(t *testing.T, sig syscall.Signal) {
 	e := newTestExecutor(t)
 	pid := enginePID(t, e)
-	script := daemonsScript(t)
+	script := fixtures.DaemonsScript(t)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
@@ -131,42 +98,27 @@ func testRunEngineStops(t *testing.T, sig syscall.Signal) {
 	})
 
 	ws := t.TempDir()
-	out := &startedWriter{started: make(chan struct{})}
 	req := &sandbox.Request{
 		Command:   "echo started; sleep 300",
 		TimeoutMs: 600_000,
 		Session:   sandbox.Session{Cwd: ws},
 		Policy:    testPolicy(t),
 		CallID:    "fault-" + newInstanceID(),
-		Stdout:    out,
 	}
 	req.Policy.Limits.MaxTimeoutMs = 600_000
-	type outcome struct {
-		res *sandbox.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := e.Run(context.Background(), req)
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-out.started:
-	case o := <-done:
-		t.Fatalf("Run(%q) ended before the engine stopped: res %+v, err %v", req.Command, o.res, o.err)
-	}
+	done := sandboxtest.StartRun(context.Background(), t, e, req)
 
 	t0 := time.Now()
 	stopEngine(t, pid, sig)
 	o := <-done
-	t.Logf("Run(%q) returned %v after %v: %v", req.Command, sig, time.Since(t0).Round(time.Millisecond), o.err)
-	if !errors.Is(o.err, sandbox.ErrUnavailable) {
-		t.Errorf("Run(%q) with the engine stopped mid-call: err = %v, want one wrapping %v", req.Command, o.err, sandbox.ErrUnavailable)
+	t.Logf("Run(%q) returned %v after %v: %v", req.Command, sig, time.Since(t0).Round(time.Millisecond), o.Err)
+	if !errors.Is(o.Err, sandbox.ErrUnavailable) {
+		t.Errorf("Run(%q) with the engine stopped mid-call: err = %v, want one wrapping %v", req.Command, o.Err, sandbox.ErrUnavailable)
 	}
-	if o.res != nil {
-		t.Errorf("Run(%q) with the engine stopped mid-call: res = %+v, want nil (the outcome is unknown)", req.Command, *o.res)
+	if o.Result != nil {
+		t.Errorf("Run(%q) with the engine stopped mid-call: res = %+v, want nil (the outcome is unknown)", req.Command, *o.Result)
 	}
-	if got := sandbox.ExitCode(o.res, o.err); got != 125 {
+	if got := sandbox.ExitCode(o.Result, o.Err); got != 125 {
 		t.Errorf("ExitCode(Run(%q) with the engine stopped mid-call) = %d, want 125", req.Command, got)
 	}
 
@@ -210,30 +162,15 @@ func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 	defer second.Close()
 
 	ws := t.TempDir()
-	out := &startedWriter{started: make(chan struct{})}
 	req := &sandbox.Request{
 		Command: "echo started; sleep 300",
 		Session: sandbox.Session{Cwd: ws},
 		Policy:  testPolicy(t),
 		CallID:  "shared-" + newInstanceID(),
-		Stdout:  out,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	type outcome struct {
-		res *sandbox.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := first.Run(ctx, req)
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-out.started:
-	case o := <-done:
-		t.Fatalf("Run(%q) ended early: res %+v, err %v", req.Command, o.res, o.err)
-	}
+	done := sandboxtest.StartRun(ctx, t, first, req)
 
 	dup := &sandbox.Request{Command: "echo dup", Session: sandbox.Session{Cwd: ws}, Policy: testPolicy(t), CallID: req.CallID}
 	res, err := second.Run(t.Context(), dup)
@@ -243,8 +180,8 @@ func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 
 	cancel()
 	o := <-done
-	if o.err != nil || o.res == nil || !o.res.Aborted {
-		t.Errorf("the first Run(%q) after cancel = %+v, %v; want an aborted result (its container untouched by the second executor)", req.Command, o.res, o.err)
+	if o.Err != nil || o.Result == nil || !o.Result.Aborted {
+		t.Errorf("the first Run(%q) after cancel = %+v, %v; want an aborted result (its container untouched by the second executor)", req.Command, o.Result, o.Err)
 	}
 	if left := leftovers(t, first); len(left) != 0 {
 		t.Errorf("after both calls: %v, want none", left)

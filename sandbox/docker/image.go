@@ -1,12 +1,21 @@
 package docker
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -14,9 +23,12 @@ import (
 
 // ImportRootfs imports a plain root-filesystem tarball (such as
 // images.BusyboxRootfsTar writes) into the engine as image name, with env
-// as its environment (KEY=VALUE; nil means PATH=images.DefaultPath). name
-// is checked with images.ValidateName. It replaces an image of that name
-// and removes the replaced one unless a container still uses it.
+// as its environment (KEY=VALUE; nil means PATH=images.DefaultPath) and
+// the label sandbox.LabelOwner=sandbox.LabelOwnerValue, by which Doctor
+// and Reap know the images dsh-sandbox imported. name is checked with
+// images.ValidateName. It replaces an image of that name and removes the
+// replaced one unless a container still uses it; Reap removes that one
+// once it is unused. Imports through one Executor run one at a time.
 func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string, env []string) error {
 	if err := images.ValidateName(name); err != nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "docker: image name %q: %w", name, err)
@@ -24,38 +36,100 @@ func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string,
 	if env == nil {
 		env = []string{"PATH=" + images.DefaultPath}
 	}
-	changes := make([]string, 0, len(env))
+	changes := make([]string, 0, len(env)+1)
 	for _, kv := range env {
-		if strings.ContainsAny(kv, "\n\x00") || !strings.Contains(kv, "=") {
+		if strings.ContainsAny(kv, "\n\r\x00") || !strings.Contains(kv, "=") {
 			return sandbox.Errorf(sandbox.ErrInvalid, "docker: image env entry %q is not KEY=VALUE on one line", kv)
 		}
 		changes = append(changes, "ENV "+kv)
+	}
+	changes = append(changes, "LABEL "+sandbox.LabelOwner+"="+sandbox.LabelOwnerValue)
+
+	e.importMu.Lock()
+	defer e.importMu.Unlock()
+	// The image is imported without a name and named only once it is
+	// complete, so that the name moves from the old image to the new one
+	// in a single step.
+	rc, err := e.cli.ImageImport(ctx, image.ImportSource{Source: tar, SourceName: "-"}, "", image.ImportOptions{Changes: changes})
+	if err != nil {
+		return unavailable(err, "import image %q", name)
+	}
+	defer rc.Close()
+	id, err := importedID(rc)
+	if err == nil && id == "" {
+		err = errors.New("the engine reported no image id")
+	}
+	if err != nil {
+		return unavailable(err, "import image %q", name)
 	}
 	var old string
 	if img, err := e.cli.ImageInspect(ctx, name); err == nil {
 		old = img.ID
 	}
-	rc, err := e.cli.ImageImport(ctx, image.ImportSource{Source: tar, SourceName: "-"}, name, image.ImportOptions{Changes: changes})
-	if err != nil {
-		return unavailable(err, "import image %q", name)
+	if err := e.cli.ImageTag(ctx, id, name); err != nil {
+		e.removeImage(context.WithoutCancel(ctx), id)
+		return unavailable(err, "import image %q: name image %s", name, shortID(id))
 	}
-	defer rc.Close()
-	// The engine reports progress and errors as a JSON stream; an error
-	// in it surfaces when the image is missing afterwards.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return unavailable(err, "import image %q", name)
+	// The image that lost the name would stay behind without one: the
+	// replaced image, or ours when an import elsewhere named its image
+	// right after ours.
+	if old != "" && old != id {
+		e.removeImage(ctx, old)
 	}
-	img, err := e.cli.ImageInspect(ctx, name)
-	if err != nil {
-		return unavailable(err, "import image %q: not present after the import", name)
-	}
-	if old != "" && old != img.ID {
-		// The replaced image lost its name and would stay behind as a
-		// dangling image; while a container uses it the engine refuses
-		// (a conflict) and it stays.
-		if _, err := e.cli.ImageRemove(ctx, old, image.RemoveOptions{}); err != nil && !cerrdefs.IsConflict(err) && !isNotFound(err) {
-			e.log.Warn().Err(err).Str("image", old).Msg("could not remove the image an import replaced")
-		}
+	if img, err := e.cli.ImageInspect(ctx, name); err == nil && img.ID != id {
+		e.removeImage(ctx, id)
 	}
 	return nil
 }
+
+// removeImage removes the image id unless a container uses it (the
+// engine refuses with a conflict, and Reap removes it later); another
+// failure is logged.
+func (e *Executor) removeImage(ctx context.Context, id string) {
+	_, err := e.cli.ImageRemove(ctx, id, image.RemoveOptions{})
+	if err != nil && !cerrdefs.IsConflict(err) && !isNotFound(err) {
+		e.log.Warn().Err(err).Str("image", id).Msg("could not remove an image without a name; `dsh-sandbox reap --backend docker` removes it")
+	}
+}
+
+// importedID reads the engine's progress stream of an import to its end
+// and returns the new image's id (the last status that is one); an error
+// message in the stream is an error.
+func importedID(r io.Reader) (string, error) {
+	var id string
+	dec := json.NewDecoder(r)
+	for {
+		var m jsonmessage.JSONMessage
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return id, nil
+		} else if err != nil {
+			return "", fmt.Errorf("progress stream: %w", err)
+		}
+		if m.Error != nil {
+			return "", m.Error
+		}
+		if strings.HasPrefix(m.Status, "sha256:") {
+			id = strings.TrimSpace(m.Status)
+		}
+	}
+}
+
+// ownedImages lists the engine's images labelled as imported by
+// dsh-sandbox, newest first; dangling selects those without a name.
+func ownedImages(ctx context.Context, cli *client.Client, dangling bool) ([]image.Summary, error) {
+	args := filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue))
+	if dangling {
+		args.Add("dangling", "true")
+	}
+	imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: args})
+	if err != nil {
+		return nil, unavailable(err, "list images")
+	}
+	slices.SortStableFunc(imgs, func(a, b image.Summary) int { return cmp.Compare(b.Created, a.Created) })
+	return imgs, nil
+}
+
+// danglingGrace is how old an image without a name must be before Reap
+// removes it: ImportRootfs names its image a moment after the engine
+// made it.
+const danglingGrace = time.Minute

@@ -1,0 +1,152 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// doctorTimeout bounds each engine request of Doctor but its test call;
+// doctorRunTimeout bounds the test call.
+const (
+	doctorTimeout    = 10 * time.Second
+	doctorRunTimeout = 60 * time.Second
+)
+
+// Doctor reports whether the docker backend is usable with opts and why
+// not, as checks in this order: "daemon" (the engine answers at which
+// host, with its server and API versions), "runtimes" (the runtimes it
+// has registered; failed when it lacks policy.DefaultRuntime, which the
+// test call uses), "state" (opts.StateDir is writable), "image" (an image
+// imported by dsh-sandbox, labelled sandbox.LabelOwner, exists; the
+// newest one is used) and "run" (a real call of `true` under the built-in
+// workspace-write policy on that image). It stops after a failed check
+// that makes the rest meaningless: an engine that does not answer ends
+// it, and no image, failed runtimes or state leave out the test call.
+// Doctor leaves nothing behind in the engine. It is safe to call
+// concurrently.
+func Doctor(ctx context.Context, opts Options) []sandbox.Check {
+	var checks []sandbox.Check
+	add := func(name string, ok bool, format string, args ...any) bool {
+		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+		return ok
+	}
+
+	cli, err := newClient(opts.Host)
+	if err != nil {
+		add("daemon", false, "%v", err)
+		return checks
+	}
+	defer cli.Close()
+	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	v, err := cli.ServerVersion(dctx)
+	cancel()
+	if err != nil {
+		add("daemon", false, "no engine answers at %s (start dockerd, or set DOCKER_HOST): %v", cli.DaemonHost(), err)
+		return checks
+	}
+	add("daemon", true, "engine at %s: server %s, API %s (this client speaks %s)", cli.DaemonHost(), v.Version, v.APIVersion, cli.ClientVersion())
+
+	dctx, cancel = context.WithTimeout(ctx, doctorTimeout)
+	info, err := cli.Info(dctx)
+	cancel()
+	runtimesOK := false
+	if err != nil {
+		add("runtimes", false, "cannot list the engine's runtimes: %v", err)
+	} else {
+		have := make([]string, 0, len(info.Runtimes))
+		for name := range info.Runtimes {
+			have = append(have, name)
+		}
+		slices.Sort(have)
+		runtimesOK = slices.Contains(have, policy.DefaultRuntime)
+		detail := fmt.Sprintf("registered: %s; default %s", strings.Join(have, ", "), info.DefaultRuntime)
+		if !runtimesOK {
+			detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
+		}
+		add("runtimes", runtimesOK, "%s", detail)
+	}
+
+	state := sandbox.CheckStateDir(opts.StateDir)
+	stateOK := add(state.Name, state.OK, "%s", state.Detail)
+
+	dctx, cancel = context.WithTimeout(ctx, doctorTimeout)
+	imgs, err := ownedImages(dctx, cli, false)
+	cancel()
+	var name string
+	var picked image.Summary
+	for _, img := range imgs {
+		if tag := imageName(img); tag != "" {
+			name, picked = tag, img
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		add("image", false, "cannot list the engine's images: %v", err)
+		return checks
+	case name == "":
+		add("image", false, "no image imported by dsh-sandbox (label %s=%s) in the engine; import one with `dsh-sandbox images import --backend docker FILE --name N`", sandbox.LabelOwner, sandbox.LabelOwnerValue)
+		return checks
+	}
+	others := ""
+	if n := len(imgs) - 1; n > 0 {
+		others = fmt.Sprintf("; %d other image(s) of dsh-sandbox", n)
+	}
+	add("image", true, "%s (%s, %.1f MB, imported %s)%s", name, shortID(picked.ID), float64(picked.Size)/1e6, time.Unix(picked.Created, 0).UTC().Format(time.RFC3339), others)
+
+	if !runtimesOK || !stateOK {
+		return checks
+	}
+	if d, err := doctorRun(ctx, opts, name); err != nil {
+		add("run", false, "`true` on image %s under policy %s: %v", name, policy.WorkspaceWrite, err)
+	} else {
+		add("run", true, "`true` ran in a fresh container of %s under policy %s in %v", name, policy.WorkspaceWrite, d.Round(time.Millisecond))
+	}
+	return checks
+}
+
+// imageName is the first name of img, or "" when it has none.
+func imageName(img image.Summary) string {
+	for _, t := range img.RepoTags {
+		if t != "" && t != "<none>:<none>" {
+			return t
+		}
+	}
+	return ""
+}
+
+// shortID is the first 12 hex digits of an image id.
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return id
+}
+
+// doctorRun runs `true` through a short-lived executor of its own
+// instance and returns how long the call took.
+func doctorRun(ctx context.Context, opts Options, name string) (time.Duration, error) {
+	opts.InstanceID = ""
+	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
+	defer cancel()
+	e, err := New(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		return 0, sandbox.Errorf(sandbox.ErrInternal, "docker: the built-in policy %q is missing", policy.WorkspaceWrite)
+	}
+	p.Backend, p.Image = Backend, name
+	return sandbox.DoctorRun(ctx, e, p, e.instance)
+}
