@@ -6,7 +6,20 @@
 // backend's; the task's FIFOs live in a directory under StateDir; stdio
 // is attached before the task starts; sandbox.Supervise handles timeout
 // and cancellation; and the task, the container and its snapshot are
-// removed on every path. Leftovers are found by label (Reap).
+// removed on every path. Only runc runs (see checkRuntime for crun).
+//
+// Faults: a daemon that is down, or goes away during a call, fails the
+// call with sandbox.ErrUnavailable and no Result. The runc shim survives
+// its daemon and would keep the command running, so the executor then
+// sends SIGKILL to every process in the call's cgroup
+// (/dsh-sandbox-containerd/<instance>/<call> in every hierarchy): an
+// unknown outcome never leaves a sandboxed command running. What the
+// teardown could not remove is left to Reap once the daemon is back.
+//
+// Leftovers are found by label (Reap); executors sharing a state
+// directory tell live instances from dead ones by lock files
+// (sandbox.LockInstance). Doctor explains what is missing; BenchCtrRun is
+// the `ctr run --rm` baseline of `dsh-sandbox bench`.
 //
 // It imports sandbox, policy, images and the containerd client. Only
 // cmd/dsh-sandbox (which picks backends) and tests import it.

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -45,7 +46,7 @@ func TestSpecReadonlyRootCases(t *testing.T) {
 	}
 	p.Backend, p.Image = Backend, "img:latest"
 	s := sandbox.Session{ID: "s1", Cwd: t.TempDir()}
-	opts, err := policy.SpecOpts(specPolicy(p), s, 0, 0)
+	opts, err := policy.SpecOpts(p, s, 0, 0)
 	if err != nil {
 		t.Fatalf("policy.SpecOpts() = %v", err)
 	}
@@ -69,5 +70,37 @@ func TestNewUnavailableCases(t *testing.T) {
 	_, err := New(context.Background(), Options{Address: addr, StateDir: dir})
 	if !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("New(Address %q) = %v, want sandbox.ErrUnavailable", "no-daemon.sock", err)
+	}
+}
+
+func TestCheckRuntimeCases(t *testing.T) {
+	for _, tc := range []struct {
+		runtime string
+		ok      bool
+	}{
+		{"", true},
+		{"runc", true},
+		{"crun", false},
+		{"runsc", false},
+		{"../runc", false},
+	} {
+		err := checkRuntime(tc.runtime)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, sandbox.ErrInvalid)) {
+			t.Errorf("checkRuntime(%q) = %v, want ok %v (else sandbox.ErrInvalid)", tc.runtime, err, tc.ok)
+		}
+	}
+	if err := checkRuntime("crun"); err == nil || !strings.Contains(err.Error(), "hybrid cgroup") {
+		t.Errorf("checkRuntime(%q) = %v, want the reason (hybrid cgroup host)", "crun", err)
+	}
+}
+
+func TestCgroupsPathCases(t *testing.T) {
+	for _, tc := range []struct{ instance, call, want string }{
+		{"i-1", "c1", "/dsh-sandbox-containerd/i-1/c1"},
+		{"svc.a", "bash-2", "/dsh-sandbox-containerd/svc.a/bash-2"},
+	} {
+		if got := cgroupsPath(tc.instance, tc.call); got != tc.want {
+			t.Errorf("cgroupsPath(%q, %q) = %q, want %q", tc.instance, tc.call, got, tc.want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package containerd
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strconv"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -14,6 +16,9 @@ import (
 
 // ReapReport lists what Reap removed.
 type ReapReport struct {
+	// Instances are the dead instances whose leftovers were removed;
+	// this executor's own instance is never listed.
+	Instances []string `json:"instances"`
 	// Containers are the ids of the containers removed (with their task
 	// and snapshot).
 	Containers []string `json:"containers"`
@@ -22,7 +27,9 @@ type ReapReport struct {
 }
 
 // Empty reports whether Reap found nothing to remove.
-func (r ReapReport) Empty() bool { return len(r.Containers)+len(r.Snapshots) == 0 }
+func (r ReapReport) Empty() bool {
+	return len(r.Instances)+len(r.Containers)+len(r.Snapshots) == 0
+}
 
 // labelFilter is the containerd filter for a label's value.
 func labelFilter(key, value string) string {
@@ -57,12 +64,25 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// Reap removes what calls left in the namespace: containers labelled
-// owner=dsh-sandbox of this executor whose call has returned, containers
-// of other instances whose task is not running (a running one may belong
-// to a live executor elsewhere), and labelled snapshots no container
-// uses. It keeps going after a failure and returns what it removed with
-// every failure joined.
+// Reap removes what calls left in the namespace, by label
+// owner=dsh-sandbox, telling instances apart by their lock files in
+// StateDir/containerd-instances:
+//
+//   - of a dead instance (its lock file exists and no process holds it):
+//     every container with its task (killed when still running) and
+//     snapshot, every orphaned snapshot, its cgroup directories and
+//     finally its lock file;
+//   - of this executor: containers and orphaned snapshots of calls that
+//     have returned (their teardown failed, typically because the daemon
+//     was down), never those of a call in progress;
+//   - of an instance unknown here (no lock file: a service on another
+//     state directory, or one long gone): only containers whose task is
+//     not running; its orphaned snapshots are left alone, as they may be
+//     a live executor's call being created;
+//   - of a live instance on this state directory: nothing.
+//
+// It keeps going after a failure and returns what it removed with every
+// failure joined.
 func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	var rep ReapReport
 	ctx = e.ctx(ctx)
@@ -70,46 +90,105 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	if err != nil {
 		return rep, classify(err, "reap: list containers")
 	}
+	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
+	defer release()
 	var errs []error
+	if err != nil {
+		errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: instance locks: %w", err))
+	}
+	failed := map[string]bool{} // dead instances with leftovers that remain
+	removed := func(inst string) {
+		if inst != e.instance && !slices.Contains(rep.Instances, inst) {
+			rep.Instances = append(rep.Instances, inst)
+		}
+	}
 	used := map[string]bool{}
 	for _, c := range cs {
 		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
 		if err != nil {
-			errs = append(errs, err)
+			if !cerrdefs.IsNotFound(err) {
+				errs = append(errs, classify(err, "reap: container %s", c.ID()))
+			}
 			continue
 		}
 		used[info.SnapshotKey] = true
-		if info.Labels[sandbox.LabelInstance] == e.instance {
+		inst := info.Labels[sandbox.LabelInstance]
+		_, isDead := dead[inst]
+		switch {
+		case inst == e.instance:
 			if e.callActive(info.Labels[sandbox.LabelExecution]) {
 				continue
 			}
-		} else if running(ctx, c) {
+		case isDead:
+		case sandbox.InstanceKnown(e.instancesDir(), inst) || running(ctx, c):
 			continue
 		}
 		if err := deleteContainer(ctx, c); err != nil {
 			errs = append(errs, classify(err, "reap: remove container %s", c.ID()))
+			failed[inst] = true
 			continue
 		}
 		delete(used, info.SnapshotKey)
 		rep.Containers = append(rep.Containers, c.ID())
+		removed(inst)
 	}
+
 	sn := e.cli.SnapshotService(snapshotter)
-	var orphans []string
+	type orphan struct{ key, inst string }
+	var orphans []orphan
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if !used[info.Name] && !e.callActive(info.Labels[sandbox.LabelExecution]) {
-			orphans = append(orphans, info.Name)
+		if used[info.Name] {
+			return nil
+		}
+		inst := info.Labels[sandbox.LabelInstance]
+		_, isDead := dead[inst]
+		if isDead || (inst == e.instance && !e.callActive(info.Labels[sandbox.LabelExecution])) {
+			orphans = append(orphans, orphan{info.Name, inst})
 		}
 		return nil
 	}, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
 	if err != nil {
 		errs = append(errs, classify(err, "reap: list snapshots"))
+		for inst := range dead {
+			failed[inst] = true // its snapshots are unknown
+		}
 	}
-	for _, key := range orphans {
-		if err := sn.Remove(ctx, key); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, classify(err, "reap: remove snapshot %s", key))
+	for _, o := range orphans {
+		if err := sn.Remove(ctx, o.key); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, classify(err, "reap: remove snapshot %s", o.key))
+			failed[o.inst] = true
 			continue
 		}
-		rep.Snapshots = append(rep.Snapshots, key)
+		rep.Snapshots = append(rep.Snapshots, o.key)
+		removed(o.inst)
+	}
+
+	// Cgroup directories of dead instances (their tasks are gone now),
+	// and the empty parent.
+	for _, inst := range cgroupInstances() {
+		if _, isDead := dead[inst]; !isDead || failed[inst] {
+			continue
+		}
+		p := "/" + cgroupParent + "/" + inst
+		if _, err := killCgroup(p); err != nil {
+			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
+		}
+		if err := removeCgroup(p); err != nil {
+			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
+			failed[inst] = true
+			continue
+		}
+		removed(inst)
+	}
+	removeEmptyCgroupParent()
+
+	for inst, f := range dead {
+		if failed[inst] {
+			continue
+		}
+		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: lock file of instance %q: %w", inst, err))
+		}
 	}
 	return rep, errors.Join(errs...)
 }
