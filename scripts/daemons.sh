@@ -30,6 +30,7 @@ set -euo pipefail
 
 dir=${DSH_SANDBOX_DAEMONS_DIR:-/tmp/dsh-sandbox-daemons}
 docker_sock=/var/run/docker.sock
+private_docker_sock=$dir/docker/docker.sock
 ctrd_sock=$dir/containerd/containerd.sock
 ready_timeout=60
 
@@ -55,18 +56,38 @@ wait_for() {
 	return 1
 }
 
-docker_ready() { docker -H "unix://$docker_sock" version --format '{{.Server.APIVersion}}'; }
+# docker_ready [SOCKET]: the engine on SOCKET (default: the one in use) answers.
+docker_ready() { docker -H "unix://${1:-$(docker_sock_in_use)}" version --format '{{.Server.APIVersion}}'; }
+# has_runsc SOCKET: the engine on SOCKET has a runtime named runsc.
+has_runsc() { docker -H "unix://$1" info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+# docker_sock_in_use: the engine socket start chose (the default one, or
+# the private one when the default engine lacks runsc).
+docker_sock_in_use() { cat "$dir/docker.host" 2>/dev/null || echo "$docker_sock"; }
 ctrd_ready() { ctr --address "$ctrd_sock" version; }
 
 print_env() {
-	echo "export DOCKER_HOST=unix://$docker_sock"
+	echo "export DOCKER_HOST=unix://$(docker_sock_in_use)"
 	echo "export DSH_SANDBOX_TEST_CONTAINERD=$ctrd_sock"
 }
 
 start_docker() {
-	if docker_ready >/dev/null 2>&1; then
-		log "dockerd already answers on $docker_sock; using it"
-		return 0
+	local sock=$docker_sock private=
+	if docker_ready "$docker_sock" >/dev/null 2>&1; then
+		if ! command -v runsc >/dev/null 2>&1 || has_runsc "$docker_sock"; then
+			log "dockerd already answers on $docker_sock; using it"
+			echo "$docker_sock" >"$dir/docker.host"
+			return 0
+		fi
+		# The tests need runsc registered; that engine is not ours to
+		# reconfigure, so a private one (own data, state and socket) runs
+		# beside it.
+		log "the dockerd on $docker_sock has no runsc runtime; starting a private one on $private_docker_sock"
+		sock=$private_docker_sock private=1
+		if alive "$dir/dockerd.started" && docker_ready "$sock" >/dev/null 2>&1; then
+			log "private dockerd already runs on $sock; using it"
+			echo "$sock" >"$dir/docker.host"
+			return 0
+		fi
 	fi
 	if ! command -v dockerd >/dev/null 2>&1; then
 		log "dockerd is not installed (apt-get install docker.io)"
@@ -84,12 +105,20 @@ start_docker() {
 	else
 		echo '{}' >"$dir/dockerd.json"
 	fi
-	log "starting dockerd"
+	local extra=()
+	if [ -n "$private" ]; then
+		mkdir -p "$dir/docker/root" "$dir/docker/exec"
+		chmod 0700 "$dir/docker"
+		extra=(--data-root "$dir/docker/root" --exec-root "$dir/docker/exec"
+			--containerd-namespace dsh-sandbox-moby --containerd-plugins-namespace dsh-sandbox-moby-plugins)
+	fi
+	log "starting dockerd on $sock"
 	# The backends need no bridge: every call runs with network none.
-	setsid dockerd --host "unix://$docker_sock" --bridge=none --iptables=false --ip-masq=false \
-		--config-file "$dir/dockerd.json" --pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 </dev/null &
+	setsid dockerd --host "unix://$sock" --bridge=none --iptables=false --ip-masq=false \
+		--config-file "$dir/dockerd.json" --pidfile "$dir/dockerd.pid" "${extra[@]}" >"$dir/dockerd.log" 2>&1 </dev/null &
 	echo $! >"$dir/dockerd.started"
-	wait_for dockerd docker_ready || {
+	echo "$sock" >"$dir/docker.host"
+	wait_for dockerd docker_ready "$sock" || {
 		tail -20 "$dir/dockerd.log" >&2
 		return 1
 	}
@@ -131,6 +160,24 @@ EOF
 		tail -20 "$dir/containerd.log" >&2
 		return 1
 	}
+}
+
+# unmount_below DIR: lazily unmounts everything mounted below DIR,
+# deepest first (snapshots stay mounted when a daemon died hard).
+unmount_below() {
+	local m
+	{ grep -F " $1/" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r |
+		while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
+# stop_shims SOCKET: kills the runc shims a containerd on SOCKET started
+# (they outlive their daemon), by PID.
+stop_shims() {
+	local pid
+	for pid in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $1( |\$)" || true); do
+		log "stopping shim $pid of the containerd on $1"
+		kill -KILL "$pid" 2>/dev/null || true
+	done
 }
 
 # stop_pid NAME: stops the daemon whose PID NAME.started records, TERM
@@ -190,12 +237,21 @@ start)
 	print_env
 	;;
 stop)
-	if wanted containerd; then stop_pid containerd; fi
-	if wanted docker; then stop_pid dockerd; fi
+	if wanted containerd; then
+		stop_pid containerd
+		stop_shims "$ctrd_sock"
+	fi
+	if wanted docker; then
+		stop_pid dockerd
+		rm -f "$dir/docker.host"
+		if [ -d "$dir/docker" ]; then
+			unmount_below "$dir/docker"
+			rm -rf "$dir/docker"
+		fi
+	fi
 	if wanted containerd && [ -d "$dir/containerd" ]; then
 		# Snapshots may still be mounted when containerd died hard.
-		grep -F " $dir/containerd/" /proc/self/mountinfo | awk '{print $5}' | sort -r |
-			while read -r m; do umount -l "$m" 2>/dev/null || true; done
+		unmount_below "$dir/containerd"
 		rm -rf "$dir/containerd"
 	fi
 	;;

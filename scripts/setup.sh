@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dsh-sandbox needs on a Debian machine, as root, and only
-# what is missing: container runtimes, busybox for test images, and tools
-# the tests use. Safe to run again.
+# what is missing: container runtimes, the Docker engine and containerd,
+# busybox for test images, and tools the tests use. Safe to run again.
 set -euo pipefail
 
 need=()
@@ -9,6 +9,10 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have runc || need+=(runc)
 have crun || need+=(crun)
 have runsc || need+=(runsc)
+# The docker and containerd backends and their tests (scripts/daemons.sh
+# starts the daemons; installing does not need them running).
+have dockerd || need+=(docker.io)
+have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
 # The hook tests run jq and python3 inside the sandbox, which sees the
 # host's /usr only: a python3 elsewhere (pyenv, say) does not count.

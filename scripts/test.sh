@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up the machine (scripts/setup.sh) and runs every check and test:
-# gofmt, go vet, the unit and backend tests (real runtimes), the race
+# Sets up the machine (scripts/setup.sh), starts the daemons the backend
+# tests need (scripts/daemons.sh) and runs every check and test: gofmt,
+# go vet, the unit and backend tests (real runtimes and daemons), the race
 # detector on the concurrent packages, and the end-to-end tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,13 @@ fi
 echo "== go vet"
 go vet ./...
 go vet -tags integration ./...
+
+echo "== daemons"
+# A Docker engine (started only when none answers) and a private
+# containerd for the docker and containerd backend tests; stopped again at
+# the end, whatever happens (only what daemons.sh started).
+trap 'scripts/daemons.sh stop' EXIT
+eval "$(scripts/daemons.sh start)"
 
 echo "== go test"
 go test -count=1 -timeout 20m ./...

@@ -37,6 +37,9 @@ func globalFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-cwd", Usage: "the session header has no cwd"},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/dsh-sandbox", Usage: "`DIR` for bundles, runtime state and locks of running calls", EnvVars: envVar("state-dir")},
 		&cli.StringFlag{Name: "data-dir", Value: "/var/lib/dsh-sandbox", Usage: "`DIR` for local images", EnvVars: envVar("data-dir")},
+		&cli.StringFlag{Name: "docker-host", Usage: "Docker engine `ADDR` for the docker backend (default: $DOCKER_HOST, else unix:///var/run/docker.sock)", EnvVars: envVar("docker-host")},
+		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", Usage: "containerd socket `PATH` for the containerd backend", EnvVars: envVar("containerd-address")},
+		&cli.StringFlag{Name: "containerd-namespace", Value: "dsh-sandbox", Usage: "containerd `NAMESPACE` of the containerd backend's images, containers and snapshots", EnvVars: envVar("containerd-namespace")},
 		&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console", EnvVars: envVar("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "log level: debug, info, warn or error", EnvVars: envVar("log-level")},
 	}
@@ -79,6 +82,7 @@ Examples:
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 		addGlobalFlags(c)
+		requireFlags(c)
 	}
 	return app
 }
@@ -110,6 +114,34 @@ func addGlobalFlags(c *cli.Command) {
 	}
 }
 
+// requireFlags checks the flags a leaf marks Required itself, so that a
+// missing one is a usage error (exit 2) like every other bad flag; the
+// library's own check ends with a plain error (exit 1).
+func requireFlags(c *cli.Command) {
+	for _, sub := range c.Subcommands {
+		requireFlags(sub)
+	}
+	var names []string
+	for _, f := range c.Flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Required {
+			sf.Required = false
+			names = append(names, sf.Name)
+		}
+	}
+	if len(names) == 0 || c.Action == nil {
+		return
+	}
+	action := c.Action
+	c.Action = func(ctx *cli.Context) error {
+		for _, n := range names {
+			if !ctx.IsSet(n) {
+				return usageError("--%s is required", n)
+			}
+		}
+		return action(ctx)
+	}
+}
+
 func setUsageErrors(c *cli.Command) {
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
 	for _, sub := range c.Subcommands {
@@ -128,7 +160,13 @@ type settings struct {
 	cwd          string          // the session cwd, also for a call with no agent; "" with --no-cwd
 	stateDir     string
 	dataDir      string
-	log          zerolog.Logger
+	// The daemon backends: the Docker engine's address ("" means
+	// $DOCKER_HOST, else the default socket) and containerd's socket and
+	// namespace.
+	dockerHost          string
+	containerdAddress   string
+	containerdNamespace string
+	log                 zerolog.Logger
 }
 
 func loadSettings(c *cli.Context) (*settings, error) {
@@ -173,6 +211,11 @@ func loadSettings(c *cli.Context) (*settings, error) {
 			return nil, err
 		}
 	}
+	s.dockerHost = f.String("docker-host")
+	if s.containerdAddress, err = absFlag("containerd-address", f.String("containerd-address")); err != nil {
+		return nil, err
+	}
+	s.containerdNamespace = f.String("containerd-namespace")
 	if !f.Bool("no-cwd") {
 		cwd := f.String("cwd")
 		if cwd == "" {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/local"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
@@ -19,6 +22,14 @@ func (s *settings) openImages() (*images.Store, error) {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "image store: %v", err)
 	}
 	return st, nil
+}
+
+func (s *settings) dockerOptions() docker.Options {
+	return docker.Options{Host: s.dockerHost, StateDir: s.stateDir, Logger: s.log}
+}
+
+func (s *settings) containerdOptions() containerd.Options {
+	return containerd.Options{Address: s.containerdAddress, Namespace: s.containerdNamespace, StateDir: s.stateDir, Logger: s.log}
 }
 
 // newExecutor builds the backend p names. It never substitutes another
@@ -46,11 +57,14 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 			return nil, nil, err
 		}
 		return ex, func() {}, nil
-	case "docker", "containerd":
-		if p.Backend == "containerd" {
-			return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "backend %q is not available in this build", p.Backend)
+	case docker.Backend:
+		ex, err := docker.New(context.Background(), s.dockerOptions())
+		if err != nil {
+			return nil, nil, err
 		}
-		ex, err := docker.New(context.Background(), docker.Options{StateDir: s.stateDir, Logger: s.log})
+		return ex, func() { _ = ex.Close() }, nil
+	case containerd.Backend:
+		ex, err := containerd.New(context.Background(), s.containerdOptions())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -58,4 +72,103 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 	default:
 		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.backend: unknown backend %q", p.Backend)
 	}
+}
+
+// reapExecutor removes what dead instances left on ex's backend. It
+// returns the backend's report, how many objects it removed, and the
+// error; an executor without leftovers to reap (local) reports nothing.
+func reapExecutor(ctx context.Context, ex sandbox.Executor) (report any, removed int, err error) {
+	switch e := ex.(type) {
+	case *oci.Executor:
+		rep, err := e.Reap(ctx)
+		return rep, len(rep.Containers) + len(rep.Bundles) + len(rep.Mounts) + len(rep.Cgroups), err
+	case *docker.Executor:
+		rep, err := e.Reap(ctx)
+		return rep, len(rep.Containers) + len(rep.Images), err
+	case *containerd.Executor:
+		rep, err := e.Reap(ctx)
+		return rep, len(rep.Containers) + len(rep.Snapshots), err
+	}
+	return nil, 0, nil
+}
+
+// rootfsImporter is a daemon backend that takes a root-filesystem
+// tarball as an image.
+type rootfsImporter interface {
+	ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error
+}
+
+// importIntoDaemon loads an image into a daemon backend. The file goes
+// through the local store's importer first, in a temporary store, so
+// that every format it reads works and its checks (no path traversal,
+// no links leaving the root, no devices, no setuid) apply whatever the
+// backend; the checked root filesystem is then streamed to the daemon.
+// progress gets the phase ("unpacking", "loading") with its counts.
+func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name string, progress func(phase string, done, total int64)) (*images.Image, error) {
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "data directory: %v", err)
+	}
+	staging, err := os.MkdirTemp(s.dataDir, ".import-")
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "data directory: %v", err)
+	}
+	defer os.RemoveAll(staging)
+
+	var ex interface {
+		rootfsImporter
+		Close() error
+	}
+	switch backend {
+	case docker.Backend:
+		ex, err = docker.New(ctx, s.dockerOptions())
+	case containerd.Backend:
+		ex, err = containerd.New(ctx, s.containerdOptions())
+	default:
+		return nil, usageError("--backend: %q does not take images (oci, docker or containerd)", backend)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer ex.Close()
+
+	st, err := images.OpenStore(staging)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "staging store: %v", err)
+	}
+	var unpack func(done, total int64)
+	if progress != nil {
+		unpack = func(done, total int64) { progress("unpacking", done, total) }
+	}
+	img, err := st.Import(ctx, file, name, unpack)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		var load func(done int64)
+		if progress != nil {
+			load = func(done int64) { progress("loading", done, img.Size) }
+		}
+		pw.CloseWithError(images.WriteRootfsTar(ctx, pw, img, load))
+	}()
+	err = ex.ImportRootfs(ctx, pr, img.Name, img.Env)
+	pr.CloseWithError(fmt.Errorf("import ended"))
+	if err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+// describeReport says what a backend's reap report lists, for people.
+func describeReport(rep any) string {
+	switch r := rep.(type) {
+	case oci.ReapReport:
+		return fmt.Sprintf("%d containers, %d bundles, %d mounts, %d cgroups of %d dead instances",
+			len(r.Containers), len(r.Bundles), len(r.Mounts), len(r.Cgroups), len(r.Instances))
+	case docker.ReapReport:
+		return fmt.Sprintf("%d containers, %d unused unnamed images; %d dead instances", len(r.Containers), len(r.Images), len(r.Instances))
+	case containerd.ReapReport:
+		return fmt.Sprintf("%d containers, %d snapshots; %d dead instances", len(r.Containers), len(r.Snapshots), len(r.Instances))
+	}
+	return fmt.Sprintf("%v", rep)
 }

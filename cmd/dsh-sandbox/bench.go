@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,8 +16,11 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/urfave/cli/v2"
 
+	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
 
@@ -26,16 +30,20 @@ func benchCommand() *cli.Command {
 		Usage: "per-call latency of each usable backend against baselines, medians and ratios",
 		Description: `Runs true N times on each usable OCI runtime through the full executor (policy
 workspace-write, a fresh container per call, output capture, teardown), interleaved with
-two baselines measured in the same run: a bare bash -c true, and a raw runc run of an
-equivalent hand-made bundle. Also reports the executor's own preparation time (env,
-snapshot, spec, mounts) and the growth of this process's RSS while one call streams
-200 MB of output. Prints medians and ratios; never fails on a slow result.
+baselines measured in the same run: a bare bash -c true, and a raw runc run of an
+equivalent hand-made bundle. When the Docker engine and containerd answer (--docker-host,
+--containerd-address), their backends run too, on a busybox image bench imports itself
+(from busybox-static), against their own baselines on the same image: docker run --rm and
+ctr run --rm. Also reports the executor's own preparation time (env, snapshot, spec,
+mounts) and the growth of this process's RSS while one call streams 200 MB of output.
+Prints medians and each series' ratio to its baseline; never fails on a slow result.
 
 Example:
    dsh-sandbox bench --n 30 --json`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "n", Value: 20, Usage: "calls per backend"},
 			&cli.Int64Flag{Name: "stream-bytes", Value: 200_000_000, Usage: "bytes of output for the RSS measurement (0 skips it)"},
+			&cli.BoolFlag{Name: "no-daemons", Usage: "measure the OCI runtimes only, not docker and containerd"},
 			jsonFlag,
 		},
 		Action: runBench,
@@ -49,7 +57,8 @@ type benchRow struct {
 	MinMs       float64 `json:"minMs"`
 	MaxMs       float64 `json:"maxMs"`
 	PrepareMs   float64 `json:"prepareMedianMs,omitempty"`
-	VsRawRunc   float64 `json:"vsRawRunc,omitempty"`
+	Baseline    string  `json:"baseline,omitempty"`
+	VsBaseline  float64 `json:"vsBaseline,omitempty"`
 	VsBackendRc float64 `json:"vsRuncBackend,omitempty"`
 	N           int     `json:"n"`
 	Error       string  `json:"error,omitempty"`
@@ -80,11 +89,12 @@ func runBench(c *cli.Context) error {
 	defer os.RemoveAll(work)
 
 	type series struct {
-		name    string
-		call    func() (time.Duration, time.Duration, error) // total, prepare
-		samples []time.Duration
-		prepare []time.Duration
-		err     error
+		name     string
+		baseline string                                       // the series' baseline, measured in the same run
+		call     func() (time.Duration, time.Duration, error) // total, prepare
+		samples  []time.Duration
+		prepare  []time.Duration
+		err      error
 	}
 	var all []*series
 	all = append(all, &series{name: "bash -c true", call: func() (time.Duration, time.Duration, error) {
@@ -120,17 +130,22 @@ func runBench(c *cli.Context) error {
 		if p, err = policy.Normalize(p); err != nil {
 			return err
 		}
-		all = append(all, &series{name: "oci/" + rt, call: func() (time.Duration, time.Duration, error) {
-			start := time.Now()
-			res, err := ex.Run(ctx, &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: work}})
-			if err == nil && sandbox.ExitCode(res, nil) != 0 {
-				err = fmt.Errorf("true exited %d", sandbox.ExitCode(res, nil))
+		all = append(all, &series{name: "oci/" + rt, baseline: "raw runc run", call: timeCall(ctx, ex, p, work)})
+	}
+	if !c.Bool("no-daemons") {
+		for _, d := range s.benchDaemons(ctx, base) {
+			if d.err != nil {
+				all = append(all, &series{name: d.baseline, err: d.err}, &series{name: d.name, err: d.err})
+				continue
 			}
-			if err != nil {
-				return 0, 0, err
-			}
-			return time.Since(start), res.Timings.Prepare, nil
-		}})
+			defer d.close()
+			all = append(all,
+				&series{name: d.baseline, call: func() (time.Duration, time.Duration, error) {
+					dur, err := d.baselineCall(ctx)
+					return dur, 0, err
+				}},
+				&series{name: d.name, baseline: d.baseline, call: timeCall(ctx, d.ex, d.policy, work)})
+		}
 	}
 
 	// Interleave the series so that drift of the machine hits all alike.
@@ -163,7 +178,7 @@ func runBench(c *cli.Context) error {
 	var rep benchReport
 	medians := map[string]time.Duration{}
 	for _, se := range all {
-		row := benchRow{Name: se.name, N: len(se.samples)}
+		row := benchRow{Name: se.name, N: len(se.samples), Baseline: se.baseline}
 		if se.err != nil {
 			row.Error = se.err.Error()
 		}
@@ -181,8 +196,8 @@ func runBench(c *cli.Context) error {
 	}
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
-		if raw := medians["raw runc run"]; raw > 0 && r.MedianMs > 0 {
-			r.VsRawRunc = r.MedianMs / ms(raw)
+		if b := medians[r.Baseline]; b > 0 && r.MedianMs > 0 {
+			r.VsBaseline = r.MedianMs / ms(b)
 		}
 		if rc := medians["oci/runc"]; rc > 0 && r.MedianMs > 0 && strings.HasPrefix(r.Name, "oci/") {
 			r.VsBackendRc = r.MedianMs / ms(rc)
@@ -202,14 +217,18 @@ func runBench(c *cli.Context) error {
 		return writeJSON(c.App.Writer, rep)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "series\tmedian ms\tmin ms\tmax ms\tprepare ms\t× raw runc\t× oci/runc\tn\t")
+	fmt.Fprintln(tw, "series\tmedian ms\tmin ms\tmax ms\tprepare ms\t× baseline\tbaseline\t× oci/runc\tn\t")
 	for _, r := range rep.Rows {
+		baseline := r.Baseline
+		if baseline == "" {
+			baseline = "-"
+		}
 		if r.Error != "" && r.N == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t0\t\n", r.Name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t-\t0\t\n", r.Name, baseline)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t\n", r.Name, r.MedianMs, r.MinMs, r.MaxMs,
-			optional(r.PrepareMs, "%.3f"), optional(r.VsRawRunc, "%.2f"), optional(r.VsBackendRc, "%.2f"), r.N)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.MedianMs, r.MinMs, r.MaxMs,
+			optional(r.PrepareMs, "%.3f"), optional(r.VsBaseline, "%.2f"), baseline, optional(r.VsBackendRc, "%.2f"), r.N)
 	}
 	tw.Flush()
 	for _, r := range rep.Rows {
@@ -225,6 +244,91 @@ func runBench(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// timeCall returns a series call that runs true on ex under p and times
+// it from the caller's side, with the executor's own preparation time.
+func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work string) func() (time.Duration, time.Duration, error) {
+	return func() (time.Duration, time.Duration, error) {
+		start := time.Now()
+		res, err := ex.Run(ctx, &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: work}})
+		if err == nil && sandbox.ExitCode(res, nil) != 0 {
+			err = fmt.Errorf("true exited %d", sandbox.ExitCode(res, nil))
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return time.Since(start), res.Timings.Prepare, nil
+	}
+}
+
+// benchImage is the image bench imports into the daemons: busybox from
+// busybox-static, nothing else.
+const benchImage = "dsh-sandbox-bench:latest"
+
+// daemonBench is one daemon backend in the bench: its executor and
+// policy, and its baseline (the daemon's own CLI on the same image).
+type daemonBench struct {
+	name, baseline string
+	ex             sandbox.Executor
+	policy         sandbox.Policy
+	baselineCall   func(context.Context) (time.Duration, error)
+	close          func()
+	err            error
+}
+
+// benchDaemons connects to the Docker engine and containerd and imports
+// the bench image into each; a daemon that does not answer gets its error.
+func (s *settings) benchDaemons(ctx context.Context, base sandbox.Policy) []daemonBench {
+	var tarball bytes.Buffer
+	tarErr := images.BusyboxRootfsTar(&tarball, images.DefaultBusyboxPath)
+	load := func(ex rootfsImporter) error {
+		if tarErr != nil {
+			return fmt.Errorf("bench image: %w (apt-get install busybox-static)", tarErr)
+		}
+		return ex.ImportRootfs(ctx, bytes.NewReader(tarball.Bytes()), benchImage, nil)
+	}
+	policyFor := func(backend string) sandbox.Policy {
+		p := base
+		p.Backend, p.Image = backend, benchImage
+		if n, err := policy.Normalize(p); err == nil {
+			p = n
+		}
+		return p
+	}
+	// daemonExecutor is what bench needs of a daemon backend.
+	type daemonExecutor interface {
+		sandbox.Executor
+		rootfsImporter
+		Close() error
+	}
+	setUp := func(name, baseline string, open func() (daemonExecutor, error), call func(context.Context) (time.Duration, error)) daemonBench {
+		d := daemonBench{name: name, baseline: baseline, policy: policyFor(name), baselineCall: call}
+		ex, err := open()
+		if err != nil {
+			d.err = err
+			return d
+		}
+		if err := load(ex); err != nil {
+			ex.Close()
+			d.err = err
+			return d
+		}
+		d.ex, d.close = ex, func() { ex.Close() }
+		return d
+	}
+	return []daemonBench{
+		setUp("docker", "docker run --rm",
+			func() (daemonExecutor, error) { return docker.New(ctx, s.dockerOptions()) },
+			func(ctx context.Context) (time.Duration, error) {
+				return docker.BenchDockerRun(ctx, s.dockerHost, benchImage)
+			}),
+		setUp("containerd", "ctr run --rm",
+			func() (daemonExecutor, error) { return containerd.New(ctx, s.containerdOptions()) },
+			func(ctx context.Context) (time.Duration, error) {
+				return containerd.BenchCtrRun(ctx, s.containerdAddress, s.containerdNamespace, benchImage)
+			}),
+	}
 }
 
 // streamRSS runs one call that writes size bytes and returns how far this

@@ -7,16 +7,33 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
+
+// daemonHint says how to get a daemon backend's daemon, when it is not
+// installed here.
+func daemonHint(backend string) string {
+	bin, pkg := "dockerd", "docker.io"
+	if backend == "containerd" {
+		bin, pkg = "containerd", "containerd"
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Sprintf(" (%s is not installed: apt-get install %s)", bin, pkg)
+	}
+	return fmt.Sprintf(" (%s is installed: is it running, and is the address right?)", bin)
+}
 
 func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "say which runtimes and daemons are usable here, and why not",
 		Description: `Checks each OCI runtime (runc, crun, runsc): binary, version, root, cgroups, the state
-directory, and a real sandboxed call of true. Leaves nothing behind. Exits 125 when the
-default runtime (runc) is unusable.
+directory, and a real sandboxed call of true. Checks the Docker engine (--docker-host) and
+containerd (--containerd-address, --containerd-namespace): the daemon answers, its
+runtimes, an image imported by dsh-sandbox, and a real call on it. Leaves nothing behind.
+Exits 125 when the default runtime (runc) is unusable.
 
 Example:
    dsh-sandbox doctor --json`,
@@ -27,26 +44,28 @@ Example:
 				return err
 			}
 			type report struct {
-				Backend string      `json:"backend"`
-				Runtime string      `json:"runtime,omitempty"`
-				Usable  bool        `json:"usable"`
-				Checks  []oci.Check `json:"checks"`
+				Backend string          `json:"backend"`
+				Runtime string          `json:"runtime,omitempty"`
+				Usable  bool            `json:"usable"`
+				Checks  []sandbox.Check `json:"checks"`
 			}
 			var reports []report
 			for _, rt := range []string{"runc", "crun", "runsc"} {
-				checks := oci.Doctor(c.Context, oci.Options{Runtime: rt, StateDir: s.stateDir, Logger: s.log})
-				usable := len(checks) > 0
-				for _, ch := range checks {
-					usable = usable && ch.OK
-				}
-				reports = append(reports, report{"oci", rt, usable, checks})
+				reports = append(reports, report{Backend: "oci", Runtime: rt,
+					Checks: oci.Doctor(c.Context, oci.Options{Runtime: rt, StateDir: s.stateDir, Logger: s.log})})
 			}
-			for _, daemon := range []string{"docker", "containerd"} {
-				detail := "backend not built yet (see the Docker and containerd issue)"
-				if _, err := exec.LookPath(daemon); err != nil {
-					detail = daemon + " is not installed; backend not built yet"
+			reports = append(reports,
+				report{Backend: "docker", Checks: docker.Doctor(c.Context, s.dockerOptions())},
+				report{Backend: "containerd", Checks: containerd.Doctor(c.Context, s.containerdOptions())})
+			for i := range reports {
+				r := &reports[i]
+				r.Usable = len(r.Checks) > 0
+				for j, ch := range r.Checks {
+					r.Usable = r.Usable && ch.OK
+					if !ch.OK && ch.Name == "daemon" {
+						r.Checks[j].Detail += daemonHint(r.Backend)
+					}
 				}
-				reports = append(reports, report{daemon, "", false, []oci.Check{{Name: "backend", OK: false, Detail: detail}}})
 			}
 			var failure error
 			if !reports[0].Usable {

@@ -12,7 +12,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
 
 // maxStdinBytes bounds --stdin-file.
@@ -36,8 +35,8 @@ Examples:
    dsh-sandbox exec --runtime runsc --json -- uname -a`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json)"},
-			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci (docker and containerd are not built yet)"},
-			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc"},
+			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci, docker or containerd (these need --image)"},
+			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc (docker: one the engine has registered)"},
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` inside the container (default: the session cwd, else /tmp)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; at most its maximum)"},
@@ -71,10 +70,8 @@ func runExec(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	if o, ok := ex.(*oci.Executor); ok {
-		if _, err := o.Reap(c.Context); err != nil {
-			s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
-		}
+	if _, _, err := reapExecutor(c.Context, ex); err != nil {
+		s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
 	}
 	asJSON := c.Bool("json")
 	if !asJSON {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
 )
 
 func imagesCommand() *cli.Command {
@@ -20,33 +22,52 @@ func imagesCommand() *cli.Command {
 				Name:      "import",
 				Usage:     "import a root-filesystem tarball, a docker-archive or an OCI-layout tarball",
 				ArgsUsage: "FILE",
-				Description: `Unpacks FILE into the local image store under --data-dir. Path traversal, links that
-leave the root filesystem and device nodes are refused. Shows progress on a terminal.
+				Description: `Unpacks FILE into the local image store under --data-dir (backend oci), or loads it
+into the Docker engine (--backend docker, see --docker-host) or into containerd's namespace
+(--backend containerd, see --containerd-address and --containerd-namespace). The same file
+works for every backend: it is always unpacked by dsh-sandbox's own importer first, which
+refuses path traversal, links that leave the root filesystem and device nodes, and strips
+setuid bits; a daemon then receives the checked root filesystem. Shows progress on a
+terminal. Policies name the image by NAME (policy.image, or exec --image).
 
-Example:
-   dsh-sandbox images import busybox.tar --name busybox:1`,
+Examples:
+   dsh-sandbox images import busybox.tar --name busybox:1
+   dsh-sandbox images import busybox.tar --name busybox:1 --backend docker
+   dsh-sandbox exec --backend docker --image busybox:1 -- id`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Required: true, Usage: "image `NAME[:TAG]`"},
-					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci"},
+					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci, docker or containerd"},
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("images import takes one FILE, got %d arguments", c.NArg())
 					}
-					if b := c.String("backend"); b != "oci" {
-						return usageError("--backend: %q is not available in this build (oci only)", b)
+					backend := c.String("backend")
+					switch backend {
+					case "oci", "docker", "containerd":
+					default:
+						return usageError("--backend: %q is not a backend that takes images (oci, docker or containerd)", backend)
 					}
 					s, err := loadSettings(c)
 					if err != nil {
 						return err
 					}
-					st, err := s.openImages()
-					if err != nil {
-						return err
-					}
 					progress := progressBar(c.App.ErrWriter)
-					img, err := st.Import(c.Context, c.Args().First(), c.String("name"), progress)
+					var img *images.Image
+					if backend == "oci" {
+						var st *images.Store
+						if st, err = s.openImages(); err != nil {
+							return err
+						}
+						var unpack func(done, total int64)
+						if progress != nil {
+							unpack = func(done, total int64) { progress("importing", done, total) }
+						}
+						img, err = st.Import(c.Context, c.Args().First(), c.String("name"), unpack)
+					} else {
+						img, err = s.importIntoDaemon(c.Context, backend, c.Args().First(), c.String("name"), progress)
+					}
 					if progress != nil {
 						fmt.Fprintln(c.App.ErrWriter)
 					}
@@ -54,15 +75,18 @@ Example:
 						return err
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, img)
+						return writeJSON(c.App.Writer, struct {
+							Backend string `json:"backend"`
+							*images.Image
+						}{backend, img})
 					}
-					fmt.Fprintf(c.App.Writer, "imported %s (%s, %d bytes)\n", img.Name, img.Digest, img.Size)
+					fmt.Fprintf(c.App.Writer, "imported %s into %s (%s, %d bytes)\n", img.Name, backend, img.Digest, img.Size)
 					return nil
 				},
 			},
 			{
 				Name:  "list",
-				Usage: "list local images (host is always there)",
+				Usage: "list the local store's images, those of the oci backend (host is always there)",
 				Flags: []cli.Flag{jsonFlag},
 				Action: func(c *cli.Context) error {
 					s, err := loadSettings(c)
@@ -94,19 +118,31 @@ Example:
 }
 
 // progressBar returns a progress callback drawing on w when w is a
-// terminal, else nil.
-func progressBar(w io.Writer) func(done, total int64) {
+// terminal, else nil. Each phase ("unpacking", "loading") gets its own
+// line.
+func progressBar(w io.Writer) func(phase string, done, total int64) {
 	f, ok := w.(*os.File)
 	if !ok || !isatty.IsTerminal(f.Fd()) {
 		return nil
 	}
-	return func(done, total int64) {
-		const width = 30
-		if total <= 0 {
-			fmt.Fprintf(w, "\rimporting: %d bytes", done)
-			return
+	last := ""
+	return func(phase string, done, total int64) {
+		if last != "" && phase != last {
+			fmt.Fprintln(w)
 		}
-		n := int(done * width / total)
-		fmt.Fprintf(w, "\rimporting: [%-*s] %3d%%", width, strings.Repeat("#", n), done*100/total)
+		last = phase
+		fmt.Fprint(w, progressLine(phase, done, total))
 	}
+}
+
+// progressLine is one state of the progress bar, starting with a
+// carriage return.
+func progressLine(phase string, done, total int64) string {
+	const width = 30
+	if total <= 0 {
+		return fmt.Sprintf("\r%s: %d bytes", phase, done)
+	}
+	done = min(max(done, 0), total)
+	n := int(done * width / total)
+	return fmt.Sprintf("\r%s: [%-*s] %3d%%", phase, width, strings.Repeat("#", n), done*100/total)
 }

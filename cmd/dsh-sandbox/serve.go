@@ -16,7 +16,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
 
 func serveCommand() *cli.Command {
@@ -241,25 +240,27 @@ func (r *executorRouter) Run(ctx context.Context, req *sandbox.Request) (*sandbo
 }
 
 // reapAll creates the executor of every policy's backend and removes what
-// dead instances left; it returns how many objects it removed.
+// dead instances left; it returns how many objects it removed. An OCI
+// runtime that cannot be used is an error; a daemon that does not answer
+// is a warning (its policies fail with "unavailable" until it does).
 func (r *executorRouter) reapAll(ctx context.Context, policies map[string]sandbox.Policy) (int, error) {
 	n := 0
 	for _, p := range policies {
-		if p.Backend != "oci" {
+		if p.Backend == "local" {
 			continue
 		}
 		ex, err := r.get(p)
 		if err != nil {
-			return n, err
-		}
-		o, ok := ex.(*oci.Executor)
-		if !ok {
+			if p.Backend == "oci" {
+				return n, err
+			}
+			r.s.log.Warn().Err(err).Str("backend", p.Backend).Str("policy", p.Name).Msg("backend not usable at start-up; its calls fail until it is")
 			continue
 		}
-		rep, err := o.Reap(ctx)
-		n += len(rep.Containers) + len(rep.Bundles) + len(rep.Mounts) + len(rep.Cgroups)
+		_, removed, err := reapExecutor(ctx, ex)
+		n += removed
 		if err != nil {
-			r.s.log.Warn().Err(err).Str("runtime", o.Runtime()).Msg("reaping leftovers of earlier instances failed")
+			r.s.log.Warn().Err(err).Str("backend", p.Backend).Str("runtime", p.Runtime).Msg("reaping leftovers of earlier instances failed")
 		}
 	}
 	return n, nil
