@@ -154,6 +154,10 @@ func TestBadFlagsExit2Case(t *testing.T) {
 		{"locate", "--session-id", ""},
 		{"session", "show"},
 		{"env", "show", "--no-such-flag"},
+		{"images", "import", "busybox.tar"},
+		{"images", "import", "--name", "a:1", "--backend", "podman", "busybox.tar"},
+		{"images", "import", "--name", "a:1"},
+		{"reap", "--backend", "podman"},
 	}
 	for _, args := range tests {
 		_, _, code := run(t, args...)
@@ -205,5 +209,22 @@ func TestConflictingHomes(t *testing.T) {
 	out, errOut, code := run(t, "env", "show", "--home", "/h", "--skills-home", "/h/")
 	if code != 0 || !strings.Contains(out, "DSH_HOME=/h\n") {
 		t.Errorf("env show with agreeing homes: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+func TestProgressLineCases(t *testing.T) {
+	for _, tc := range []struct {
+		phase       string
+		done, total int64
+		want        string
+	}{
+		{"loading", 0, 100, "\rloading: [                              ]   0%"},
+		{"loading", 50, 100, "\rloading: [###############               ]  50%"},
+		{"loading", 150, 100, "\rloading: [##############################] 100%"},
+		{"unpacking", 42, 0, "\runpacking: 42 bytes"},
+	} {
+		if got := progressLine(tc.phase, tc.done, tc.total); got != tc.want {
+			t.Errorf("progressLine(%q, %d, %d) = %q, want %q", tc.phase, tc.done, tc.total, got, tc.want)
+		}
 	}
 }
