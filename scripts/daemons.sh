@@ -242,7 +242,17 @@ stop)
 		stop_shims "$ctrd_sock"
 	fi
 	if wanted docker; then
-		stop_pid dockerd
+		if [ -s "$dir/dockerd.started" ]; then
+			# The shims of the engine's own containerd outlive it; a
+			# container whose engine was killed mid-call can leave one.
+			ours=$(docker_sock_in_use)
+			stop_pid dockerd
+			if [ "$ours" = "$docker_sock" ]; then
+				stop_shims /var/run/docker/containerd/containerd.sock
+			else
+				stop_shims "$dir/docker/exec/containerd/containerd.sock"
+			fi
+		fi
 		rm -f "$dir/docker.host"
 		if [ -d "$dir/docker" ]; then
 			unmount_below "$dir/docker"
