@@ -53,7 +53,7 @@ func enginePID(t *testing.T, e *Executor) int {
 // starts dockerd only when none answers and reuses its other daemon.
 func startEngine(t *testing.T, script string) {
 	t.Helper()
-	out, err := exec.Command("bash", script, "start").CombinedOutput()
+	out, err := exec.Command("bash", script, "start", "docker").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s start: %v\n%s", script, err, out)
 	}
