@@ -146,7 +146,7 @@ func TestPrepareResolve(t *testing.T) {
 		}},
 		{"read-only workspace is the default workdir", func(r *Request) { r.Policy.Workspace = "ro" }, func(t *testing.T, c *Call) {
 			if c.Workdir != "/srv/project" {
-				t.Errorf("Workdir = %q, want /work/project", c.Workdir)
+				t.Errorf("Workdir = %q, want /srv/project", c.Workdir)
 			}
 		}},
 		{"unmounted workspace means /tmp", func(r *Request) { r.Policy.Workspace = "none" }, func(t *testing.T, c *Call) {

@@ -57,8 +57,8 @@ func TestLayoutSessionCases(t *testing.T) {
 	for _, tc := range []struct {
 		cwd, id, wantRel string
 	}{
-		{"/work/app", "s-1", "--work-app--/s-1/session.jsonl"},
-		{"/work/app", "..", "--work-app--/~002E~002E/session.jsonl"},
+		{"/srv/app", "s-1", "--srv-app--/s-1/session.jsonl"},
+		{"/srv/app", "..", "--srv-app--/~002E~002E/session.jsonl"},
 		{"/other", "id with space", "--other--/id~0020with~0020space/session.jsonl"},
 	} {
 		s, err := layoutSession(root, tc.cwd, tc.id)
