@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -135,6 +136,9 @@ func requireFlags(c *cli.Command) {
 	c.Action = func(ctx *cli.Context) error {
 		for _, n := range names {
 			if !ctx.IsSet(n) {
+				if slices.ContainsFunc(ctx.Args().Slice(), func(a string) bool { return strings.HasPrefix(a, "-") }) {
+					return usageError("--%s is required (flags go before the arguments: %s [flags] %s)", n, ctx.Command.HelpName, ctx.Command.ArgsUsage)
+				}
 				return usageError("--%s is required", n)
 			}
 		}

@@ -31,8 +31,8 @@ setuid bits; a daemon then receives the checked root filesystem. Shows progress 
 terminal. Policies name the image by NAME (policy.image, or exec --image).
 
 Examples:
-   dsh-sandbox images import busybox.tar --name busybox:1
-   dsh-sandbox images import busybox.tar --name busybox:1 --backend docker
+   dsh-sandbox images import --name busybox:1 busybox.tar
+   dsh-sandbox images import --name busybox:1 --backend docker busybox.tar
    dsh-sandbox exec --backend docker --image busybox:1 -- id`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Required: true, Usage: "image `NAME[:TAG]`"},

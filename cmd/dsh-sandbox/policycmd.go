@@ -27,7 +27,7 @@ Exits 2 when the policy is invalid, naming the field.
 
 Examples:
    dsh-sandbox policy check workspace-write
-   dsh-sandbox policy check ./strict.yaml --session-id s1 --cwd /srv/proj`,
+   dsh-sandbox policy check --session-id s1 --cwd /srv/proj ./strict.yaml`,
 			Flags: []cli.Flag{jsonFlag},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {

@@ -24,7 +24,7 @@ func sessionCommand() *cli.Command {
 record dropped) and summarizes it.
 
 Example:
-   dsh-sandbox session show ~/.dsh/sessions/--srv-proj--/abc/session.jsonl --json`,
+   dsh-sandbox session show --json ~/.dsh/sessions/--srv-proj--/abc/session.jsonl`,
 			Flags: []cli.Flag{jsonFlag},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
