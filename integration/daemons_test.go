@@ -108,6 +108,16 @@ func importEverywhere(t *testing.T, e env, file, name string) {
 		if err := json.Unmarshal([]byte(r.stdout), &img); err != nil || img.Backend != b || img.Name != name || img.Size == 0 {
 			t.Fatalf("images import --backend %s --json printed %q (%v), want backend %q, name %q and a size", b, r.stdout, err, b, name)
 		}
+		list := append(append([]string{"images", "list"}, e.flags("")...), daemonFlags()...)
+		r = run(t, nil, append(list, "--backend", b, "--json")...)
+		type listedImage struct {
+			Name string `json:"name"`
+		}
+		var listed []listedImage
+		if err := json.Unmarshal([]byte(r.stdout), &listed); r.code != 0 || err != nil ||
+			!slices.Contains(listed, listedImage{name}) {
+			t.Fatalf("images list --backend %s --json = %d, %q (%v); want it to list %q", b, r.code, r.stdout, err, name)
+		}
 	}
 }
 

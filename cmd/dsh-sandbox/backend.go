@@ -172,3 +172,29 @@ func describeReport(rep any) string {
 	}
 	return fmt.Sprintf("%v", rep)
 }
+
+// listImages lists the images of a backend: the local store's for oci,
+// those dsh-sandbox imported for a daemon backend.
+func (s *settings) listImages(ctx context.Context, backend string) ([]images.Image, error) {
+	switch backend {
+	case docker.Backend:
+		ex, err := docker.New(ctx, s.dockerOptions())
+		if err != nil {
+			return nil, err
+		}
+		defer ex.Close()
+		return ex.Images(ctx)
+	case containerd.Backend:
+		ex, err := containerd.New(ctx, s.containerdOptions())
+		if err != nil {
+			return nil, err
+		}
+		defer ex.Close()
+		return ex.Images(ctx)
+	}
+	st, err := s.openImages()
+	if err != nil {
+		return nil, err
+	}
+	return st.List()
+}

@@ -86,27 +86,44 @@ Examples:
 			},
 			{
 				Name:  "list",
-				Usage: "list the local store's images, those of the oci backend (host is always there)",
-				Flags: []cli.Flag{jsonFlag},
+				Usage: "list the images a backend has (oci: the local store, where host is always there)",
+				Description: `Lists the images of the local store (--backend oci, the default; the generated host
+image is always there), or the images dsh-sandbox imported into the Docker engine or into
+containerd's namespace (--backend docker, containerd).
+
+Examples:
+   dsh-sandbox images list
+   dsh-sandbox images list --backend containerd --json`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend whose images to list: oci, docker or containerd"},
+					jsonFlag,
+				},
 				Action: func(c *cli.Context) error {
+					backend := c.String("backend")
+					switch backend {
+					case "oci", "docker", "containerd":
+					default:
+						return usageError("--backend: %q is not a backend with images (oci, docker or containerd)", backend)
+					}
 					s, err := loadSettings(c)
 					if err != nil {
 						return err
 					}
-					st, err := s.openImages()
-					if err != nil {
-						return err
-					}
-					imgs, err := st.List()
+					imgs, err := s.listImages(c.Context, backend)
 					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
+						if imgs == nil {
+							imgs = []images.Image{}
+						}
 						return writeJSON(c.App.Writer, imgs)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED")
-					fmt.Fprintln(tw, "host\t-\t-\t-")
+					if backend == "oci" {
+						fmt.Fprintln(tw, "host\t-\t-\t-")
+					}
 					for _, img := range imgs {
 						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", img.Name, img.Digest, img.Size, img.Imported.Format("2006-01-02 15:04"))
 					}

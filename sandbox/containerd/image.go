@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -120,4 +121,25 @@ func writeJSON(ctx context.Context, cs content.Store, mediaType string, v any, l
 		return ocispec.Descriptor{}, err
 	}
 	return desc, nil
+}
+
+// Images lists the images dsh-sandbox imported into the executor's
+// namespace, newest first: name, manifest digest, the size of their
+// content and when they were created.
+func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
+	ctx = e.ctx(ctx)
+	recs, err := e.cli.ImageService().List(ctx, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	if err != nil {
+		return nil, classify(err, "list images")
+	}
+	slices.SortStableFunc(recs, func(a, b images.Image) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	out := make([]dshimages.Image, 0, len(recs))
+	for _, rec := range recs {
+		size, err := containerd.NewImage(e.cli, rec).Size(ctx)
+		if err != nil {
+			return nil, classify(err, "image %q: size", rec.Name)
+		}
+		out = append(out, dshimages.Image{Name: rec.Name, Digest: rec.Target.Digest.String(), Size: size, Imported: rec.CreatedAt.UTC()})
+	}
+	return out, nil
 }

@@ -133,3 +133,23 @@ func ownedImages(ctx context.Context, cli *client.Client, dangling bool) ([]imag
 // removes it: ImportRootfs names its image a moment after the engine
 // made it.
 const danglingGrace = time.Minute
+
+// Images lists the named images dsh-sandbox imported into the engine,
+// newest first: one entry per name, with the engine's image id as the
+// digest, its size and its creation time.
+func (e *Executor) Images(ctx context.Context) ([]images.Image, error) {
+	imgs, err := ownedImages(ctx, e.cli, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []images.Image
+	for _, img := range imgs {
+		for _, tag := range img.RepoTags {
+			if tag == "<none>:<none>" {
+				continue
+			}
+			out = append(out, images.Image{Name: tag, Digest: img.ID, Size: img.Size, Imported: time.Unix(img.Created, 0).UTC()})
+		}
+	}
+	return out, nil
+}
