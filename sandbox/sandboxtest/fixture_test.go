@@ -37,7 +37,7 @@ func TestProjectKeyCases(t *testing.T) {
 		in, want string
 	}{
 		// The examples of DESIGN §3.2.
-		{"/Users/qyj/work/deepseek-harness", "--Users-qyj-work-deepseek-harness--"},
+		{"/srv/dev/deepseek-harness", "--srv-dev-deepseek-harness--"},
 		{`C:\work\agent`, "--C-work-agent--"},
 		{"/", "--root--"},
 		{"/开发/~agent", "--~5F00~53D1-~007Eagent--"},
