@@ -35,7 +35,7 @@ func BenchCtrRun(ctx context.Context, address, namespace, image string) (time.Du
 	if err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: bench: ctr is not installed: %v", err)
 	}
-	id := "dsh-sandbox-bench-" + newInstanceID()
+	id := "dsh-sandbox-bench-" + sandbox.NewInstanceID()
 	cmd := exec.CommandContext(ctx, ctr, "--address", address, "-n", namespace,
 		"run", "--rm", "--read-only", "--cgroup", "/"+id, image, id, "true")
 	cmd.Env = []string{}

@@ -3,8 +3,6 @@ package containerd
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -104,8 +102,7 @@ type Executor struct {
 	mu     sync.RWMutex // held for reading by every running call
 	closed bool
 
-	activeMu sync.Mutex
-	active   map[string]struct{} // call IDs whose container Run still owns
+	active sandbox.ActiveCalls // calls whose container Run still owns
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -115,23 +112,18 @@ var _ sandbox.Executor = (*Executor)(nil)
 // sandbox.ErrUnavailable; an InstanceID a live executor on the same
 // StateDir holds, one wrapping sandbox.ErrInvalid.
 func New(ctx context.Context, opts Options) (*Executor, error) {
-	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: StateDir %q is not an absolute path", opts.StateDir)
+	var err error
+	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("containerd", opts.StateDir, opts.InstanceID); err != nil {
+		return nil, err
 	}
 	if opts.Address == "" {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: Address is empty")
 	}
-	opts.StateDir = filepath.Clean(opts.StateDir)
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
 	if err := identifiers.Validate(opts.Namespace); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: Namespace %q: %v", opts.Namespace, err)
-	}
-	if opts.InstanceID == "" {
-		opts.InstanceID = newInstanceID()
-	} else if !sandbox.ValidCallID(opts.InstanceID) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.LookupEnv
@@ -165,7 +157,6 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		cli:      cli,
 		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
 		instance: opts.InstanceID,
-		active:   map[string]struct{}{},
 	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		_ = cli.Close()
@@ -190,12 +181,6 @@ func probe(ctx context.Context, address string) error {
 // instancesDir holds the lock files of the executors on StateDir.
 func (e *Executor) instancesDir() string {
 	return filepath.Join(e.opts.StateDir, "containerd-instances")
-}
-
-func newInstanceID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
 }
 
 // Instance returns the executor's instance id.
@@ -341,11 +326,11 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		}
 	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
-	spec := baseSpec()
+	spec := policy.BaseSpec("rootfs", nil)
 	all := append(opts,
-		withProcess(sandbox.InitArgs(req.Command, call.Env), call.Env, call.Workdir),
-		withAnnotations(labels),
-		withCgroupsPath(cgroupsPath(e.instance, call.ID)),
+		policy.WithProcess(sandbox.InitArgs(req.Command, call.Env), call.Env, call.Workdir),
+		policy.WithAnnotations(labels),
+		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)
 	for _, o := range all {
 		if err := o(spec); err != nil {
@@ -358,18 +343,10 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 
-	e.activeMu.Lock()
-	if _, dup := e.active[call.ID]; dup {
-		e.activeMu.Unlock()
+	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q is already running on this executor", call.ID)
 	}
-	e.active[call.ID] = struct{}{}
-	e.activeMu.Unlock()
-	defer func() {
-		e.activeMu.Lock()
-		delete(e.active, call.ID)
-		e.activeMu.Unlock()
-	}()
+	defer e.active.Remove(call.ID)
 
 	// From here on everything is removed on every path, on a context the
 	// caller's cancellation does not reach.
@@ -489,20 +466,7 @@ func (e *Executor) removeSnapshot(ctx context.Context, log zerolog.Logger, key s
 // runTask creates the task with its stdio attached, starts it, streams
 // its output into the call's captures, supervises it and fills res.
 func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, c containerd.Container, created *containerd.Task, res *sandbox.Result) error {
-	spillDir := call.SpillDir
-	if spillDir == "" {
-		spillDir = filepath.Join(e.opts.StateDir, "spill")
-	}
-	capture := func(suffix string, live io.Writer) *sandbox.Capture {
-		return sandbox.NewCapture(sandbox.CaptureOptions{
-			TailBytes:   call.TailBytes,
-			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
-			SpillMax:    call.SpillMax,
-			Live:        live,
-			SpillInside: call.SpillInside,
-		})
-	}
-	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
 	var stdin io.Reader
 	stdinDone := make(chan struct{})
 	if len(req.Stdin) > 0 {

@@ -251,7 +251,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 		TimeoutMs: timeout.Milliseconds(),
 		Session:   sandbox.Session{Cwd: ws},
 		Policy:    testPolicy(t),
-		CallID:    "fault-" + newInstanceID(),
+		CallID:    "fault-" + sandbox.NewInstanceID(),
 	}
 	t0 := time.Now()
 	done := sandboxtest.StartRun(context.Background(), t, e, req)

@@ -50,8 +50,8 @@ func TestSpecReadonlyRootCases(t *testing.T) {
 	if err != nil {
 		t.Fatalf("policy.SpecOpts() = %v", err)
 	}
-	spec := baseSpec()
-	for _, o := range append(opts, withCgroupsPath("/x"), withAnnotations(map[string]string{"k": "v"})) {
+	spec := policy.BaseSpec("rootfs", nil)
+	for _, o := range append(opts, policy.WithCgroupsPath("/x"), policy.WithAnnotations(map[string]string{"k": "v"})) {
 		if err := o(spec); err != nil {
 			t.Fatalf("spec option = %v", err)
 		}

@@ -116,7 +116,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		_, isDead := dead[inst]
 		switch {
 		case inst == e.instance:
-			if e.callActive(info.Labels[sandbox.LabelExecution]) {
+			if e.active.Has(info.Labels[sandbox.LabelExecution]) {
 				continue
 			}
 		case isDead:
@@ -142,7 +142,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		}
 		inst := info.Labels[sandbox.LabelInstance]
 		_, isDead := dead[inst]
-		if isDead || (inst == e.instance && !e.callActive(info.Labels[sandbox.LabelExecution])) {
+		if isDead || (inst == e.instance && !e.active.Has(info.Labels[sandbox.LabelExecution])) {
 			orphans = append(orphans, orphan{info.Name, inst})
 		}
 		return nil
@@ -191,14 +191,6 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		}
 	}
 	return rep, errors.Join(errs...)
-}
-
-// callActive reports whether Run still owns the container of call id.
-func (e *Executor) callActive(id string) bool {
-	e.activeMu.Lock()
-	defer e.activeMu.Unlock()
-	_, ok := e.active[id]
-	return ok
 }
 
 // running reports whether c has a task that has not stopped.

@@ -81,10 +81,10 @@ func testContainer(t *testing.T, e *Executor, inst, call string, run bool) strin
 	if err != nil {
 		t.Fatalf("policy.SpecOpts() = %v", err)
 	}
-	spec := baseSpec()
+	spec := policy.BaseSpec("rootfs", nil)
 	for _, o := range append(opts,
-		withProcess([]string{"sleep", "300"}, testImageEnv, "/"),
-		withCgroupsPath(cgroupsPath(inst, call)),
+		policy.WithProcess([]string{"sleep", "300"}, testImageEnv, "/"),
+		policy.WithCgroupsPath(cgroupsPath(inst, call)),
 	) {
 		if err := o(spec); err != nil {
 			t.Fatal(err)

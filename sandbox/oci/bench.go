@@ -93,11 +93,11 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 	if err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
 	}
-	spec := baseSpec(bundleRootfs, binds)
+	spec := policy.BaseSpec(bundleRootfs, binds)
 	opts = append(opts,
 		withReadonlyRoot(bundleRootfs),
-		withProcess([]string{"true"}, img.Env, "/tmp"),
-		withCgroupsPath(cgPath),
+		policy.WithProcess([]string{"true"}, img.Env, "/tmp"),
+		policy.WithCgroupsPath(cgPath),
 	)
 	if name == RuntimeRunsc {
 		opts = append(opts, withRunscPids())

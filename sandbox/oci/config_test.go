@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -85,13 +86,13 @@ func TestConfigJSON(t *testing.T) {
 		t.Errorf("stdout = %q, want %q", res.Stdout.Text, "hi\n")
 	}
 	if s.Version != "1.0.2" {
-		t.Errorf("ociVersion = %q, want %q", s.Version, "1.0.2")
+		t.Errorf("spec version = %q, want %q", s.Version, "1.0.2")
 	}
 	if s.Root == nil || s.Root.Path != bundleRootfs || !s.Root.Readonly {
 		t.Errorf("root = %+v, want %q read-only", s.Root, bundleRootfs)
 	}
-	if s.Hostname != hostname {
-		t.Errorf("hostname = %q, want %q", s.Hostname, hostname)
+	if s.Hostname != policy.Hostname {
+		t.Errorf("hostname = %q, want %q", s.Hostname, policy.Hostname)
 	}
 	p := s.Process
 	if p.Terminal || p.Cwd != ws {

@@ -3,11 +3,8 @@ package oci
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,14 +101,8 @@ func New(opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: StateDir %q is not an absolute path", opts.StateDir)
-	}
-	opts.StateDir = filepath.Clean(opts.StateDir)
-	if opts.InstanceID == "" {
-		opts.InstanceID = newInstanceID()
-	} else if !sandbox.ValidCallID(opts.InstanceID) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("oci", opts.StateDir, opts.InstanceID); err != nil {
+		return nil, err
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.LookupEnv
@@ -158,12 +149,6 @@ func New(opts Options) (*Executor, error) {
 		}
 	}
 	return e, nil
-}
-
-func newInstanceID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
 }
 
 func (e *Executor) bundlesDir() string   { return filepath.Join(e.opts.StateDir, "bundles") }
@@ -438,12 +423,12 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	if err := e.step("config"); err != nil {
 		return nil, err
 	}
-	spec := baseSpec(bundleRootfs, binds)
+	spec := policy.BaseSpec(bundleRootfs, binds)
 	all := append(opts,
 		withReadonlyRoot(bundleRootfs),
-		withProcess(sandbox.InitArgsWithShell(bash, req.Command, call.Env), call.Env, call.Workdir),
-		withAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
-		withCgroupsPath(cgroupsPath(e.instance, call.ID)),
+		policy.WithProcess(sandbox.InitArgsWithShell(bash, req.Command, call.Env), call.Env, call.Workdir),
+		policy.WithAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
+		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)
 	if e.rt.name == RuntimeRunsc {
 		all = append(all, withRunscPids())
@@ -470,20 +455,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 // runContainer runs the container in the foreground, supervised, and
 // fills res with its outcome and output.
 func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, b *bundle, res *sandbox.Result) error {
-	spillDir := call.SpillDir
-	if spillDir == "" {
-		spillDir = filepath.Join(e.opts.StateDir, "spill")
-	}
-	capture := func(suffix string, live io.Writer) *sandbox.Capture {
-		return sandbox.NewCapture(sandbox.CaptureOptions{
-			TailBytes:   call.TailBytes,
-			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
-			SpillMax:    call.SpillMax,
-			Live:        live,
-			SpillInside: call.SpillInside,
-		})
-	}
-	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
 
 	pidFile := b.path(bundlePid)
 	logFile := b.path(bundleLog)

@@ -8,47 +8,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// ociVersion is written into every config.json: the version all three
-// runtimes installed here understand (DESIGN §3.11).
-const ociVersion = "1.0.2"
-
-// hostname is the UTS hostname of every container.
-const hostname = "dsh-sandbox"
-
-// baseSpec is the skeleton every call starts from: the kernel
-// filesystems a process expects, the image's read-only binds (before any
-// policy mount, so that a workspace or transcript path below /usr or /etc
-// lands on top of them), a read-only root, and an empty Linux section for
-// the policy options to fill.
-func baseSpec(rootPath string, binds []specs.Mount) *specs.Spec {
-	s := &specs.Spec{
-		Version: ociVersion,
-		Process: &specs.Process{
-			Terminal: false,
-			Cwd:      "/",
-		},
-		Root:     &specs.Root{Path: rootPath, Readonly: true},
-		Hostname: hostname,
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc",
-				Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
-				Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
-				Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
-				Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue",
-				Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs",
-				Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		},
-		Linux: &specs.Linux{},
-	}
-	s.Mounts = append(s.Mounts, binds...)
-	return s
-}
-
 // roBind is a read-only, non-recursive bind mount of source at target.
 func roBind(source, target string) specs.Mount {
 	return specs.Mount{
@@ -56,44 +15,6 @@ func roBind(source, target string) specs.Mount {
 		Type:        "bind",
 		Source:      source,
 		Options:     []string{"bind", "ro", "nosuid", "nodev"},
-	}
-}
-
-// withProcess sets the command line, environment and working directory.
-func withProcess(args, env []string, cwd string) sandbox.SpecOpt {
-	return func(s *specs.Spec) error {
-		if s.Process == nil {
-			s.Process = &specs.Process{}
-		}
-		s.Process.Terminal = false
-		s.Process.Args = append([]string(nil), args...)
-		s.Process.Env = append([]string(nil), env...)
-		s.Process.Cwd = cwd
-		return nil
-	}
-}
-
-// withAnnotations merges labels into the spec's annotations.
-func withAnnotations(labels map[string]string) sandbox.SpecOpt {
-	return func(s *specs.Spec) error {
-		if s.Annotations == nil {
-			s.Annotations = make(map[string]string, len(labels))
-		}
-		for k, v := range labels {
-			s.Annotations[k] = v
-		}
-		return nil
-	}
-}
-
-// withCgroupsPath sets linux.cgroupsPath.
-func withCgroupsPath(p string) sandbox.SpecOpt {
-	return func(s *specs.Spec) error {
-		if s.Linux == nil {
-			s.Linux = &specs.Linux{}
-		}
-		s.Linux.CgroupsPath = p
-		return nil
 	}
 }
 

@@ -1,26 +1,27 @@
-package containerd
+package policy
 
 import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// ociVersion is written into every spec (the version the oci backend
-// writes too).
-const ociVersion = "1.0.2"
+// OCIVersion is the runtime-spec version every backend writes: the one
+// all runtimes installed here understand (DESIGN §3.11).
+const OCIVersion = "1.0.2"
 
-// baseSpec is the skeleton every call starts from: the kernel
-// filesystems a process expects, a read-only root (the snapshot the
-// daemon mounts at the bundle's "rootfs") and an empty Linux section for
-// the policy options to fill. It matches the oci backend's.
-func baseSpec() *specs.Spec {
-	return &specs.Spec{
-		Version:  ociVersion,
-		Process:  &specs.Process{Cwd: "/"},
-		Root:     &specs.Root{Path: "rootfs", Readonly: true},
-		Hostname: policy.Hostname,
+// BaseSpec is the skeleton every call of the oci and containerd backends
+// starts from, before the options of SpecOpts: the kernel filesystems a
+// process expects, then binds (an image's read-only binds, before any
+// policy mount, so that a workspace or transcript path below /usr or /etc
+// lands on top of them), a read-only root at rootPath, the hostname and an
+// empty Linux section for the policy options to fill.
+func BaseSpec(rootPath string, binds []specs.Mount) *specs.Spec {
+	s := &specs.Spec{
+		Version:  OCIVersion,
+		Process:  &specs.Process{Terminal: false, Cwd: "/"},
+		Root:     &specs.Root{Path: rootPath, Readonly: true},
+		Hostname: Hostname,
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc",
 				Options: []string{"nosuid", "noexec", "nodev"}},
@@ -37,10 +38,12 @@ func baseSpec() *specs.Spec {
 		},
 		Linux: &specs.Linux{},
 	}
+	s.Mounts = append(s.Mounts, binds...)
+	return s
 }
 
-// withProcess sets the command line, environment and working directory.
-func withProcess(args, env []string, cwd string) sandbox.SpecOpt {
+// WithProcess sets the command line, environment and working directory.
+func WithProcess(args, env []string, cwd string) sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {
 			s.Process = &specs.Process{}
@@ -53,8 +56,8 @@ func withProcess(args, env []string, cwd string) sandbox.SpecOpt {
 	}
 }
 
-// withAnnotations merges labels into the spec's annotations.
-func withAnnotations(labels map[string]string) sandbox.SpecOpt {
+// WithAnnotations merges labels into the spec's annotations.
+func WithAnnotations(labels map[string]string) sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Annotations == nil {
 			s.Annotations = make(map[string]string, len(labels))
@@ -66,13 +69,10 @@ func withAnnotations(labels map[string]string) sandbox.SpecOpt {
 	}
 }
 
-// withCgroupsPath sets linux.cgroupsPath.
-func withCgroupsPath(p string) sandbox.SpecOpt {
+// WithCgroupsPath sets linux.cgroupsPath.
+func WithCgroupsPath(p string) sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
-		if s.Linux == nil {
-			s.Linux = &specs.Linux{}
-		}
-		s.Linux.CgroupsPath = p
+		ensureLinux(s).CgroupsPath = p
 		return nil
 	}
 }
