@@ -245,3 +245,24 @@ func (t *tailBuffer) reset() {
 	t.buf = t.buf[:0]
 	t.next = 0
 }
+
+// Captures returns the call's stdout and stderr captures, streaming live
+// to stdout and stderr (either may be nil). Spill files go to
+// c.SpillDir, or, for a call without a session directory, to
+// stateDir/spill: <dir>/<ID>.stdout and <dir>/<ID>.stderr.
+func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *Capture) {
+	dir := c.SpillDir
+	if dir == "" {
+		dir = filepath.Join(stateDir, "spill")
+	}
+	capture := func(suffix string, live io.Writer) *Capture {
+		return NewCapture(CaptureOptions{
+			TailBytes:   c.TailBytes,
+			SpillPath:   filepath.Join(dir, c.ID+suffix),
+			SpillMax:    c.SpillMax,
+			Live:        live,
+			SpillInside: c.SpillInside,
+		})
+	}
+	return capture(".stdout", stdout), capture(".stderr", stderr)
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -88,4 +89,41 @@ func LockDeadInstances(dir, self string) (dead map[string]*os.File, release func
 func InstanceKnown(dir, instance string) bool {
 	_, err := os.Stat(filepath.Join(dir, instance+".lock"))
 	return err == nil
+}
+
+// ActiveCalls is the set of call IDs whose container an executor's Run
+// still owns, so that its Reap leaves them alone. The zero value is an
+// empty set, safe for concurrent use.
+type ActiveCalls struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+// Add records id; it reports false when id is already active.
+func (a *ActiveCalls) Add(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.ids[id]; dup {
+		return false
+	}
+	if a.ids == nil {
+		a.ids = map[string]struct{}{}
+	}
+	a.ids[id] = struct{}{}
+	return true
+}
+
+// Remove forgets id.
+func (a *ActiveCalls) Remove(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.ids, id)
+}
+
+// Has reports whether id is active.
+func (a *ActiveCalls) Has(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.ids[id]
+	return ok
 }

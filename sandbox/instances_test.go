@@ -47,3 +47,35 @@ func TestInstanceLocks(t *testing.T) {
 		release()
 	}
 }
+
+func TestActiveCalls(t *testing.T) {
+	var a ActiveCalls
+	if a.Has("c1") {
+		t.Errorf("Has(c1) on an empty set = true")
+	}
+	if !a.Add("c1") || a.Add("c1") {
+		t.Errorf("Add(c1) twice = want true, then false")
+	}
+	if !a.Has("c1") {
+		t.Errorf("Has(c1) after Add = false")
+	}
+	a.Remove("c1")
+	if a.Has("c1") || !a.Add("c1") {
+		t.Errorf("after Remove(c1): Has = true or Add = false")
+	}
+}
+
+func TestCheckExecutorIdentityCases(t *testing.T) {
+	dir, inst, err := CheckExecutorIdentity("x", "/run//s/", "")
+	if err != nil || dir != "/run/s" || !ValidCallID(inst) || inst[:2] != "i-" {
+		t.Errorf("CheckExecutorIdentity(/run//s/, \"\") = %q, %q, %v; want /run/s, a new i-… id", dir, inst, err)
+	}
+	if _, got, _ := CheckExecutorIdentity("x", "/s", "mine"); got != "mine" {
+		t.Errorf("CheckExecutorIdentity(/s, mine) instance = %q, want mine", got)
+	}
+	for _, tc := range []struct{ dir, inst string }{{"", ""}, {"rel/dir", ""}, {"/s", "-bad"}, {"/s", "a/b"}} {
+		if _, _, err := CheckExecutorIdentity("x", tc.dir, tc.inst); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckExecutorIdentity(%q, %q) = %v, want an error wrapping ErrInvalid", tc.dir, tc.inst, err)
+		}
+	}
+}

@@ -217,8 +217,32 @@ func ValidCallID(id string) bool {
 
 // NewCallID returns a random call id, "call-" and 24 hex digits. It is
 // safe for concurrent use.
-func NewCallID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // never fails; see crypto/rand.Read
-	return "call-" + hex.EncodeToString(b[:])
+func NewCallID() string { return "call-" + randomHex(12) }
+
+// NewInstanceID returns a random executor instance id, "i-" and 12 hex
+// digits. It is safe for concurrent use.
+func NewInstanceID() string { return "i-" + randomHex(6) }
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails; see crypto/rand.Read
+	return hex.EncodeToString(b)
+}
+
+// CheckExecutorIdentity checks and completes the settings that name a
+// backend's executor: stateDir must be absolute (it is returned cleaned);
+// an empty instance becomes NewInstanceID(), any other must be 1–64
+// characters of [A-Za-z0-9_.-] starting with a letter or digit. Errors
+// wrap ErrInvalid and start with backend.
+func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, error) {
+	if stateDir == "" || !filepath.IsAbs(stateDir) {
+		return "", "", Errorf(ErrInvalid, "%s: StateDir %q is not an absolute path", backend, stateDir)
+	}
+	if instance == "" {
+		instance = NewInstanceID()
+	} else if !ValidCallID(instance) {
+		return "", "", Errorf(ErrInvalid, "%s: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", backend, instance)
+	}
+	return filepath.Clean(stateDir), instance, nil
 }

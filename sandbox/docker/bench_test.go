@@ -85,7 +85,7 @@ func BenchmarkRunOutput200MiB(b *testing.B) {
 	}
 	b.SetBytes(total)
 	for b.Loop() {
-		req.CallID = "bench-" + newInstanceID()
+		req.CallID = "bench-" + sandbox.NewInstanceID()
 		res, err := e.Run(b.Context(), req)
 		if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
 			b.Fatalf("Run(%q) = %+v, %v; want exit 0", req.Command, res, err)

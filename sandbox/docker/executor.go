@@ -3,14 +3,11 @@ package docker
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,8 +76,7 @@ type Executor struct {
 	mu     sync.RWMutex // held for reading by every running call
 	closed bool
 
-	activeMu sync.Mutex
-	active   map[string]struct{} // call IDs whose container Run still owns
+	active sandbox.ActiveCalls // calls whose container Run still owns
 
 	runtimesMu sync.Mutex
 	runtimes   []string // the engine's runtimes when last asked; see checkRuntime
@@ -94,14 +90,9 @@ var _ sandbox.Executor = (*Executor)(nil)
 // negotiates the API version. An unreachable daemon is an error wrapping
 // sandbox.ErrUnavailable.
 func New(ctx context.Context, opts Options) (*Executor, error) {
-	if opts.StateDir == "" || !filepath.IsAbs(opts.StateDir) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: StateDir %q is not an absolute path", opts.StateDir)
-	}
-	opts.StateDir = filepath.Clean(opts.StateDir)
-	if opts.InstanceID == "" {
-		opts.InstanceID = newInstanceID()
-	} else if !sandbox.ValidCallID(opts.InstanceID) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	var err error
+	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("docker", opts.StateDir, opts.InstanceID); err != nil {
+		return nil, err
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.LookupEnv
@@ -136,7 +127,6 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		probe:    probe,
 		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
 		instance: opts.InstanceID,
-		active:   map[string]struct{}{},
 	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		err = fmt.Errorf("docker: %w", err)
@@ -201,12 +191,6 @@ func (e *Executor) callErr(ctx context.Context, err error, id, what string) erro
 		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: %s: the engine at %s went away during the call (%v): %w", id, what, e.cli.DaemonHost(), gone, err)
 	}
 	return unavailable(err, "call %s: %s", id, what)
-}
-
-func newInstanceID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
 }
 
 // Instance returns the executor's instance id.
@@ -336,18 +320,10 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	t1 := time.Now()
 	name := containerName(call.ID)
 	// Reap leaves the container alone until Run is done with it.
-	e.activeMu.Lock()
-	if _, dup := e.active[call.ID]; dup {
-		e.activeMu.Unlock()
+	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q is already running on this executor", call.ID)
 	}
-	e.active[call.ID] = struct{}{}
-	e.activeMu.Unlock()
-	defer func() {
-		e.activeMu.Lock()
-		delete(e.active, call.ID)
-		e.activeMu.Unlock()
-	}()
+	defer e.active.Remove(call.ID)
 	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -458,15 +434,10 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 	if len(req.Stdin) > 0 {
 		cfg.AttachStdin, cfg.OpenStdin, cfg.StdinOnce = true, true, true
 	}
-	// The policy's masked and read-only /proc and /sys paths, exactly
-	// (the engine's defaults lack some, e.g. /proc/interrupts).
-	paths := &specs.Spec{}
-	if err := policy.WithMaskedPaths()(paths); err != nil {
-		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: masked paths: %w", call.ID, err)
-	}
+	masked, readonly := procPaths()
 	hc := &container.HostConfig{
-		MaskedPaths:    paths.Linux.MaskedPaths,
-		ReadonlyPaths:  paths.Linux.ReadonlyPaths,
+		MaskedPaths:    masked,
+		ReadonlyPaths:  readonly,
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
@@ -516,6 +487,15 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 	return cfg, hc, nil
 }
 
+// procPaths are the policy's masked and read-only /proc and /sys paths,
+// which every container gets exactly (the engine's defaults lack some,
+// e.g. /proc/interrupts). Computed once; callers must not modify them.
+var procPaths = sync.OnceValues(func() (masked, readonly []string) {
+	s := &specs.Spec{}
+	_ = policy.WithMaskedPaths()(s) // cannot fail: it only fills s.Linux
+	return s.Linux.MaskedPaths, s.Linux.ReadonlyPaths
+})
+
 func hasOption(opts []string, prefix string) bool {
 	for _, o := range opts {
 		if strings.HasPrefix(o, prefix) {
@@ -529,20 +509,7 @@ func hasOption(opts []string, prefix string) bool {
 // output into the call's captures, supervises it and fills res.
 func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, id string, res *sandbox.Result) error {
 	bg := context.WithoutCancel(ctx)
-	spillDir := call.SpillDir
-	if spillDir == "" {
-		spillDir = filepath.Join(e.opts.StateDir, "spill")
-	}
-	capture := func(suffix string, live io.Writer) *sandbox.Capture {
-		return sandbox.NewCapture(sandbox.CaptureOptions{
-			TailBytes:   call.TailBytes,
-			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
-			SpillMax:    call.SpillMax,
-			Live:        live,
-			SpillInside: call.SpillInside,
-		})
-	}
-	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
 
 	// Attach before start so that no output is lost, and wait for the
 	// next exit before start so that the exit is not missed either.

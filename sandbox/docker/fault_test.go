@@ -103,7 +103,7 @@ func testRunEngineStops(t *testing.T, sig syscall.Signal) {
 		TimeoutMs: 600_000,
 		Session:   sandbox.Session{Cwd: ws},
 		Policy:    testPolicy(t),
-		CallID:    "fault-" + newInstanceID(),
+		CallID:    "fault-" + sandbox.NewInstanceID(),
 	}
 	req.Policy.Limits.MaxTimeoutMs = 600_000
 	done := sandboxtest.StartRun(context.Background(), t, e, req)
@@ -166,7 +166,7 @@ func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 		Command: "echo started; sleep 300",
 		Session: sandbox.Session{Cwd: ws},
 		Policy:  testPolicy(t),
-		CallID:  "shared-" + newInstanceID(),
+		CallID:  "shared-" + sandbox.NewInstanceID(),
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

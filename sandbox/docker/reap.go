@@ -84,7 +84,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 	for _, c := range cs {
 		inst := c.Labels[sandbox.LabelInstance]
 		if inst == e.instance {
-			if e.callActive(c.Labels[sandbox.LabelExecution]) {
+			if e.active.Has(c.Labels[sandbox.LabelExecution]) {
 				continue
 			}
 		} else if _, isDead := dead[inst]; !isDead && (sandbox.InstanceKnown(e.instancesDir(), inst) || c.State == "running") {
@@ -140,13 +140,4 @@ func (e *Executor) reapImages(ctx context.Context, grace time.Duration) ([]strin
 		}
 	}
 	return removed, errors.Join(errs...)
-}
-
-// callActive reports whether a Run of this executor still owns the
-// container of call id.
-func (e *Executor) callActive(id string) bool {
-	e.activeMu.Lock()
-	defer e.activeMu.Unlock()
-	_, ok := e.active[id]
-	return ok
 }

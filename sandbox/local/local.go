@@ -111,20 +111,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 		TimeoutMs: call.Timeout.Milliseconds(),
 		Sandbox:   sandbox.Info{Backend: "local", Image: images.HostName, Policy: req.Policy.Name},
 	}
-	spillDir := call.SpillDir
-	if spillDir == "" {
-		spillDir = filepath.Join(e.opts.StateDir, "spill")
-	}
-	capture := func(suffix string, live io.Writer) *sandbox.Capture {
-		return sandbox.NewCapture(sandbox.CaptureOptions{
-			TailBytes:   call.TailBytes,
-			SpillPath:   filepath.Join(spillDir, call.ID+suffix),
-			SpillMax:    call.SpillMax,
-			Live:        live,
-			SpillInside: call.SpillInside,
-		})
-	}
-	stdout, stderr := capture(".stdout", req.Stdout), capture(".stderr", req.Stderr)
+	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
 	res.Timings.Prepare = time.Since(t0)
 
 	t1 := time.Now()
