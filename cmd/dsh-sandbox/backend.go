@@ -57,14 +57,8 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 			return nil, nil, err
 		}
 		return ex, func() {}, nil
-	case docker.Backend:
-		ex, err := docker.New(context.Background(), s.dockerOptions())
-		if err != nil {
-			return nil, nil, err
-		}
-		return ex, func() { _ = ex.Close() }, nil
-	case containerd.Backend:
-		ex, err := containerd.New(context.Background(), s.containerdOptions())
+	case docker.Backend, containerd.Backend:
+		ex, err := s.openDaemon(context.Background(), p.Backend)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -92,10 +86,31 @@ func reapExecutor(ctx context.Context, ex sandbox.Executor) (report any, removed
 	return nil, 0, nil
 }
 
-// rootfsImporter is a daemon backend that takes a root-filesystem
-// tarball as an image.
-type rootfsImporter interface {
+// daemonExecutor is a daemon backend's executor (docker, containerd):
+// it also takes root-filesystem tarballs as images and lists them.
+type daemonExecutor interface {
+	sandbox.Executor
 	ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error
+	Images(ctx context.Context) ([]images.Image, error)
+	Close() error
+}
+
+// openDaemon connects to the daemon of backend docker or containerd.
+func (s *settings) openDaemon(ctx context.Context, backend string) (daemonExecutor, error) {
+	var ex daemonExecutor
+	var err error
+	switch backend {
+	case docker.Backend:
+		ex, err = docker.New(ctx, s.dockerOptions())
+	case containerd.Backend:
+		ex, err = containerd.New(ctx, s.containerdOptions())
+	default:
+		return nil, usageError("--backend: %q is not a daemon backend (docker or containerd)", backend)
+	}
+	if err != nil {
+		return nil, err // not ex: a nil *Executor in an interface is not nil
+	}
+	return ex, nil
 }
 
 // importIntoDaemon loads an image into a daemon backend. The file goes
@@ -114,18 +129,7 @@ func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name str
 	}
 	defer os.RemoveAll(staging)
 
-	var ex interface {
-		rootfsImporter
-		Close() error
-	}
-	switch backend {
-	case docker.Backend:
-		ex, err = docker.New(ctx, s.dockerOptions())
-	case containerd.Backend:
-		ex, err = containerd.New(ctx, s.containerdOptions())
-	default:
-		return nil, usageError("--backend: %q does not take images (oci, docker or containerd)", backend)
-	}
+	ex, err := s.openDaemon(ctx, backend)
 	if err != nil {
 		return nil, err
 	}
@@ -176,16 +180,8 @@ func describeReport(rep any) string {
 // listImages lists the images of a backend: the local store's for oci,
 // those dsh-sandbox imported for a daemon backend.
 func (s *settings) listImages(ctx context.Context, backend string) ([]images.Image, error) {
-	switch backend {
-	case docker.Backend:
-		ex, err := docker.New(ctx, s.dockerOptions())
-		if err != nil {
-			return nil, err
-		}
-		defer ex.Close()
-		return ex.Images(ctx)
-	case containerd.Backend:
-		ex, err := containerd.New(ctx, s.containerdOptions())
+	if backend != "oci" {
+		ex, err := s.openDaemon(ctx, backend)
 		if err != nil {
 			return nil, err
 		}

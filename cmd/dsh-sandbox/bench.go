@@ -282,7 +282,7 @@ type daemonBench struct {
 func (s *settings) benchDaemons(ctx context.Context, base sandbox.Policy) []daemonBench {
 	var tarball bytes.Buffer
 	tarErr := images.BusyboxRootfsTar(&tarball, images.DefaultBusyboxPath)
-	load := func(ex rootfsImporter) error {
+	load := func(ex daemonExecutor) error {
 		if tarErr != nil {
 			return fmt.Errorf("bench image: %w (apt-get install busybox-static)", tarErr)
 		}
@@ -296,15 +296,9 @@ func (s *settings) benchDaemons(ctx context.Context, base sandbox.Policy) []daem
 		}
 		return p
 	}
-	// daemonExecutor is what bench needs of a daemon backend.
-	type daemonExecutor interface {
-		sandbox.Executor
-		rootfsImporter
-		Close() error
-	}
-	setUp := func(name, baseline string, open func() (daemonExecutor, error), call func(context.Context) (time.Duration, error)) daemonBench {
+	setUp := func(name, baseline string, call func(context.Context) (time.Duration, error)) daemonBench {
 		d := daemonBench{name: name, baseline: baseline, policy: policyFor(name), baselineCall: call}
-		ex, err := open()
+		ex, err := s.openDaemon(ctx, name)
 		if err != nil {
 			d.err = err
 			return d
@@ -319,12 +313,10 @@ func (s *settings) benchDaemons(ctx context.Context, base sandbox.Policy) []daem
 	}
 	return []daemonBench{
 		setUp("docker", "docker run --rm",
-			func() (daemonExecutor, error) { return docker.New(ctx, s.dockerOptions()) },
 			func(ctx context.Context) (time.Duration, error) {
 				return docker.BenchDockerRun(ctx, s.dockerHost, benchImage)
 			}),
 		setUp("containerd", "ctr run --rm",
-			func() (daemonExecutor, error) { return containerd.New(ctx, s.containerdOptions()) },
 			func(ctx context.Context) (time.Duration, error) {
 				return containerd.BenchCtrRun(ctx, s.containerdAddress, s.containerdNamespace, benchImage)
 			}),
