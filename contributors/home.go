@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"unicode"
 )
 
 // EnvHome is the environment variable ResolveHome consults when no
@@ -16,28 +19,33 @@ const EnvHome = "DSH_HOME"
 // $DSH_HOME is set; "~" is the user's home directory.
 const DefaultHome = "~/.dsh"
 
-// ResolveHome returns the absolute, cleaned dsh home: explicit when it is
-// not blank, else $DSH_HOME when that is not blank, else DefaultHome. A
-// leading "~" or "~/" is replaced by userHome(); the "~user" form is
-// refused. A relative result is made absolute against the current
-// directory.
+// ResolveHome returns the absolute, cleaned dsh home exactly as dsh's
+// resolveDshHome (@deepseek-ai/dsh-home-paths) computes it: explicit when
+// it is not empty, else $DSH_HOME when that is not blank (blank by
+// JavaScript's trim, which counts U+FEFF and not U+0085), else
+// DefaultHome. "~" alone, or a leading "~/" or "~\", is replaced by the
+// user's home directory (userHome); any other value, "~user" included, is
+// taken as a path. A relative result is made absolute against the process's
+// working directory (getcwd, as Node's process.cwd).
 //
-// getenv defaults to os.Getenv and userHome to os.UserHomeDir when nil;
-// userHome is called only when a "~" needs expanding. Errors name the
-// source and the value.
+// getenv defaults to os.Getenv and userHome to UserHome when nil; userHome
+// is called only when a "~" needs expanding. Errors name the source and
+// the value. An explicit "" means "not given" (dsh, which can tell an
+// empty value from an absent one, would resolve "" to the working
+// directory).
 func ResolveHome(explicit string, getenv func(string) string, userHome func() (string, error)) (string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	if userHome == nil {
-		userHome = os.UserHomeDir
+		userHome = UserHome
 	}
 	source, value := "explicit home", explicit
-	if blank(value) {
+	if value == "" {
 		source, value = "$"+EnvHome, getenv(EnvHome)
-	}
-	if blank(value) {
-		source, value = "default home", DefaultHome
+		if blank(value) {
+			source, value = "default home", DefaultHome
+		}
 	}
 	home, err := expandHome(value, userHome)
 	if err != nil {
@@ -60,8 +68,22 @@ func (e *HomeConflictError) Error() string {
 		e.Top, e.TopPath, e.Nested, e.NestedPath)
 }
 
+// UserHome is the user's home directory as Node's os.homedir() gives it:
+// $HOME when the variable is set, even to "", else the home directory of
+// the user's passwd entry.
+func UserHome() (string, error) {
+	if v, ok := os.LookupEnv("HOME"); ok {
+		return v, nil
+	}
+	u, err := user.Current()
+	if err != nil {
+		return "", fmt.Errorf("the user's home directory: $HOME is unset and %w", err)
+	}
+	return u.HomeDir, nil
+}
+
 // CheckHomes refuses two contradictory homes. When top and nested are both
-// set (not blank) and, after "~" expansion (with os.UserHomeDir) and
+// set (not blank) and, after "~" expansion (with UserHome) and
 // making them absolute, name different directories, it returns a
 // *HomeConflictError naming both. The comparison is lexical: symbolic
 // links are not followed, since the directories need not exist yet.
@@ -69,11 +91,11 @@ func CheckHomes(top, nested string) error {
 	if blank(top) || blank(nested) {
 		return nil
 	}
-	topPath, err := expandHome(top, os.UserHomeDir)
+	topPath, err := expandHome(top, UserHome)
 	if err != nil {
 		return fmt.Errorf("contributors: top-level home %q: %w", top, err)
 	}
-	nestedPath, err := expandHome(nested, os.UserHomeDir)
+	nestedPath, err := expandHome(nested, UserHome)
 	if err != nil {
 		return fmt.Errorf("contributors: nested skills home %q: %w", nested, err)
 	}
@@ -83,30 +105,40 @@ func CheckHomes(top, nested string) error {
 	return nil
 }
 
-func blank(s string) bool { return strings.TrimSpace(s) == "" }
+// blank reports whether s is empty after JavaScript's String.prototype.trim.
+func blank(s string) bool { return strings.TrimFunc(s, jsSpace) == "" }
 
-// expandHome replaces a leading "~" and makes p absolute and clean.
+// jsSpace is JavaScript's WhiteSpace and LineTerminator: unicode.IsSpace
+// less U+0085, plus U+FEFF.
+func jsSpace(r rune) bool {
+	switch r {
+	case '\u0085':
+		return false
+	case '\uFEFF':
+		return true
+	}
+	return unicode.IsSpace(r)
+}
+
+// expandHome expands "~", "~/…" and "~\\…" as dsh's expandHomePath does
+// and makes p absolute and clean against the process's working directory.
 func expandHome(p string, userHome func() (string, error)) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", errors.New("contains a NUL byte")
 	}
-	if strings.HasPrefix(p, "~") {
-		rest := p[1:]
-		if rest != "" && rest[0] != '/' && rest[0] != filepath.Separator {
-			return "", errors.New(`only "~" and "~/…" are expanded, not "~user"`)
-		}
+	if p == "~" || strings.HasPrefix(p, "~/") || strings.HasPrefix(p, "~\\") {
 		dir, err := userHome()
 		if err != nil {
 			return "", fmt.Errorf("expanding ~: %w", err)
 		}
-		if blank(dir) {
-			return "", errors.New("expanding ~: the user's home directory is unknown")
-		}
-		p = filepath.Join(dir, rest)
+		p = filepath.Join(dir, p[min(len(p), 2):])
 	}
-	abs, err := filepath.Abs(p)
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p), nil
+	}
+	wd, err := syscall.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("the working directory: %w", err)
 	}
-	return abs, nil
+	return filepath.Join(wd, p), nil
 }

@@ -9,10 +9,8 @@ import (
 )
 
 func TestResolveHomeCase(t *testing.T) {
-	cwd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cwd := t.TempDir()
+	t.Chdir(cwd)
 	const user = "/users/tester"
 	cases := []struct {
 		name     string
@@ -26,14 +24,20 @@ func TestResolveHomeCase(t *testing.T) {
 		{"explicit tilde", "~/custom", map[string]string{"DSH_HOME": "/env/dsh"}, user + "/custom", ""},
 		{"explicit bare tilde", "~", nil, user, ""},
 		{"explicit relative", "rel/home", nil, filepath.Join(cwd, "rel/home"), ""},
-		{"blank explicit uses env", "  ", map[string]string{"DSH_HOME": "/env/dsh"}, "/env/dsh", ""},
+		// dsh uses any explicit value that is not absent, blank included.
+		{"blank explicit is a path", "  ", map[string]string{"DSH_HOME": "/env/dsh"}, filepath.Join(cwd, "  "), ""},
+		{"explicit backslash tilde", `~\custom`, nil, user + "/custom", ""},
 		{"env tilde", "", map[string]string{"DSH_HOME": "~/envhome"}, user + "/envhome", ""},
 		{"env relative", "", map[string]string{"DSH_HOME": "envrel"}, filepath.Join(cwd, "envrel"), ""},
 		{"env unset uses default", "", nil, user + "/.dsh", ""},
 		{"blank env uses default", "", map[string]string{"DSH_HOME": ""}, user + "/.dsh", ""},
 		{"space env uses default", "", map[string]string{"DSH_HOME": " \t\n"}, user + "/.dsh", ""},
-		{"tilde user refused", "~bob/dsh", nil, "", `explicit home "~bob/dsh"`},
-		{"env tilde user refused", "", map[string]string{"DSH_HOME": "~bob"}, "", `$DSH_HOME "~bob"`},
+		// JavaScript's trim: U+FEFF is blank, U+0085 is not.
+		{"BOM env uses default", "", map[string]string{"DSH_HOME": "\uFEFF "}, user + "/.dsh", ""},
+		{"NEL env is a path", "", map[string]string{"DSH_HOME": "\u0085"}, filepath.Join(cwd, "\u0085"), ""},
+		// dsh expands only "~", "~/" and "~\"; "~bob" is a relative path.
+		{"tilde user is a relative path", "~bob/dsh", nil, filepath.Join(cwd, "~bob/dsh"), ""},
+		{"env tilde user is a relative path", "", map[string]string{"DSH_HOME": "~bob"}, filepath.Join(cwd, "~bob"), ""},
 		{"NUL refused", "/opt/d\x00sh", nil, "", "NUL"},
 	}
 	for _, c := range cases {
@@ -67,18 +71,34 @@ func TestResolveHomeUserHomeOnlyWhenNeeded(t *testing.T) {
 
 func TestResolveHomeUserHomeFailureCase(t *testing.T) {
 	getenv := func(string) string { return "" }
-	cases := []struct {
-		name     string
-		userHome func() (string, error)
-	}{
-		{"error", func() (string, error) { return "", errors.New("$HOME is not defined") }},
-		{"empty", func() (string, error) { return "", nil }},
+	userHome := func() (string, error) { return "", errors.New("no passwd entry") }
+	got, err := ResolveHome("", getenv, userHome)
+	if err == nil || !strings.Contains(err.Error(), `default home "~/.dsh"`) {
+		t.Errorf("ResolveHome(\"\") with a failing userHome = %q, %v, want an error naming the default home", got, err)
 	}
-	for _, c := range cases {
-		got, err := ResolveHome("", getenv, c.userHome)
-		if err == nil || !strings.Contains(err.Error(), `default home "~/.dsh"`) {
-			t.Errorf("ResolveHome(\"\") with userHome %s = %q, %v, want an error naming the default home", c.name, got, err)
-		}
+	// An empty home directory ($HOME set to "") is what Node's homedir
+	// returns then: dsh's home becomes <cwd>/.dsh, and so does ours.
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	if got, err := ResolveHome("", getenv, func() (string, error) { return "", nil }); err != nil || got != filepath.Join(cwd, ".dsh") {
+		t.Errorf("ResolveHome(\"\") with an empty home = %q, %v, want %q", got, err, filepath.Join(cwd, ".dsh"))
+	}
+}
+
+// TestUserHomeCase: $HOME when set, even to "", else the passwd entry.
+func TestUserHomeCase(t *testing.T) {
+	t.Setenv("HOME", "/some/home")
+	if got, err := UserHome(); err != nil || got != "/some/home" {
+		t.Errorf("UserHome() with HOME set = %q, %v", got, err)
+	}
+	t.Setenv("HOME", "")
+	if got, err := UserHome(); err != nil || got != "" {
+		t.Errorf("UserHome() with HOME empty = %q, %v, want \"\"", got, err)
+	}
+	os.Unsetenv("HOME")
+	got, err := UserHome()
+	if err != nil || !filepath.IsAbs(got) {
+		t.Errorf("UserHome() with HOME unset = %q, %v, want the passwd entry's absolute home", got, err)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+
+	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
 // Dialect is one hook protocol: how its configuration reads and which
@@ -47,8 +50,11 @@ type Syntax struct {
 	TimeoutSec bool
 	// SkipAsync skips hooks with "async": true, with a warning.
 	SkipAsync bool
-	// Substitute lists variables whose ${NAME} in a command is replaced
-	// by the value Env gives them (when it gives one).
+	// Substitute lists the placeholder variables the dialect's hook
+	// commands use as ${NAME} or $NAME. They are never substituted into
+	// a command (a value pasted into a shell string is code): Env gives
+	// them to the hook and its shell expands them. The list documents
+	// the dialect's placeholders; nothing else reads it.
 	Substitute []string
 }
 
@@ -59,8 +65,11 @@ type Field struct {
 }
 
 // EncodeObject writes fields as one compact JSON object, keys in the given
-// order, without HTML escaping (`<`, `>` and `&` stay literal). A value
-// that does not encode is an error naming its key.
+// order, byte for byte as dsh's JSON.stringify writes it: strings per
+// session.AppendJSONString (`<`, `>`, `&`, U+2028 and U+2029 raw), a
+// json.RawMessage through session.JSValue, nil as null, anything else as
+// encoding/json marshals it, then through session.JSValue. A value that does not encode is an error
+// naming its key.
 func EncodeObject(fields ...Field) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -68,11 +77,7 @@ func EncodeObject(fields ...Field) ([]byte, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, err := marshal(f.Key)
-		if err != nil {
-			return nil, fmt.Errorf("payload key %q: %w", f.Key, err)
-		}
-		b.Write(k)
+		b.Write(session.AppendJSONString(b.AvailableBuffer(), f.Key))
 		b.WriteByte(':')
 		v, err := marshal(f.Value)
 		if err != nil {
@@ -84,33 +89,58 @@ func EncodeObject(fields ...Field) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// marshal encodes v compactly without HTML escaping.
+// marshal encodes v as JSON.stringify would.
 func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	switch v := v.(type) {
+	case nil:
+		return []byte("null"), nil
+	case string:
+		return session.AppendJSONString(nil, v), nil
+	case bool:
+		return strconv.AppendBool(nil, v), nil
+	case json.RawMessage:
+		return session.JSValue(v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return session.JSValue(b)
 }
 
-// CompactObject returns raw as compact JSON without HTML escaping, or {}
-// when raw is empty. Anything but a JSON object is an error.
+// CompactObject returns raw, a tool's arguments, as dsh puts them in a
+// payload: re-serialized by session.JSValue (JavaScript's number spelling, string
+// escapes and key order), {} when raw is empty. Anything but a JSON
+// object is an error.
 func CompactObject(raw json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return json.RawMessage("{}"), nil
 	}
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("tool_input: not a JSON object: %w", err)
+	if t := bytes.TrimSpace(raw); t[0] != '{' {
+		return nil, fmt.Errorf("tool_input: not a JSON object: %.40s", t)
 	}
-	if probe == nil {
-		return nil, fmt.Errorf("tool_input: not a JSON object: null")
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	out, err := session.JSValue(raw)
+	if err != nil {
 		return nil, fmt.Errorf("tool_input: %w", err)
 	}
-	return b.Bytes(), nil
+	return out, nil
+}
+
+// CommandOf returns the "command" member of a tool's arguments the way
+// dsh's Codex bridge reads it: the JSON string token (as session.JSValue spells
+// it) when the arguments are an object whose command is a string, else
+// `""`. Arguments that are not a JSON object are an error.
+func CommandOf(raw json.RawMessage) (json.RawMessage, error) {
+	input, err := CompactObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(input, &members); err != nil {
+		return nil, fmt.Errorf("tool_input: %w", err)
+	}
+	if c, ok := members["command"]; ok && len(c) > 0 && c[0] == '"' {
+		return c, nil
+	}
+	return json.RawMessage(`""`), nil
 }

@@ -27,11 +27,21 @@ type Event struct {
 	Name string
 	// Session is the header of the agent the event belongs to; nil means
 	// an event with no agent (session_id is then empty and there is no
-	// transcript).
+	// transcript). On SubagentStart and SubagentStop it is the child's
+	// header, nil when the child is unknown.
 	Session *session.Header
 	// Cwd is the session's working directory; it is the hook's working
 	// directory and Claude Code's project directory. Empty means none.
 	Cwd string
+	// ProcessCwd is the harness process's working directory. dsh names it
+	// as the payload's cwd when the event has no agent or the session has
+	// no cwd; empty means Cwd.
+	ProcessCwd string
+	// AgentID and AgentType name the subagent on SubagentStart and
+	// SubagentStop (agent_id, agent_type); an empty AgentType is sent as
+	// DefaultAgentType, the only value dsh sends.
+	AgentID   string
+	AgentType string
 	// ToolName is the harness's name of the tool ("bash") on tool events;
 	// the dialect presents it under its own name ("Bash").
 	ToolName string
@@ -49,12 +59,33 @@ type Event struct {
 	// "resume", "clear" or "compact".
 	Source string
 	// StopHookActive is true when the agent is already continuing because
-	// of a stop hook (Stop, SubagentStop).
+	// of a stop hook (Stop, SubagentStop). dsh always sends false.
 	StopHookActive bool
-	// Model, PermissionMode and TurnID are the turn facts Codex sends.
+	// Model, PermissionMode and TurnID are the turn facts Codex sends; an
+	// empty PermissionMode is sent as "default", as dsh always does.
 	Model          string
 	PermissionMode string
 	TurnID         string
+	// LastAssistantMessage is the text of the agent's last message
+	// (Codex Stop); nil is sent as null, as dsh does.
+	LastAssistantMessage *string
+}
+
+// DefaultAgentType is the agent_type dsh's Claude Code bridge reports for
+// every subagent: Claude Code's own default for its Task tool.
+const DefaultAgentType = "general-purpose"
+
+// PayloadCwd returns the cwd a payload names, as dsh computes it: the
+// session's cwd, else (no agent, or a session without a cwd) the harness
+// process's working directory.
+func PayloadCwd(ev Event) string {
+	if ev.Session != nil && ev.Session.Cwd != "" {
+		return ev.Session.Cwd
+	}
+	if ev.ProcessCwd != "" {
+		return ev.ProcessCwd
+	}
+	return ev.Cwd
 }
 
 // Locator answers where a session's transcript lives. It must do no I/O

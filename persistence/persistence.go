@@ -36,7 +36,8 @@ type Event struct {
 	Seq int64 `json:"seq"`
 	// Time is the event time in Unix milliseconds.
 	Time int64 `json:"time"`
-	// Data is the event payload, kept verbatim.
+	// Data is the event payload, kept verbatim by readers; the JSONL
+	// store writes it as dsh does (session.JSValue).
 	Data json.RawMessage `json:"data"`
 	// Ignorable marks an event a reader that rebuilds state may skip even
 	// when it does not know the type.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 
@@ -82,7 +83,7 @@ func (h Header) Validate() error {
 	if h.CreatedAt < 0 || h.CreatedAt > maxSafeInteger {
 		return &FieldError{Field: "createdAt", Reason: "must be a non-negative safe integer (epoch milliseconds)"}
 	}
-	if h.Cwd != "" && !isAbs(h.Cwd) {
+	if h.Cwd != "" && !filepath.IsAbs(h.Cwd) {
 		return &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path, got %q", h.Cwd)}
 	}
 	if h.SeedLength != nil && (*h.SeedLength < 0 || *h.SeedLength > maxSafeInteger) {
@@ -91,28 +92,16 @@ func (h Header) Validate() error {
 	if h.Origin != "" && h.Origin != OriginSubagent {
 		return &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %q", OriginSubagent, h.Origin)}
 	}
-	if h.DelegationDepth < 0 {
-		return &FieldError{Field: "delegationDepth", Reason: "must be a non-negative integer"}
+	if h.DelegationDepth < 0 || h.DelegationDepth > maxSafeInteger {
+		return &FieldError{Field: "delegationDepth", Reason: "must be a non-negative safe integer"}
 	}
 	return nil
 }
 
-// isAbs accepts POSIX absolute paths and, since dsh logs may come from
-// Windows hosts, drive-letter and UNC paths.
-func isAbs(p string) bool {
-	if filepath.IsAbs(p) {
-		return true
-	}
-	if len(p) >= 3 && p[1] == ':' && (p[2] == '\\' || p[2] == '/') &&
-		(p[0] >= 'A' && p[0] <= 'Z' || p[0] >= 'a' && p[0] <= 'z') {
-		return true
-	}
-	return len(p) >= 2 && p[0] == '\\' && p[1] == '\\'
-}
-
-// MarshalJSON writes h in dsh's key order, omitting absent optional fields,
-// always writing delegationDepth and without HTML escaping. It refuses an
-// invalid header.
+// MarshalJSON writes h byte for byte as dsh writes a header line: dsh's
+// key order, absent optional fields omitted, delegationDepth always
+// written, strings as JavaScript's JSON.stringify writes them
+// (AppendJSONString). It refuses an invalid header.
 func (h Header) MarshalJSON() ([]byte, error) {
 	if err := h.Validate(); err != nil {
 		return nil, err
@@ -149,32 +138,10 @@ func (h Header) MarshalJSON() ([]byte, error) {
 }
 
 func writeString(b *bytes.Buffer, s string) {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)       // a string always encodes
-	b.Truncate(b.Len() - 1) // Encode appends a newline
+	b.Write(AppendJSONString(b.AvailableBuffer(), s))
 }
 
-// wireHeader is the decoding form; pointers tell absent from zero.
-type wireHeader struct {
-	Type            *string      `json:"type"`
-	Version         *json.Number `json:"version"`
-	ID              *string      `json:"id"`
-	CreatedAt       *json.Number `json:"createdAt"`
-	Cwd             *string      `json:"cwd"`
-	ParentSession   *string      `json:"parentSession"`
-	SeedLength      *json.Number `json:"seedLength"`
-	Origin          *string      `json:"origin"`
-	DelegationDepth *json.Number `json:"delegationDepth"`
-	AgentPreset     *string      `json:"agentPreset"`
-	// Retired keys are refused whatever their value, null included: a
-	// RawMessage (unlike a pointer) receives the literal null.
-	SandboxMode    json.RawMessage `json:"sandboxMode"`
-	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
-}
-
-// UnmarshalJSON parses and validates a header line. Unknown keys are
-// ignored; retired keys and versions other than 0 are refused.
+// UnmarshalJSON parses and validates a header line; see Parse.
 func (h *Header) UnmarshalJSON(data []byte) error {
 	parsed, err := Parse(data)
 	if err != nil {
@@ -184,82 +151,99 @@ func (h *Header) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Parse decodes one header line and validates it. Errors are *FieldError,
-// possibly wrapping ErrUnsupportedVersion or ErrRetiredField.
+// Parse decodes one header line and validates it the way dsh's JSONL
+// store loads one (DESIGN §3.1), so that a header loads here exactly when
+// it loads in dsh:
+//
+//   - keys match exactly (no case folding); a repeated key keeps its last
+//     value; unknown keys are ignored;
+//   - a numeric version other than 0 is refused first, wrapping
+//     ErrUnsupportedVersion (0.0, -0 and 0e5 are 0); a version that is not
+//     a number is invalid;
+//   - numbers are read as JavaScript reads them (the nearest double), so
+//     createdAt 5.0 and 1e3 are integers; createdAt and delegationDepth
+//     must be non-negative safe integers and not -0, seedLength a
+//     non-negative safe integer;
+//   - cwd is an absolute path of this platform; parentSession and
+//     agentPreset are strings, "" included (loaded as absent: Header does
+//     not tell them apart); origin is "subagent"; null is refused for
+//     every optional field;
+//   - retired keys (sandboxMode, approvalPolicy) are refused whatever
+//     their value, wrapping ErrRetiredField.
+//
+// One deliberate difference: a header without delegationDepth, written by
+// dsh releases before the field existed, loads with depth 0, where dsh
+// 0.1 refuses it (docs/dsh-compatibility.md). Errors are *FieldError, or
+// a syntax error for a line that is not one JSON object.
 func Parse(line []byte) (Header, error) {
-	var w wireHeader
+	var m map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	if err := dec.Decode(&w); err != nil {
+	if err := dec.Decode(&m); err != nil {
 		return Header{}, fmt.Errorf("session header: %w", err)
 	}
 	if dec.More() {
 		return Header{}, errors.New("session header: trailing data after the JSON object")
 	}
-	if w.Type == nil || *w.Type != HeaderType {
+	if m == nil {
+		return Header{}, errors.New("session header: not a JSON object")
+	}
+	if raw, ok := m["version"]; ok {
+		if v, isNum := number(raw); isNum && v != Version {
+			return Header{}, &FieldError{Field: "version", Reason: fmt.Sprintf("%s is not supported (only %d)", raw, Version), Err: ErrUnsupportedVersion}
+		}
+	}
+	var typ string
+	if !str(m["type"], &typ) || typ != HeaderType {
 		return Header{}, &FieldError{Field: "type", Reason: `must be "session"`}
 	}
-	if len(w.SandboxMode) > 0 {
-		return Header{}, &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
-	}
-	if len(w.ApprovalPolicy) > 0 {
-		return Header{}, &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
-	}
-	if w.Version == nil {
-		return Header{}, &FieldError{Field: "version", Reason: "is required"}
-	}
-	if v, err := w.Version.Int64(); err != nil || v != Version {
-		return Header{}, &FieldError{Field: "version", Reason: fmt.Sprintf("%s is not supported (only %d)", *w.Version, Version), Err: ErrUnsupportedVersion}
+	if _, ok := number(m["version"]); !ok {
+		return Header{}, &FieldError{Field: "version", Reason: "must be the number 0"}
 	}
 	var h Header
-	if w.ID == nil {
-		return Header{}, &FieldError{Field: "id", Reason: "is required"}
+	if !str(m["id"], &h.ID) || h.ID == "" {
+		return Header{}, &FieldError{Field: "id", Reason: "must be a non-empty string"}
 	}
-	h.ID = *w.ID
-	if w.CreatedAt == nil {
-		return Header{}, &FieldError{Field: "createdAt", Reason: "is required"}
+	created, ok := strictInt(m["createdAt"])
+	if !ok {
+		return Header{}, &FieldError{Field: "createdAt", Reason: fmt.Sprintf("must be a non-negative safe integer other than -0, got %s", shown(m["createdAt"]))}
 	}
-	var err error
-	if h.CreatedAt, err = safeInt(w.CreatedAt, "createdAt"); err != nil {
-		return Header{}, err
-	}
-	if w.Cwd != nil {
-		if *w.Cwd == "" {
-			return Header{}, &FieldError{Field: "cwd", Reason: "must be an absolute path when present"}
-		}
-		h.Cwd = *w.Cwd
-	}
-	if w.ParentSession != nil {
-		if *w.ParentSession == "" {
-			return Header{}, &FieldError{Field: "parentSession", Reason: "must be non-empty when present"}
-		}
-		h.ParentSession = *w.ParentSession
-	}
-	if w.SeedLength != nil {
-		n, err := safeInt(w.SeedLength, "seedLength")
-		if err != nil {
-			return Header{}, err
-		}
-		h.SeedLength = &n
-	}
-	if w.Origin != nil {
-		if *w.Origin != OriginSubagent {
-			return Header{}, &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %q", OriginSubagent, *w.Origin)}
-		}
-		h.Origin = *w.Origin
-	}
-	if w.DelegationDepth != nil {
-		n, err := safeInt(w.DelegationDepth, "delegationDepth")
-		if err != nil {
-			return Header{}, err
+	h.CreatedAt = created
+	if raw, ok := m["delegationDepth"]; ok {
+		n, ok := strictInt(raw)
+		if !ok {
+			return Header{}, &FieldError{Field: "delegationDepth", Reason: fmt.Sprintf("must be a non-negative safe integer other than -0, got %s", raw)}
 		}
 		h.DelegationDepth = int(n)
 	}
-	if w.AgentPreset != nil {
-		if *w.AgentPreset == "" {
-			return Header{}, &FieldError{Field: "agentPreset", Reason: "must be non-empty when present"}
+	if raw, ok := m["origin"]; ok {
+		if !str(raw, &h.Origin) || h.Origin != OriginSubagent {
+			return Header{}, &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %s", OriginSubagent, raw)}
 		}
-		h.AgentPreset = *w.AgentPreset
+	}
+	if raw, ok := m["agentPreset"]; ok && !str(raw, &h.AgentPreset) {
+		return Header{}, &FieldError{Field: "agentPreset", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+	}
+	if _, ok := m["sandboxMode"]; ok {
+		return Header{}, &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
+	}
+	if _, ok := m["approvalPolicy"]; ok {
+		return Header{}, &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
+	}
+	if raw, ok := m["cwd"]; ok {
+		if !str(raw, &h.Cwd) || !filepath.IsAbs(h.Cwd) {
+			return Header{}, &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path when present, got %s", raw)}
+		}
+	}
+	if raw, ok := m["parentSession"]; ok && !str(raw, &h.ParentSession) {
+		return Header{}, &FieldError{Field: "parentSession", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+	}
+	if raw, ok := m["seedLength"]; ok {
+		v, isNum := number(raw)
+		if !isNum || !safeInteger(v) || v < 0 {
+			return Header{}, &FieldError{Field: "seedLength", Reason: fmt.Sprintf("must be a non-negative safe integer, got %s", raw)}
+		}
+		n := int64(v)
+		h.SeedLength = &n
 	}
 	if err := h.Validate(); err != nil {
 		return Header{}, err
@@ -267,12 +251,45 @@ func Parse(line []byte) (Header, error) {
 	return h, nil
 }
 
-func safeInt(n *json.Number, field string) (int64, error) {
-	v, err := n.Int64()
-	if err != nil || v < 0 || v > maxSafeInteger {
-		return 0, &FieldError{Field: field, Reason: fmt.Sprintf("must be a non-negative safe integer, got %s", string(*n))}
+// shown returns raw for a message, or "nothing" when the key is absent.
+func shown(raw json.RawMessage) string {
+	if raw == nil {
+		return "nothing"
 	}
-	return v, nil
+	return string(raw)
+}
+
+// number reports the value of raw when it is a JSON number.
+func number(raw json.RawMessage) (float64, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return 0, false
+	}
+	return jsNumber(string(raw)), true
+}
+
+// str stores raw in *dst when it is a JSON string (not null).
+func str(raw json.RawMessage, dst *string) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return false
+	}
+	return json.Unmarshal(raw, dst) == nil
+}
+
+// safeInteger is JavaScript's Number.isSafeInteger.
+func safeInteger(v float64) bool {
+	return v == math.Trunc(v) && math.Abs(v) <= maxSafeInteger
+}
+
+// strictInt reads raw as dsh reads createdAt and delegationDepth: a
+// number that is a non-negative safe integer and not -0.
+func strictInt(raw json.RawMessage) (int64, bool) {
+	v, ok := number(raw)
+	if !ok || !safeInteger(v) || v < 0 || v == 0 && math.Signbit(v) {
+		return 0, false
+	}
+	return int64(v), true
 }
 
 // NewID returns a fresh session id of the form "session-<uuid v4>".

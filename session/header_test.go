@@ -38,8 +38,13 @@ func TestMarshalJSONCases(t *testing.T) {
 		},
 		{
 			"quotes, backslashes and control characters are escaped",
-			Header{ID: "q\"\\\n\x01", CreatedAt: 1, Cwd: `C:\work`},
-			`{"type":"session","version":0,"id":"q\"\\\n\u0001","createdAt":1,"cwd":"C:\\work","delegationDepth":0}`,
+			Header{ID: "q\"\\\n\x01\b\f\x1f", CreatedAt: 1, Cwd: `/w\ork`},
+			`{"type":"session","version":0,"id":"q\"\\\n\u0001\b\f\u001f","createdAt":1,"cwd":"/w\\ork","delegationDepth":0}`,
+		},
+		{
+			"U+2028, U+2029 and DEL stay raw, as JSON.stringify writes them",
+			Header{ID: "a\u2028b\u2029c\x7f", CreatedAt: 1},
+			"{\"type\":\"session\",\"version\":0,\"id\":\"a\u2028b\u2029c\x7f\",\"createdAt\":1,\"delegationDepth\":0}",
 		},
 		{
 			"non-ASCII stays literal",
@@ -122,7 +127,10 @@ func TestParseCases(t *testing.T) {
 		{`{"type":"session","version":0,"id":"s","createdAt":5,"delegationDepth":3}`, Header{ID: "s", CreatedAt: 5, DelegationDepth: 3}},
 		{`{"createdAt":5,"id":"s","version":0,"type":"session"}`, Header{ID: "s", CreatedAt: 5}},
 		{`{"type":"session","version":0,"id":"s","createdAt":5,"futureField":{"x":1}}`, Header{ID: "s", CreatedAt: 5}},
-		{`{"type":"session","version":0,"id":"s","createdAt":5,"cwd":"C:\\work"}`, Header{ID: "s", CreatedAt: 5, Cwd: `C:\work`}},
+		{`{"type":"session","version":0,"id":"s","createdAt":5.0,"cwd":"/work"}`, Header{ID: "s", CreatedAt: 5, Cwd: "/work"}},
+		{`{"type":"session","version":0.0,"id":"s","createdAt":1e3}`, Header{ID: "s", CreatedAt: 1000}},
+		{`{"type":"session","version":-0,"id":"s","createdAt":5,"parentSession":"","agentPreset":"","seedLength":-0}`, Header{ID: "s", CreatedAt: 5, SeedLength: new(int64)}},
+		{`{"type":"session","version":0,"id":"s","id":"t","createdAt":5}`, Header{ID: "t", CreatedAt: 5}},
 		{`{"type":"session","version":0,"id":"s","createdAt":9007199254740991}`, Header{ID: "s", CreatedAt: 1<<53 - 1}},
 		{` {"type":"session","version":0,"id":"{{sessionId}}","createdAt":0,"parentSession":"p","origin":"subagent","delegationDepth":1} `,
 			Header{ID: "{{sessionId}}", ParentSession: "p", Origin: OriginSubagent, DelegationDepth: 1}},
@@ -160,14 +168,23 @@ func TestParseFieldErrors(t *testing.T) {
 		{"relative cwd", `{` + ok + `,"cwd":"work/app"}`, "cwd", nil},
 		{"empty cwd", `{` + ok + `,"cwd":""}`, "cwd", nil},
 		{"dot cwd", `{` + ok + `,"cwd":"."}`, "cwd", nil},
-		{"empty parentSession", `{` + ok + `,"parentSession":""}`, "parentSession", nil},
+		{"null parentSession", `{` + ok + `,"parentSession":null}`, "parentSession", nil},
+		{"null cwd", `{` + ok + `,"cwd":null}`, "cwd", nil},
+		{"null seedLength", `{` + ok + `,"seedLength":null}`, "seedLength", nil},
+		{"null origin", `{` + ok + `,"origin":null}`, "origin", nil},
+		{"string createdAt", `{"type":"session","version":0,"id":"s","createdAt":"5"}`, "createdAt", nil},
+		{"negative zero createdAt", `{"type":"session","version":0,"id":"s","createdAt":-0}`, "createdAt", nil},
+		{"negative zero delegationDepth", `{` + ok + `,"delegationDepth":-0.0}`, "delegationDepth", nil},
+		{"keys match exactly", `{"type":"session","version":0,"ID":"s","createdAt":5}`, "id", nil},
+		{"string version", `{"type":"session","version":"0","id":"s","createdAt":5}`, "version", nil},
+		{"windows cwd on this platform", `{` + ok + `,"cwd":"C:\\work"}`, "cwd", nil},
 		{"negative seedLength", `{` + ok + `,"seedLength":-2}`, "seedLength", nil},
 		{"unsafe seedLength", `{` + ok + `,"seedLength":9007199254740992}`, "seedLength", nil},
 		{"origin fork", `{` + ok + `,"origin":"fork"}`, "origin", nil},
 		{"origin empty", `{` + ok + `,"origin":""}`, "origin", nil},
 		{"negative delegationDepth", `{` + ok + `,"delegationDepth":-1}`, "delegationDepth", nil},
 		{"fractional delegationDepth", `{` + ok + `,"delegationDepth":0.5}`, "delegationDepth", nil},
-		{"empty agentPreset", `{` + ok + `,"agentPreset":""}`, "agentPreset", nil},
+		{"null agentPreset", `{` + ok + `,"agentPreset":null}`, "agentPreset", nil},
 	}
 	for _, tt := range tests {
 		got, err := Parse([]byte(tt.line))
@@ -220,13 +237,16 @@ func TestUnmarshalJSONValidates(t *testing.T) {
 	}
 }
 
-func TestValidateAcceptsWindowsPaths(t *testing.T) {
-	for _, cwd := range []string{`C:\work\agent`, `d:/src`, `\\server\share`, "/"} {
+// TestValidatePlatformPaths: a cwd is absolute by this platform's rule,
+// as dsh's path.isAbsolute decides it, so a Windows path is refused on
+// Linux (dsh refuses to create or restore such a session there too).
+func TestValidatePlatformPaths(t *testing.T) {
+	for _, cwd := range []string{"/", "/srv/app", "//x", "/a/../b"} {
 		if err := (Header{ID: "s", Cwd: cwd}).Validate(); err != nil {
 			t.Errorf("Validate(cwd %q) = %v, want nil", cwd, err)
 		}
 	}
-	for _, cwd := range []string{`C:`, `C:work`, `work`, `\single`, `1:\x`} {
+	for _, cwd := range []string{`C:\work\agent`, `d:/src`, `\\server\share`, `C:`, `work`, "./x", "~/x"} {
 		if err := (Header{ID: "s", Cwd: cwd}).Validate(); err == nil {
 			t.Errorf("Validate(cwd %q) = nil, want an error", cwd)
 		}

@@ -18,7 +18,12 @@ per-session local file (SQLite). It reads, creates and flushes nothing.
 
 Example:
    dsh-sandbox locate --sessions-root /r --cwd /srv/proj --session-id abc
-   {"kind":"jsonl","path":"/r/--srv-proj--/abc/session.jsonl"}`,
+   {"kind":"jsonl","path":"/r/--srv-proj--/abc/session.jsonl.zstd"}
+   dsh-sandbox locate --sessions-root /r --compression none --cwd /srv/proj/ --session-id abc
+   {"kind":"jsonl","path":"/r/--srv-proj---/abc/session.jsonl"}
+
+The header's cwd is --cwd as written (dsh encodes it unclean), the current directory
+without it.`,
 		Action: func(c *cli.Context) error {
 			s, err := loadSettings(c)
 			if err != nil {
@@ -53,7 +58,11 @@ type jsonlLocation struct {
 }
 
 func (l jsonlLocation) Locate(h session.Header) (persistence.Location, bool) {
-	return persistence.Location{Kind: persistence.KindJSONL, Path: jsonl.Path(l.root, h, l.compression)}, true
+	p := jsonl.Path(l.root, h, l.compression)
+	if p == "" {
+		return persistence.Location{}, false
+	}
+	return persistence.Location{Kind: persistence.KindJSONL, Path: p}, true
 }
 
 // noLocation is the Locate of a store without per-session local files

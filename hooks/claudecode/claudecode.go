@@ -2,13 +2,19 @@
 // grammar of Claude Code's settings files and the payloads its hook
 // scripts read (DESIGN §3.10).
 //
-// Payloads are compact JSON followed by "\n", keys in this order:
-// session_id ("" for an event with no agent), transcript_path (the JSONL
-// path Locate gives, "" when there is none), cwd, hook_event_name, then
+// Payloads are byte for byte what dsh's Claude Code bridge
+// (@deepseek-ai/dsh-hooks-claude-code) writes: compact JSON followed by
+// "\n", keys in this order: session_id ("" for an event with no agent),
+// transcript_path (the JSONL path Locate gives, "" when there is none),
+// cwd (the session's, else the harness process's), hook_event_name, then
 // per event: PreToolUse tool_name, tool_input, tool_use_id; PostToolUse
-// tool_name, tool_input, tool_response, tool_use_id; UserPromptSubmit
-// prompt; SessionStart source; Stop and SubagentStop stop_hook_active;
-// SubagentStart nothing more. Hooks get CLAUDE_PROJECT_DIR (the session
+// tool_name, tool_input, tool_use_id, tool_response; UserPromptSubmit
+// prompt; SessionStart source; Stop stop_hook_active; SubagentStart
+// agent_id, agent_type; SubagentStop agent_id, agent_type,
+// stop_hook_active (the subagent events describe the child session).
+// tool_input is the arguments re-serialized as JavaScript does
+// (session.JSValue). The one deliberate difference: the harness's "bash"
+// tool is presented as "Bash" (DESIGN §3.10; docs/dsh-compatibility.md). Hooks get CLAUDE_PROJECT_DIR (the session
 // cwd) and, when set, CLAUDE_PLUGIN_ROOT; ${CLAUDE_PROJECT_DIR} and
 // ${CLAUDE_PLUGIN_ROOT} in commands are replaced by them.
 //
@@ -55,13 +61,14 @@ func (Dialect) ToolName(internal string) string {
 	return internal
 }
 
-// Payload returns the stdin bytes of a Claude Code hook for ev.
+// Payload returns the stdin bytes of a Claude Code hook for ev, byte for
+// byte what dsh's Claude Code bridge writes.
 func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
 	path, _ := hooks.TranscriptPath(ev, loc)
 	fields := []hooks.Field{
 		{Key: "session_id", Value: hooks.SessionID(ev)},
 		{Key: "transcript_path", Value: path},
-		{Key: "cwd", Value: ev.Cwd},
+		{Key: "cwd", Value: hooks.PayloadCwd(ev)},
 		{Key: "hook_event_name", Value: ev.Name},
 	}
 	switch ev.Name {
@@ -73,18 +80,28 @@ func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: %v", ev.Name, err)
 		}
-		fields = append(fields, hooks.Field{Key: "tool_name", Value: ev.ToolName}, hooks.Field{Key: "tool_input", Value: input})
+		fields = append(fields,
+			hooks.Field{Key: "tool_name", Value: ev.ToolName},
+			hooks.Field{Key: "tool_input", Value: input},
+			hooks.Field{Key: "tool_use_id", Value: ev.ToolUseID})
 		if ev.Name == hooks.PostToolUse {
 			fields = append(fields, hooks.Field{Key: "tool_response", Value: ev.ToolResponse})
 		}
-		fields = append(fields, hooks.Field{Key: "tool_use_id", Value: ev.ToolUseID})
 	case hooks.UserPromptSubmit:
 		fields = append(fields, hooks.Field{Key: "prompt", Value: ev.Prompt})
 	case hooks.SessionStart:
 		fields = append(fields, hooks.Field{Key: "source", Value: ev.Source})
-	case hooks.Stop, hooks.SubagentStop:
+	case hooks.Stop:
 		fields = append(fields, hooks.Field{Key: "stop_hook_active", Value: ev.StopHookActive})
-	case hooks.SubagentStart:
+	case hooks.SubagentStart, hooks.SubagentStop:
+		agentType := ev.AgentType
+		if agentType == "" {
+			agentType = hooks.DefaultAgentType
+		}
+		fields = append(fields, hooks.Field{Key: "agent_id", Value: ev.AgentID}, hooks.Field{Key: "agent_type", Value: agentType})
+		if ev.Name == hooks.SubagentStop {
+			fields = append(fields, hooks.Field{Key: "stop_hook_active", Value: ev.StopHookActive})
+		}
 	default:
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook_event_name: %q is not a Claude Code event dsh-sandbox fires", ev.Name)
 	}
@@ -95,12 +112,13 @@ func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Env returns CLAUDE_PROJECT_DIR (when ev has a cwd) and
-// CLAUDE_PLUGIN_ROOT (when pluginRoot is set).
+// Env returns CLAUDE_PROJECT_DIR (the session's cwd, when ev has one; dsh
+// sets none for an event without an agent or cwd) and CLAUDE_PLUGIN_ROOT
+// (when pluginRoot is set).
 func (Dialect) Env(ev hooks.Event, pluginRoot string) []string {
 	var env []string
-	if ev.Cwd != "" {
-		env = append(env, "CLAUDE_PROJECT_DIR="+ev.Cwd)
+	if ev.Session != nil && ev.Session.Cwd != "" {
+		env = append(env, "CLAUDE_PROJECT_DIR="+ev.Session.Cwd)
 	}
 	if pluginRoot != "" {
 		env = append(env, "CLAUDE_PLUGIN_ROOT="+pluginRoot)

@@ -1,14 +1,18 @@
 // Package codex is the Codex hook dialect: the configuration grammar of
 // Codex hook files and the payloads its hook scripts read (DESIGN §3.10).
 //
-// Payloads are compact JSON without a trailing newline, keys in this
-// order: session_id ("" for an event with no agent), turn_id (on the
-// turn-scoped events UserPromptSubmit, PreToolUse, PostToolUse and Stop),
-// transcript_path (the JSONL path Locate gives, or null when there is
-// none), cwd, hook_event_name, model, permission_mode, then per event:
-// SessionStart source; UserPromptSubmit prompt; PreToolUse tool_name,
-// tool_use_id, tool_input {command}; PostToolUse the same plus
-// tool_response; Stop stop_hook_active. Matchers are regular expressions;
+// Payloads are byte for byte what dsh's Codex bridge
+// (@deepseek-ai/dsh-hooks-codex) writes: compact JSON without a trailing
+// newline, keys in this order: session_id ("" for an event with no
+// agent), transcript_path (the JSONL path Locate gives, or null when there
+// is none), cwd (the session's, else the harness process's),
+// hook_event_name, model, permission_mode ("default" unless set), then per
+// event: SessionStart source; UserPromptSubmit turn_id, prompt; PreToolUse
+// turn_id, tool_name, tool_input {command}, tool_use_id; PostToolUse the
+// same plus tool_response; Stop turn_id, stop_hook_active,
+// last_assistant_message (null when unknown). tool_input.command is the
+// arguments' command when it is a string, else "". The harness's "bash"
+// tool is presented as "Bash" (DESIGN §3.10; docs/dsh-compatibility.md). Matchers are regular expressions;
 // "timeoutSec" is another spelling of "timeout"; async hooks are skipped.
 //
 // It imports hooks, session, persistence and sandbox only; cmd/dsh-sandbox,
@@ -17,7 +21,6 @@ package codex
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/dsh-sandbox/dsh-sandbox/hooks"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -49,80 +52,63 @@ func (Dialect) ToolName(internal string) string {
 	return internal
 }
 
-// Payload returns the stdin bytes of a Codex hook for ev.
+// Payload returns the stdin bytes of a Codex hook for ev, byte for byte
+// what dsh's Codex bridge writes.
 func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
 	var transcript any // null when unknown
 	if path, ok := hooks.TranscriptPath(ev, loc); ok {
 		transcript = path
 	}
-	fields := []hooks.Field{{Key: "session_id", Value: hooks.SessionID(ev)}}
-	switch ev.Name {
-	case hooks.UserPromptSubmit, hooks.PreToolUse, hooks.PostToolUse, hooks.Stop:
-		fields = append(fields, hooks.Field{Key: "turn_id", Value: ev.TurnID})
-	case hooks.SessionStart:
-	default:
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook_event_name: %q is not a Codex event", ev.Name)
+	mode := ev.PermissionMode
+	if mode == "" {
+		mode = "default"
 	}
-	fields = append(fields,
-		hooks.Field{Key: "transcript_path", Value: transcript},
-		hooks.Field{Key: "cwd", Value: ev.Cwd},
-		hooks.Field{Key: "hook_event_name", Value: ev.Name},
-		hooks.Field{Key: "model", Value: ev.Model},
-		hooks.Field{Key: "permission_mode", Value: ev.PermissionMode},
-	)
+	fields := []hooks.Field{
+		{Key: "session_id", Value: hooks.SessionID(ev)},
+		{Key: "transcript_path", Value: transcript},
+		{Key: "cwd", Value: hooks.PayloadCwd(ev)},
+		{Key: "hook_event_name", Value: ev.Name},
+		{Key: "model", Value: ev.Model},
+		{Key: "permission_mode", Value: mode},
+	}
 	switch ev.Name {
 	case hooks.SessionStart:
 		fields = append(fields, hooks.Field{Key: "source", Value: ev.Source})
 	case hooks.UserPromptSubmit:
-		fields = append(fields, hooks.Field{Key: "prompt", Value: ev.Prompt})
+		fields = append(fields, hooks.Field{Key: "turn_id", Value: ev.TurnID}, hooks.Field{Key: "prompt", Value: ev.Prompt})
 	case hooks.PreToolUse, hooks.PostToolUse:
 		if ev.ToolName == "" {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "tool_name: required on %s", ev.Name)
 		}
-		cmd, err := command(ev.ToolInput)
+		cmd, err := hooks.CommandOf(ev.ToolInput)
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: %v", ev.Name, err)
 		}
 		fields = append(fields,
+			hooks.Field{Key: "turn_id", Value: ev.TurnID},
 			hooks.Field{Key: "tool_name", Value: ev.ToolName},
-			hooks.Field{Key: "tool_use_id", Value: ev.ToolUseID},
-			hooks.Field{Key: "tool_input", Value: struct {
-				Command string `json:"command"`
-			}{cmd}})
+			hooks.Field{Key: "tool_input", Value: json.RawMessage(`{"command":` + string(cmd) + `}`)},
+			hooks.Field{Key: "tool_use_id", Value: ev.ToolUseID})
 		if ev.Name == hooks.PostToolUse {
 			fields = append(fields, hooks.Field{Key: "tool_response", Value: ev.ToolResponse})
 		}
 	case hooks.Stop:
-		fields = append(fields, hooks.Field{Key: "stop_hook_active", Value: ev.StopHookActive})
+		var last any // null when unknown
+		if ev.LastAssistantMessage != nil {
+			last = *ev.LastAssistantMessage
+		}
+		fields = append(fields,
+			hooks.Field{Key: "turn_id", Value: ev.TurnID},
+			hooks.Field{Key: "stop_hook_active", Value: ev.StopHookActive},
+			hooks.Field{Key: "last_assistant_message", Value: last})
+	default:
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook_event_name: %q is not a Codex event", ev.Name)
 	}
 	b, err := hooks.EncodeObject(fields...)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "%s payload: %v", ev.Name, err)
 	}
 	return b, nil
-}
-
-// command returns the "command" string of a tool input object; "" when it
-// has none.
-func command(raw json.RawMessage) (string, error) {
-	input, err := hooks.CompactObject(raw)
-	if err != nil {
-		return "", err
-	}
-	var v struct {
-		Command *json.RawMessage `json:"command"`
-	}
-	if err := json.Unmarshal(input, &v); err != nil {
-		return "", err
-	}
-	if v.Command == nil {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(*v.Command, &s); err != nil {
-		return "", fmt.Errorf("tool_input.command: want a string, got %s", *v.Command)
-	}
-	return s, nil
 }
 
 // Env returns no variables: Codex hooks get only the sandbox's base env.

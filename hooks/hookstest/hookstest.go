@@ -56,6 +56,7 @@ func event(name string, agent bool) hooks.Event {
 		Model:          "deepseek-chat",
 		PermissionMode: "default",
 		TurnID:         "turn-1",
+		AgentID:        "agent-1",
 	}
 	if agent {
 		ev.Session = &session.Header{ID: "s1", Cwd: "/srv/proj"}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
 // Storage row tags. They are not event types: a line with one of these
@@ -41,54 +42,10 @@ func isReservedType(t string) bool {
 	return false
 }
 
-// appendString appends s as a JSON string without HTML escaping. Invalid
-// UTF-8 becomes U+FFFD; U+2028 and U+2029 are escaped as encoding/json does.
+// appendString appends s as a JSON string as dsh (JSON.stringify) writes
+// it: see session.AppendJSONString.
 func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', upperHex[c>>4], upperHex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', upperHex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return session.AppendJSONString(dst, s)
 }
 
 // appendEventLine appends e as one compact line (with its newline):
@@ -124,21 +81,16 @@ func appendEventLine(dst []byte, e *persistence.Event) []byte {
 }
 
 // ownJSON validates raw as one JSON value for the named field and returns
-// a compact copy owned by the caller (so the caller's buffer may change
-// after Append returns, and a value can never break the one-line format).
+// it as dsh writes it (session.JSValue: the bytes JSON.stringify makes of
+// the parsed value, compact, so a value can never break the one-line
+// format), in a copy owned by the caller (so the caller's buffer may
+// change after Append returns).
 func ownJSON(raw json.RawMessage, field string) (json.RawMessage, error) {
-	if !json.Valid(raw) {
-		return nil, fmt.Errorf("%s is not a single valid JSON value", field)
+	out, err := session.JSValue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a single valid JSON value: %w", field, err)
 	}
-	if bytes.ContainsAny(raw, " \t\r\n") {
-		var b bytes.Buffer
-		b.Grow(len(raw))
-		if err := json.Compact(&b, raw); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		return b.Bytes(), nil
-	}
-	return append(json.RawMessage(nil), raw...), nil
+	return out, nil
 }
 
 // ownEvent checks e (everything but its seq) and returns a copy whose

@@ -16,10 +16,12 @@ func TestAppendStringCases(t *testing.T) {
 		{"plain", `"plain"`},
 		{"<a href='x'>&</a>", `"<a href='x'>&</a>"`},
 		{`q"b\s`, `"q\"b\\s"`},
-		{"\n\r\t\x00\x1f", `"\n\r\t\u0000\u001F"`},
+		{"\n\r\t\x00\x1f\b\f\x7f", "\"\\n\\r\\t\\u0000\\u001f\\b\\f\x7f\""},
 		{"开发 é", `"开发 é"`},
-		{"\u2028\u2029", `"\u2028\u2029"`},
-		{"bad\xffutf8", `"bad\ufffdutf8"`},
+		// JSON.stringify writes U+2028/U+2029 raw; a byte that is not
+		// UTF-8 is the U+FFFD a UTF-8 decoder makes of it.
+		{"\u2028\u2029", "\"\u2028\u2029\""},
+		{"bad\xffutf8", "\"bad\uFFFDutf8\""},
 		{"", `""`},
 	}
 	for _, tt := range tests {

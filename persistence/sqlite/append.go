@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -36,8 +38,7 @@ type eventRow struct {
 // SurfaceOp must be valid JSON when present; they are stored verbatim.
 // The events are durable when Append returns nil.
 func (s *Store) Append(ctx context.Context, h session.Header, events ...persistence.Event) error {
-	header, err := h.MarshalJSON()
-	if err != nil {
+	if err := h.Validate(); err != nil {
 		return fmt.Errorf("sqlite: append: %w", err)
 	}
 	rows, err := eventRows(h.ID, events)
@@ -54,7 +55,7 @@ func (s *Store) Append(ctx context.Context, h session.Header, events ...persiste
 	}
 	defer tx.Rollback() // a no-op after Commit
 
-	next, err := nextSeq(ctx, tx, h, string(header))
+	next, err := nextSeq(ctx, tx, h)
 	if err != nil {
 		return err
 	}
@@ -75,6 +76,10 @@ func (s *Store) Append(ctx context.Context, h session.Header, events ...persiste
 			return fmt.Errorf("sqlite: append to session %q: insert event seq %d: %w", h.ID, r.seq, err)
 		}
 	}
+	// dsh's revision: every committed batch counts.
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET revision = revision + 1 WHERE id = ?`, h.ID); err != nil {
+		return fmt.Errorf("sqlite: append to session %q: revision: %w", h.ID, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: append to session %q: commit: %w", h.ID, err)
 	}
@@ -85,30 +90,47 @@ func (s *Store) Append(ctx context.Context, h session.Header, events ...persiste
 // nextSeq returns the seq the next event of h's session must have, creating
 // the session's row when it is missing and refusing a header that differs
 // from the stored one.
-func nextSeq(ctx context.Context, tx *sql.Tx, h session.Header, header string) (int64, error) {
-	var (
-		stored string
-		last   sql.NullInt64
-	)
-	err := tx.QueryRowContext(ctx, `SELECT s.header,
+func nextSeq(ctx context.Context, tx *sql.Tx, h session.Header) (int64, error) {
+	var last sql.NullInt64
+	stored, err := scanHeader(tx.QueryRowContext(ctx, `SELECT `+headerColumns+`,
 		(SELECT max(e.seq) FROM events AS e WHERE e.session_id = s.id)
-		FROM sessions AS s WHERE s.id = ?`, h.ID).Scan(&stored, &last)
+		FROM sessions AS s WHERE s.id = ?`, h.ID), &last)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, header, cwd, parent_session, created_at)
-			VALUES (?, ?, ?, ?, ?)`, h.ID, header, nullString(h.Cwd), nullString(h.ParentSession), h.CreatedAt)
+		var seed any
+		if h.SeedLength != nil {
+			seed = *h.SeedLength
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions
+			(id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+			h.ID, session.Version, h.CreatedAt, nullString(h.Cwd), nullString(h.ParentSession), seed,
+			nullString(h.Origin), h.DelegationDepth, nullString(h.AgentPreset), uuid.NewString())
 		if err != nil {
 			return 0, fmt.Errorf("sqlite: append to session %q: create session: %w", h.ID, err)
 		}
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("sqlite: append to session %q: read session: %w", h.ID, err)
-	case stored != header:
-		return 0, fmt.Errorf("sqlite: append to session %q: header %s, stored %s: %w", h.ID, header, stored, ErrHeaderConflict)
+	case !sameHeader(stored, h):
+		return 0, fmt.Errorf("sqlite: append to session %q: header %+v, stored %+v: %w", h.ID, h, stored, ErrHeaderConflict)
 	case !last.Valid:
 		return 0, nil
 	}
 	return last.Int64 + 1, nil
+}
+
+// sameHeader reports whether a and b are the same header.
+func sameHeader(a, b session.Header) bool {
+	seed := func(h session.Header) int64 {
+		if h.SeedLength == nil {
+			return -1
+		}
+		return *h.SeedLength
+	}
+	sa, sb := seed(a), seed(b)
+	a.SeedLength, b.SeedLength = nil, nil
+	return a == b && sa == sb
 }
 
 // eventRows checks that events are well formed and numbered without a gap
@@ -125,6 +147,9 @@ func eventRows(id string, events []persistence.Event) ([]eventRow, error) {
 		}
 		r := eventRow{seq: e.Seq, time: e.Time, typ: e.Type}
 		var err error
+		if len(e.Data) == 0 {
+			return nil, fmt.Errorf("sqlite: append to session %q: event seq %d: field \"data\" is required (use null for no payload)", id, e.Seq)
+		}
 		if r.data, err = rawJSON(e.Data); err != nil {
 			return nil, fmt.Errorf("sqlite: append to session %q: event seq %d: field \"data\": %w", id, e.Seq, err)
 		}
@@ -146,16 +171,18 @@ func eventRows(id string, events []persistence.Event) ([]eventRow, error) {
 	return rows, nil
 }
 
-// rawJSON returns raw as a string to bind, nil (NULL) when it is empty, and
-// an error when it is not valid JSON.
+// rawJSON returns raw as a string to bind, spelled as dsh writes it
+// (session.JSValue: what JSON.stringify makes of the parsed value), nil
+// (NULL) when it is empty, and an error when it is not valid JSON.
 func rawJSON(raw json.RawMessage) (any, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	if !json.Valid(raw) {
-		return nil, errors.New("is not valid JSON")
+	out, err := session.JSValue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %w", err)
 	}
-	return string(raw), nil
+	return string(out), nil
 }
 
 func nullString(s string) any {

@@ -26,15 +26,10 @@ func (s *Store) Load(ctx context.Context, id string) (*persistence.Log, error) {
 	}
 	defer tx.Rollback() // read-only; nothing to undo
 
-	var header []byte
-	err = tx.QueryRowContext(ctx, `SELECT header FROM sessions WHERE id = ?`, id).Scan(&header)
+	h, err := scanHeader(tx.QueryRowContext(ctx, `SELECT `+headerColumns+` FROM sessions AS s WHERE s.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: load session %q: %w", id, persistence.ErrNotFound)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: load session %q: %w", id, err)
-	}
-	h, err := session.Parse(header)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: load session %q: stored header: %w", id, err)
 	}
@@ -82,7 +77,7 @@ func (s *Store) List(ctx context.Context) ([]persistence.Info, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("sqlite: list sessions: %w", ErrClosed)
 	}
-	rows, err := s.reader.QueryContext(ctx, `SELECT id, header FROM sessions ORDER BY created_at, id`)
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+headerColumns+` FROM sessions AS s ORDER BY s.created_at, s.id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
 	}
@@ -90,16 +85,9 @@ func (s *Store) List(ctx context.Context) ([]persistence.Info, error) {
 
 	var infos []persistence.Info
 	for rows.Next() {
-		var (
-			id     string
-			header []byte
-		)
-		if err := rows.Scan(&id, &header); err != nil {
-			return nil, fmt.Errorf("sqlite: list sessions: %w", err)
-		}
-		h, err := session.Parse(header)
+		h, err := scanHeader(rows)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: list sessions: session %q: stored header: %w", id, err)
+			return nil, fmt.Errorf("sqlite: list sessions: stored header: %w", err)
 		}
 		infos = append(infos, persistence.Info{Header: h})
 	}
@@ -107,4 +95,47 @@ func (s *Store) List(ctx context.Context) ([]persistence.Info, error) {
 		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
 	}
 	return infos, nil
+}
+
+// headerColumns are the header's columns of sessions (aliased s), in the
+// order scanHeader reads them.
+const headerColumns = `s.id, s.version, s.created_at, s.cwd, s.parent_session, s.seed_length, s.origin, s.delegation_depth, s.agent_preset`
+
+// scanHeader reads a header from a row of headerColumns (then extra) and
+// validates it as dsh does when it restores a session: version 0, a
+// non-negative safe createdAt, the optional fields well formed. NULL is an
+// absent field; an absent delegation_depth is 0.
+func scanHeader(row interface{ Scan(...any) error }, extra ...any) (session.Header, error) {
+	var (
+		h                           session.Header
+		version                     int64
+		cwd, parent, origin, preset sql.NullString
+		seed, depth                 sql.NullInt64
+	)
+	dest := append([]any{&h.ID, &version, &h.CreatedAt, &cwd, &parent, &seed, &origin, &depth, &preset}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return session.Header{}, err
+	}
+	if version != session.Version {
+		return session.Header{}, &session.FieldError{Field: "version", Reason: fmt.Sprintf("%d is not supported (only %d)", version, session.Version), Err: session.ErrUnsupportedVersion}
+	}
+	h.Cwd, h.ParentSession, h.Origin, h.AgentPreset = cwd.String, parent.String, origin.String, preset.String
+	if cwd.Valid && cwd.String == "" {
+		return session.Header{}, &session.FieldError{Field: "cwd", Reason: "must be an absolute path when present"}
+	}
+	if origin.Valid && origin.String != session.OriginSubagent {
+		return session.Header{}, &session.FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %q", session.OriginSubagent, origin.String)}
+	}
+	if seed.Valid {
+		n := seed.Int64
+		h.SeedLength = &n
+	}
+	h.DelegationDepth = int(depth.Int64)
+	if depth.Int64 < 0 || depth.Int64 > 1<<53-1 {
+		return session.Header{}, &session.FieldError{Field: "delegationDepth", Reason: "must be a non-negative safe integer"}
+	}
+	if err := h.Validate(); err != nil {
+		return session.Header{}, err
+	}
+	return h, nil
 }

@@ -59,12 +59,25 @@ func makeEvents(first int64, n int) []persistence.Event {
 
 // diffEvents describes the first difference between got and want, or
 // returns "" when they are equal. Empty and nil slices count as equal.
+// diffEvents compares events; data and surfaceOp are stored as dsh spells
+// them (session.JSValue), so want's are compared in that spelling.
 func diffEvents(got, want []persistence.Event) string {
+	dsh := func(raw json.RawMessage) json.RawMessage {
+		if raw == nil {
+			return nil
+		}
+		out, err := session.JSValue(raw)
+		if err != nil {
+			return raw
+		}
+		return out
+	}
 	if len(got) != len(want) {
 		return fmt.Sprintf("got %d events, want %d", len(got), len(want))
 	}
 	for i := range want {
 		g, w := got[i], want[i]
+		w.Data, w.SurfaceOp = dsh(w.Data), dsh(w.SurfaceOp)
 		switch {
 		case g.Type != w.Type || g.Seq != w.Seq || g.Time != w.Time || g.Ignorable != w.Ignorable:
 			return fmt.Sprintf("event %d = {%q seq %d time %d ignorable %v}, want {%q seq %d time %d ignorable %v}",
@@ -172,6 +185,44 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesOtherSchemasCase: only dsh's schema 14 with dsh's
+// application_id is read, never misread: dsh-sandbox's earlier schema 1
+// and a version-14 file of another application are refused, while an
+// empty file gets dsh's schema.
+func TestOpenRefusesOtherSchemasCase(t *testing.T) {
+	for _, tt := range []struct{ name, stmts, want string }{
+		{"dsh-sandbox schema 1", "CREATE TABLE sessions (id TEXT); PRAGMA user_version = 1", "user_version) 1"},
+		{"another application", "PRAGMA user_version = 14; PRAGMA application_id = 7", "application_id 7"},
+		{"unversioned tables", "CREATE TABLE sessions (id TEXT)", "no dsh session schema"},
+	} {
+		path := filepath.Join(t.TempDir(), "s.sqlite")
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(tt.stmts); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		s, err := sqlite.Open(context.Background(), sqlite.Options{Path: path})
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%s) = nil error, want a refusal", tt.name)
+		} else if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Open(%s) = %v, want an error containing %q", tt.name, err, tt.want)
+		}
+	}
+	empty := filepath.Join(t.TempDir(), "empty.sqlite")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(context.Background(), sqlite.Options{Path: empty})
+	if err != nil {
+		t.Fatalf("Open(empty file) = %v", err)
+	}
+	s.Close()
+}
+
 func TestOpenRefusesForeignDatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "other.sqlite")
 	db, err := sql.Open("sqlite", path)
@@ -275,7 +326,7 @@ func TestAppendUnknownTypePreserved(t *testing.T) {
 	h := testHeader("unknown-types")
 	want := []persistence.Event{
 		{Type: "future/thing", Seq: 0, Time: 1, Data: json.RawMessage(`{"x":[1,2,{"y":null}]}`), Ignorable: true},
-		{Type: "another/unknown", Seq: 1, Time: 0, SurfaceOp: json.RawMessage(`{"op":"replace","at":3}`), SourceEventSeqs: []int64{0}},
+		{Type: "another/unknown", Seq: 1, Time: 0, Data: json.RawMessage(`null`), SurfaceOp: json.RawMessage(`{"op":"replace","at":3}`), SourceEventSeqs: []int64{0}},
 		{Type: "user/message", Seq: 2, Time: 3, Data: json.RawMessage(`"plain \u003c string"`), SurfaceOp: json.RawMessage(`"append"`)},
 	}
 	if err := s.Append(ctx, h, want...); err != nil {
