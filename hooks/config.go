@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -19,8 +18,8 @@ const (
 	// DefaultTimeout is a hook's timeout when the configuration gives
 	// none.
 	DefaultTimeout = 600 * time.Second
-	// DefaultPolicy is the policy hooks run under when the configuration
-	// names none.
+	// DefaultPolicy is the policy hooks run under when the operator names
+	// none (`hooks run --policy`). A hook configuration never names one.
 	DefaultPolicy = "workspace-write"
 	// MaxConfigBytes bounds a configuration file.
 	MaxConfigBytes = 4 << 20
@@ -34,9 +33,6 @@ type Config struct {
 	Path string
 	// Dialect is the name of the dialect it was read as.
 	Dialect string
-	// Policy names the sandbox policy hook commands run under (a
-	// built-in name or a policy file); default DefaultPolicy.
-	Policy string
 	// ToolNames override the dialect's presented tool names, keyed by
 	// the harness's tool name ("bash": "Shell").
 	ToolNames map[string]string
@@ -59,8 +55,9 @@ type Group struct {
 
 // Hook is one command hook.
 type Hook struct {
-	// Command is run as `bash -c Command`, after the dialect's ${NAME}
-	// substitutions.
+	// Command is run as `bash -c Command` exactly as written: a
+	// placeholder such as ${CLAUDE_PROJECT_DIR} is expanded by that shell
+	// from the hook's environment, never substituted by dsh-sandbox.
 	Command string
 	// Timeout bounds the hook; DefaultTimeout when the file gives none.
 	Timeout time.Duration
@@ -69,24 +66,20 @@ type Hook struct {
 	Place string
 }
 
-// Load reads the configuration file at path in dialect d. Errors wrap
+// Load reads the configuration file at path in dialect d. The file lies
+// in a workspace the agent can write, so it is opened as data
+// (internal/safefile): no symbolic link in any component of its path,
+// without blocking, a regular file of at most MaxConfigBytes bytes. A
+// FIFO, a link, a directory or a device is an error at once. Errors wrap
 // sandbox.ErrInvalid and name the file and the place in it.
 func Load(path string, d Dialect) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration %q: %v", path, err)
 	}
-	f, err := os.Open(abs)
+	data, err := safefile.Read(abs, safefile.Options{MaxBytes: MaxConfigBytes})
 	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration %s: %w", abs, err)
-	}
-	if len(data) > MaxConfigBytes {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration %s: larger than %d bytes", abs, MaxConfigBytes)
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration %w", err)
 	}
 	c, err := Parse(data, d)
 	if err != nil {
@@ -97,8 +90,13 @@ func Load(path string, d Dialect) (*Config, error) {
 }
 
 // Parse reads a configuration in dialect d: either {"hooks": {Event:
-// [...]}, "policy": NAME, "toolNames": {...}} (other top-level keys, as in
-// a settings file, are ignored) or a bare event map {Event: [...]}.
+// [...]}, "toolNames": {...}} (other top-level keys, as in a settings
+// file, are ignored) or a bare event map {Event: [...]}.
+//
+// A configuration never chooses the policy its hooks run under: it lies
+// in a workspace the agent can write (DESIGN §3.10). A top-level "policy"
+// key is therefore an error naming the key, in either form; the operator
+// names the policy (`hooks run --policy`).
 //
 // Each event holds groups {"matcher": P, "hooks": [{"type": "command",
 // "command": C, "timeout": S}]}; type defaults to "command" and other
@@ -113,7 +111,10 @@ func Parse(data []byte, d Dialect) (*Config, error) {
 	if err := strictObject(data, &top); err != nil {
 		return nil, invalid("top level: %v", err)
 	}
-	c := &Config{Dialect: d.Name(), Policy: DefaultPolicy, Events: map[string][]Group{}}
+	if _, ok := top["policy"]; ok {
+		return nil, invalid(`policy: a hook configuration may not choose the policy its hooks run under (it lies in a workspace the agent can write); remove the key and have the operator pass "hooks run --policy NAME|FILE"`)
+	}
+	c := &Config{Dialect: d.Name(), Events: map[string][]Group{}}
 	events := top
 	prefix := ""
 	if raw, ok := top["hooks"]; ok {
@@ -121,11 +122,6 @@ func Parse(data []byte, d Dialect) (*Config, error) {
 		events = nil // decode into a fresh map, not into top
 		if err := strictObject(raw, &events); err != nil {
 			return nil, invalid("hooks: %v", err)
-		}
-		if raw, ok := top["policy"]; ok {
-			if err := json.Unmarshal(raw, &c.Policy); err != nil || strings.TrimSpace(c.Policy) == "" {
-				return nil, invalid("policy: want a non-empty policy name or file, got %s", raw)
-			}
 		}
 		if raw, ok := top["toolNames"]; ok {
 			if err := json.Unmarshal(raw, &c.ToolNames); err != nil {

@@ -10,7 +10,15 @@
 // from a Locator (the persistence seam's Locate), which reads, creates and
 // flushes nothing, so computing a payload never materializes a session.
 //
-// This package imports only session, persistence and sandbox. It never
+// A hook configuration usually lies in a workspace the agent can write, so
+// it is data (DESIGN §3.10): Load opens it without following links, as a
+// regular file of bounded size; it never names the policy its hooks run
+// under (the caller passes the operator's); and its commands run as
+// written, placeholders such as ${CLAUDE_PROJECT_DIR} reaching them as
+// environment variables, never pasted into the command string.
+//
+// This package imports only session, persistence, sandbox and
+// internal/safefile. It never
 // picks a backend: callers pass a Runner (any sandbox.Executor) and a
 // resolved sandbox.Policy; cmd/dsh-sandbox wires the real ones. The agent
 // loop, the service and cmd/dsh-sandbox may import it.

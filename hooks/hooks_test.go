@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,18 +93,33 @@ func TestParseCase(t *testing.T) {
 			if len(c.Warnings) != tt.warn {
 				t.Errorf("Parse(%q) warnings = %q, want %d", tt.cfg, c.Warnings, tt.warn)
 			}
-			if c.Policy != DefaultPolicy {
-				t.Errorf("Parse(%q) policy = %q, want %q", tt.cfg, c.Policy, DefaultPolicy)
-			}
 		})
 	}
 }
 
-func TestParsePolicyAndToolNames(t *testing.T) {
-	c := mustParse(t, `{"hooks":{},"policy":"read-only","toolNames":{"bash":"Shell"}}`, testDialect{})
-	if c.Policy != "read-only" || c.ToolNames["bash"] != "Shell" {
-		t.Errorf("Parse = policy %q toolNames %v, want read-only and bash→Shell", c.Policy, c.ToolNames)
+func TestParseToolNames(t *testing.T) {
+	c := mustParse(t, `{"hooks":{},"toolNames":{"bash":"Shell"}}`, testDialect{})
+	if c.ToolNames["bash"] != "Shell" {
+		t.Errorf("Parse toolNames = %v, want bash→Shell", c.ToolNames)
 	}
+}
+
+// A hook configuration lies in a workspace the agent can write: it never
+// chooses a policy, in either form, whatever the value.
+func TestParseRefusesPolicyCase(t *testing.T) {
+	for _, cfg := range []string{
+		`{"hooks":{},"policy":"evil.yaml"}`,
+		`{"hooks":{"Stop":[]},"policy":"read-only"}`,
+		`{"policy":"evil.yaml","Stop":[]}`,
+		`{"hooks":{},"policy":""}`,
+	} {
+		_, err := Parse([]byte(cfg), testDialect{})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "policy:") || !strings.Contains(err.Error(), "hooks run --policy") {
+			t.Errorf("Parse(%q) = %v, want an invalid-argument error naming the key and hooks run --policy", cfg, err)
+		}
+	}
+	// The same configuration without the key is fine.
+	mustParse(t, `{"hooks":{"Stop":[]}}`, testDialect{})
 }
 
 func TestParseRejectsCase(t *testing.T) {
@@ -121,7 +137,6 @@ func TestParseRejectsCase(t *testing.T) {
 		{"empty command", `{"Stop":[{"hooks":[{"type":"command","command":" "}]}]}`, `Stop[0].hooks[0].command: missing or empty`},
 		{"not an object", `[]`, `top level`},
 		{"groups not an array", `{"Stop":{}}`, `Stop: want an array`},
-		{"bad policy", `{"hooks":{},"policy":""}`, `policy:`},
 		{"trailing data", `{"Stop":[]} {}`, `top level`},
 	}
 	for _, tt := range tests {
@@ -146,6 +161,43 @@ func TestLoadNamesFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.json"), testDialect{}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+// A configuration in a workspace is data: a planted FIFO, link, directory
+// or oversized file is an error at once, never a hang or a host file.
+func TestLoadRefusesNonRegularCase(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "settings.json")
+	if err := os.WriteFile(good, []byte(`{"hooks":{"Stop":[{"hooks":[{"command":"a"}]}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"x":"`+strings.Repeat("a", MaxConfigBytes)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, want string }{
+		{fifo, "is a FIFO"},
+		{link, "is a symbolic link"},
+		{dir, "is a directory"},
+		{"/dev/zero", "is a character device"},
+		{big, "larger than the limit"},
+	} {
+		_, err := Load(tt.path, testDialect{})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.path) {
+			t.Errorf("Load(%q) = %v, want an invalid-argument error naming the file and saying %q", tt.path, err, tt.want)
+		}
+	}
+	if c, err := Load(good, testDialect{}); err != nil || len(c.Events[Stop]) != 1 || c.Path != good {
+		t.Errorf("Load(%q) = %+v, %v; want the configuration", good, c, err)
 	}
 }
 
@@ -180,7 +232,7 @@ func TestMatcherCase(t *testing.T) {
 	}
 }
 
-func TestNewPlanMatchesAndSubstitutes(t *testing.T) {
+func TestNewPlanMatchesAndKeepsPlaceholders(t *testing.T) {
 	cfg := mustParse(t, `{"hooks":{"PreToolUse":[
 		{"matcher":"Bash","hooks":[{"command":"one ${PROJECT}"},{"command":"dup"}]},
 		{"matcher":"Edit","hooks":[{"command":"never"}]},
@@ -196,8 +248,11 @@ func TestNewPlanMatchesAndSubstitutes(t *testing.T) {
 	for _, inv := range p.Invocations {
 		cmds = append(cmds, inv.Command)
 	}
-	if want := []string{"one /w", "dup", "all"}; !slices.Equal(cmds, want) {
-		t.Errorf("NewPlan commands = %q, want %q", cmds, want)
+	if want := []string{"one ${PROJECT}", "dup", "all"}; !slices.Equal(cmds, want) {
+		t.Errorf("NewPlan commands = %q, want %q (placeholders are the shell's to expand)", cmds, want)
+	}
+	if !slices.Equal(p.Env, []string{"PROJECT=/w"}) {
+		t.Errorf("NewPlan env = %q, want the placeholder's value as PROJECT=/w", p.Env)
 	}
 	wantStdin := `{"event":"PreToolUse","tool":"Bash","path":"` + root + `/s1/session.jsonl"}`
 	if string(p.Stdin) != wantStdin {

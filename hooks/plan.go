@@ -16,15 +16,18 @@ type Plan struct {
 	Event Event
 	// Stdin is the exact payload bytes each hook reads.
 	Stdin []byte
-	// Env is the hooks' ordinary environment (the dialect's variables).
-	// Hooks never get a DSH_* snapshot.
+	// Env is the hooks' ordinary environment (the dialect's variables,
+	// such as CLAUDE_PROJECT_DIR and CLAUDE_PLUGIN_ROOT), which is also how
+	// placeholders in hook commands get their values: the hook's shell
+	// expands them. Hooks never get a DSH_* snapshot.
 	Env []string
 	// Session is the sandbox view of the event's session: id, cwd (the
 	// hooks' working directory) and the transcript directory, mounted
 	// read-only so that hooks can read transcript_path.
 	Session sandbox.Session
-	// Invocations are the matching hooks in file order, identical
-	// commands run once.
+	// Invocations are the matching hooks in file order, commands as
+	// written (nothing is substituted into them); identical commands run
+	// once.
 	Invocations []Invocation
 }
 
@@ -62,7 +65,10 @@ func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*P
 			continue
 		}
 		for _, h := range g.Hooks {
-			h.Command = substitute(h.Command, syn.Substitute, p.Env)
+			// The command stays as written: placeholders such as
+			// ${CLAUDE_PROJECT_DIR} are in p.Env for the hook's shell to
+			// expand. Pasting a value into the command would let a
+			// directory name like `";touch x;"` run as code.
 			if seen[h.Command] {
 				continue
 			}
@@ -71,16 +77,4 @@ func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*P
 		}
 	}
 	return p, nil
-}
-
-// substitute replaces ${NAME} in cmd for each name in names that env sets.
-func substitute(cmd string, names, env []string) string {
-	for _, name := range names {
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, name+"="); ok {
-				cmd = strings.ReplaceAll(cmd, "${"+name+"}", v)
-			}
-		}
-	}
-	return cmd
 }

@@ -18,8 +18,9 @@ type Runner interface {
 type RunOptions struct {
 	// Runner runs each hook command.
 	Runner Runner
-	// Policy confines every hook command. The caller resolves the
-	// configuration's policy name and adds Config.Mounts to it.
+	// Policy confines every hook command. It is the operator's (a flag or
+	// the service's configuration), never one a hook configuration names;
+	// the caller adds Config.WithMounts to it.
 	Policy sandbox.Policy
 	// StdoutMaxBytes is the tail of each output stream kept per hook;
 	// 0 means the policy's (default 64 000). Whatever a hook prints,

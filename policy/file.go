@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -57,11 +59,19 @@ type documentLimits struct {
 	MaxTimeoutMs   *int64     `json:"maxTimeoutMs,omitempty"`
 	StdoutMaxBytes *sizeValue `json:"stdoutMaxBytes,omitempty"`
 	SpillMaxBytes  *sizeValue `json:"spillMaxBytes,omitempty"`
+	// SpillTotalBytes caps a session's spill files together (default
+	// 256Mi); SpillRetention is how long they are kept, a Go duration
+	// such as "24h" (the default).
+	SpillTotalBytes *sizeValue `json:"spillTotalBytes,omitempty"`
+	SpillRetention  *string    `json:"spillRetention,omitempty"`
 }
 
 type documentEnv struct {
-	Inherit []string               `json:"inherit"` // no omitempty: Format writes [] for "inherit nothing"
-	Set     map[string]scalarValue `json:"set,omitempty"`
+	Inherit []string `json:"inherit"` // no omitempty: Format writes [] for "inherit nothing"
+	// AllowSecrets names variables of Inherit passed even though their
+	// name or value looks like a secret (sandbox.EnvInput.AllowSecrets).
+	AllowSecrets []string               `json:"allowSecrets,omitempty"`
+	Set          map[string]scalarValue `json:"set,omitempty"`
 }
 
 // sizeValue is a size as written: a JSON number or a string such as
@@ -268,4 +278,51 @@ func kindOf(v any) string {
 	default:
 		return fmt.Sprintf("%T", v)
 	}
+}
+
+// fileExtensions are the suffixes Load reads as policy files.
+var fileExtensions = []string{".yaml", ".yml", ".json"}
+
+// FileChecks are the checks LoadChecked makes on a policy file beyond
+// those every policy file gets. The zero value adds none.
+type FileChecks struct {
+	// OperatorOwned requires a policy file that only the operator could
+	// have written: owned by root or the invoking user and writable by
+	// nobody else. A file named on the command line needs it.
+	OperatorOwned bool
+	// Outside are directories the file must not lie in: the workspace of
+	// the call and every configured workspace root, which sandboxed calls
+	// can write.
+	Outside []safefile.Dir
+}
+
+// LoadChecked is Load with the extra checks of fc on a policy file (a
+// built-in profile needs none). Every policy file is opened as data
+// (DESIGN §3.10): no symbolic link in any component of its path, opened
+// without blocking, a regular file of at most MaxFileSize bytes, so that a
+// FIFO, a device, a directory or a link planted in its place is an error
+// at once. Errors wrap sandbox.ErrInvalid, name the file and say which
+// check failed.
+func LoadChecked(nameOrFile string, fc FileChecks) (sandbox.Policy, error) {
+	if p, ok := Builtin(nameOrFile); ok {
+		return p, nil
+	}
+	ext := strings.ToLower(filepath.Ext(nameOrFile))
+	if !slices.Contains(fileExtensions, ext) {
+		return sandbox.Policy{}, invalidf("%q is neither a built-in profile (%s) nor a .yaml, .yml or .json file",
+			nameOrFile, strings.Join(Builtins(), ", "))
+	}
+	data, err := safefile.Read(nameOrFile, safefile.Options{
+		MaxBytes:      MaxFileSize,
+		OperatorOwned: fc.OperatorOwned,
+		Outside:       fc.Outside,
+	})
+	if err != nil {
+		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "policy file %w", err)
+	}
+	name := strings.TrimSuffix(filepath.Base(nameOrFile), filepath.Ext(nameOrFile))
+	if validName(name) != nil {
+		name = "custom"
+	}
+	return parse(data, name, "policy file "+nameOrFile)
 }

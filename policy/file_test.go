@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -353,6 +355,14 @@ func TestLoadCase(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "d.yaml"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink(strict, link); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		arg      string
@@ -370,8 +380,10 @@ func TestLoadCase(t *testing.T) {
 		{txt, "", "nor a .yaml, .yml or .json file"},
 		{bad, "", "policy file " + bad + ": limits.pids: -1 is not allowed"},
 		{filepath.Join(dir, "missing.yaml"), "", "no such file"},
-		{filepath.Join(dir, "d.yaml"), "", "is not a regular file"},
-		{huge, "", "is larger than 1048576 bytes"},
+		{filepath.Join(dir, "d.yaml"), "", "is a directory, not a regular file"},
+		{huge, "", "larger than the limit of 1048576"},
+		{fifo, "", "is a FIFO, not a regular file"},
+		{link, "", "is a symbolic link"},
 	}
 	for _, tt := range tests {
 		p, err := Load(tt.arg)
@@ -441,6 +453,95 @@ func TestFormatRoundTrip(t *testing.T) {
 		back, err := Parse(out)
 		if err != nil || !reflect.DeepEqual(back, p) {
 			t.Errorf("Parse(Format(Parse(%q))) = %+v, %v, want %+v\n%s", in, back, err, p, out)
+		}
+	}
+}
+
+func TestLoadCheckedCase(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string, mode os.FileMode) string {
+		if err := os.WriteFile(path, []byte("workspace: ro\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	outside := write(filepath.Join(dir, "ops.yaml"), 0o644)
+	inside := write(filepath.Join(ws, "evil.yaml"), 0o644)
+	groupWritable := write(filepath.Join(dir, "gw.yaml"), 0o664)
+	fc := FileChecks{OperatorOwned: true, Outside: []safefile.Dir{{What: "the workspace", Path: ws}}}
+	tests := []struct {
+		arg     string
+		wantErr string
+	}{
+		{"read-only", ""},
+		{outside, ""},
+		{inside, "lies inside the workspace " + ws},
+		{groupWritable, "writable by its group or by others"},
+	}
+	for _, tt := range tests {
+		p, err := LoadChecked(tt.arg, fc)
+		if tt.wantErr == "" {
+			if err != nil || p.Workspace != "ro" {
+				t.Errorf("LoadChecked(%q) = %+v, %v, want workspace ro", tt.arg, p, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("LoadChecked(%q) error = %v, want an invalid-argument error containing %q", tt.arg, err, tt.wantErr)
+		}
+		if _, err := Load(tt.arg); err != nil {
+			t.Errorf("Load(%q) without the operator checks = %v, want the policy", tt.arg, err)
+		}
+	}
+}
+
+func TestParseAllowSecretsCase(t *testing.T) {
+	tests := []struct {
+		doc     string
+		want    []string
+		wantErr string
+	}{
+		{"env: {inherit: [DATABASE_URL, LANG], allowSecrets: [DATABASE_URL]}", []string{"DATABASE_URL"}, ""},
+		{"env: {inherit: [GH_PAT, B_DSN], allowSecrets: [GH_PAT, B_DSN]}", []string{"B_DSN", "GH_PAT"}, ""},
+		{"env: {inherit: [LANG]}", nil, ""},
+		{"env: {inherit: [LANG], allowSecrets: [GH_PAT]}", nil, `env.allowSecrets[0]: "GH_PAT" is not in env.inherit`},
+		{"env: {inherit: [GH_PAT], allowSecrets: [GH_PAT, GH_PAT]}", nil, `env.allowSecrets[1]: "GH_PAT" is listed twice`},
+		{"env: {inherit: [LD_PRELOAD], allowSecrets: [LD_PRELOAD]}", nil, `env.allowSecrets[0]: "LD_PRELOAD" may not be passed`},
+		{"env: {inherit: [LANG], allowSecrets: [DSH_HOME]}", nil, `env.allowSecrets[0]: "DSH_HOME" may not be passed`},
+		{"env: {inherit: [LANG], allowSecrets: [\"A B\"]}", nil, `env.allowSecrets[0]: "A B" is not a variable name`},
+		{"env: {inherit: [LANG], allowSecrets: LANG}", nil, "env.allowSecrets: is a string; want a list"},
+	}
+	for _, tt := range tests {
+		p, err := Parse([]byte(tt.doc))
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, sandbox.ErrInvalid) {
+				t.Errorf("Parse(%q) = %v, want an invalid-argument error containing %q", tt.doc, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(p.EnvAllowSecrets, tt.want) {
+			t.Errorf("Parse(%q) = allowSecrets %q, %v; want %q", tt.doc, p.EnvAllowSecrets, err, tt.want)
+			continue
+		}
+		// Format writes it back, and explain shows what is passed.
+		out, err := Format(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := Parse(out)
+		if err != nil || !reflect.DeepEqual(q.EnvAllowSecrets, p.EnvAllowSecrets) || q.Digest != p.Digest {
+			t.Errorf("Parse(Format(%q)) = allowSecrets %q digest %s, %v; want %q digest %s", tt.doc, q.EnvAllowSecrets, q.Digest, err, p.EnvAllowSecrets, p.Digest)
+		}
+		ex := Explain(p)
+		if tt.want != nil && !strings.Contains(ex, "except for "+strings.Join(tt.want, ", ")+", which env.allowSecrets passes anyway") {
+			t.Errorf("Explain(%q) does not show env.allowSecrets %q:\n%s", tt.doc, tt.want, ex)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -29,13 +30,20 @@ func Format(p sandbox.Policy) ([]byte, error) {
 			StdoutMaxBytes: size(int64(p.Limits.StdoutMaxBytes)),
 			SpillMaxBytes:  size(p.Limits.SpillMaxBytes),
 		},
-		Env: &documentEnv{Inherit: p.EnvInherit, Set: map[string]scalarValue{}},
+		Env: &documentEnv{Inherit: p.EnvInherit, AllowSecrets: p.EnvAllowSecrets, Set: map[string]scalarValue{}},
 	}
 	if doc.Env.Inherit == nil {
 		doc.Env.Inherit = []string{} // explicit: inherit nothing
 	}
 	for k, v := range p.EnvSet {
 		doc.Env.Set[k] = scalarValue(v)
+	}
+	if p.Limits.SpillTotalBytes > 0 {
+		doc.Limits.SpillTotalBytes = size(p.Limits.SpillTotalBytes)
+	}
+	if p.Limits.SpillRetentionMs > 0 {
+		r := (time.Duration(p.Limits.SpillRetentionMs) * time.Millisecond).String()
+		doc.Limits.SpillRetention = &r
 	}
 	doc.Mounts = []documentMount{}
 	for _, m := range p.Mounts {

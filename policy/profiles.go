@@ -2,12 +2,7 @@ package policy
 
 import (
 	"errors"
-	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -52,58 +47,15 @@ func Builtin(name string) (sandbox.Policy, bool) {
 	return finish(p), true
 }
 
-// fileExtensions are the suffixes Load reads as policy files.
-var fileExtensions = []string{".yaml", ".yml", ".json"}
-
 // Load returns the built-in profile named nameOrFile, or else parses the
-// policy file at that path, which must end in .yaml, .yml or .json, be a
-// regular file and hold at most MaxFileSize bytes. A file without a name
-// key is named after the file ("strict.yaml" → "strict") when that is a
-// valid name, else "custom". Errors wrap sandbox.ErrInvalid and name the
-// file; an error reading it also wraps the os error (e.g. fs.ErrNotExist).
+// policy file at that path, which must end in .yaml, .yml or .json and is
+// opened as data (see LoadChecked): no link in its path, a regular file,
+// at most MaxFileSize bytes. A file without a name key is named after the
+// file ("strict.yaml" → "strict") when that is a valid name, else
+// "custom". Errors wrap sandbox.ErrInvalid and name the file; an error
+// reading it also wraps the os error (e.g. fs.ErrNotExist).
 func Load(nameOrFile string) (sandbox.Policy, error) {
-	if p, ok := Builtin(nameOrFile); ok {
-		return p, nil
-	}
-	ext := strings.ToLower(filepath.Ext(nameOrFile))
-	if !slices.Contains(fileExtensions, ext) {
-		return sandbox.Policy{}, invalidf("%q is neither a built-in profile (%s) nor a .yaml, .yml or .json file",
-			nameOrFile, strings.Join(Builtins(), ", "))
-	}
-	data, err := readFile(nameOrFile)
-	if err != nil {
-		return sandbox.Policy{}, err
-	}
-	name := strings.TrimSuffix(filepath.Base(nameOrFile), filepath.Ext(nameOrFile))
-	if validName(name) != nil {
-		name = "custom"
-	}
-	return parse(data, name, "policy file "+nameOrFile)
-}
-
-// readFile reads a policy file, refusing anything but a regular file and
-// reading at most one byte past MaxFileSize.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "policy file %s: %w", path, unwrapPathError(err))
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "policy file %s: %w", path, unwrapPathError(err))
-	}
-	if !info.Mode().IsRegular() {
-		return nil, invalidf("file %s is not a regular file", path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "policy file %s: %w", path, unwrapPathError(err))
-	}
-	if len(data) > MaxFileSize {
-		return nil, invalidf("file %s is larger than %d bytes", path, MaxFileSize)
-	}
-	return data, nil
+	return LoadChecked(nameOrFile, FileChecks{})
 }
 
 // unwrapPathError drops the *fs.PathError layer, whose message repeats

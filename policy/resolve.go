@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -161,11 +162,20 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		if l.SpillMaxBytes != nil {
 			p.Limits.SpillMaxBytes = sizeField("limits.spillMaxBytes", *l.SpillMaxBytes, &ps)
 		}
+		if l.SpillTotalBytes != nil {
+			p.Limits.SpillTotalBytes = sizeField("limits.spillTotalBytes", *l.SpillTotalBytes, &ps)
+		}
+		if l.SpillRetention != nil {
+			p.Limits.SpillRetentionMs = retentionField("limits.spillRetention", *l.SpillRetention, &ps)
+		}
 	}
 
 	if e := doc.Env; e != nil {
 		if e.Inherit != nil {
 			p.EnvInherit = slices.Clone(e.Inherit)
+		}
+		if e.AllowSecrets != nil {
+			p.EnvAllowSecrets = slices.Clone(e.AllowSecrets)
 		}
 		if e.Set != nil {
 			p.EnvSet = make(map[string]string, len(e.Set))
@@ -194,6 +204,22 @@ func sizeField(field string, v sizeValue, ps *problems) int64 {
 		ps.add(field, "is 0; want a size > 0 (omit the key for the default)")
 	}
 	return n
+}
+
+// retentionField parses a Go duration ("24h", "90m") written in the
+// document into milliseconds and records a problem naming the field when
+// it is not one or not positive.
+func retentionField(field, v string, ps *problems) int64 {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		ps.add(field, "%q is not a duration such as \"24h\"", v)
+		return 0
+	case d < time.Millisecond:
+		ps.add(field, "%s is not allowed; want a duration ≥ 1ms (omit the key for the default, 24h)", v)
+		return 0
+	}
+	return d.Milliseconds()
 }
 
 // Normalize returns p resolved the way Parse resolves a file: zero limits
@@ -233,6 +259,10 @@ func finish(p sandbox.Policy) sandbox.Policy {
 	slices.SortStableFunc(p.Mounts, func(a, b sandbox.Mount) int { return comparePaths(a.Target, b.Target) })
 	slices.SortStableFunc(p.Tmpfs, func(a, b sandbox.Tmpfs) int { return comparePaths(a.Target, b.Target) })
 	slices.Sort(p.EnvInherit)
+	slices.Sort(p.EnvAllowSecrets)
+	if len(p.EnvAllowSecrets) == 0 {
+		p.EnvAllowSecrets = nil
+	}
 	if len(p.Mounts) == 0 {
 		p.Mounts = nil
 	}
@@ -281,6 +311,7 @@ func clonePolicy(p sandbox.Policy) sandbox.Policy {
 	p.Mounts = slices.Clone(p.Mounts)
 	p.Tmpfs = slices.Clone(p.Tmpfs)
 	p.EnvInherit = slices.Clone(p.EnvInherit)
+	p.EnvAllowSecrets = slices.Clone(p.EnvAllowSecrets)
 	p.EnvSet = maps.Clone(p.EnvSet)
 	return p
 }

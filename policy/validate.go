@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -62,6 +63,7 @@ func validate(p *sandbox.Policy, ps *problems) {
 	checkMounts(p.Mounts, p.Tmpfs, ps)
 	checkLimits(p.Limits, ps)
 	checkEnv(p.EnvInherit, p.EnvSet, ps)
+	checkAllowSecrets(p.EnvAllowSecrets, p.EnvInherit, ps)
 }
 
 func checkName(name string, ps *problems) {
@@ -221,6 +223,9 @@ func checkMounts(mounts []sandbox.Mount, tmpfs []sandbox.Tmpfs, ps *problems) {
 	}
 }
 
+// maxSpillRetention bounds limits.spillRetention, as sandbox.Prepare does.
+const maxSpillRetention = 366 * 24 * time.Hour
+
 func checkLimits(l sandbox.Limits, ps *problems) {
 	if l.MemoryBytes < minMemoryBytes {
 		ps.add("limits.memory", "%d bytes is below the minimum of %s", l.MemoryBytes, formatSize(minMemoryBytes))
@@ -244,6 +249,12 @@ func checkLimits(l sandbox.Limits, ps *problems) {
 	}
 	if l.SpillMaxBytes <= 0 {
 		ps.add("limits.spillMaxBytes", "%d is not allowed; want a size > 0", l.SpillMaxBytes)
+	}
+	if l.SpillTotalBytes < 0 {
+		ps.add("limits.spillTotalBytes", "%d is not allowed; want a size > 0 (0 means the default, 256Mi)", l.SpillTotalBytes)
+	}
+	if l.SpillRetentionMs < 0 || l.SpillRetentionMs > maxSpillRetention.Milliseconds() {
+		ps.add("limits.spillRetention", "%dms is not allowed; want at most %s (0 means the default, 24h)", l.SpillRetentionMs, maxSpillRetention)
 	}
 }
 
@@ -283,6 +294,34 @@ func checkEnv(inherit []string, set map[string]string, ps *problems) {
 		case strings.ContainsRune(set[name], 0):
 			ps.add(f, "the value contains a NUL byte")
 		}
+	}
+}
+
+// checkAllowSecrets checks env.allowSecrets: each name a variable name,
+// listed once, also in env.inherit (allowing a name the policy does not
+// inherit would do nothing, which is a mistake worth naming), and never
+// a DSH_* or LD_* name, which no policy passes.
+func checkAllowSecrets(allow, inherit []string, ps *problems) {
+	if len(allow) > maxListLen {
+		ps.add("env.allowSecrets", "lists more than %d names", maxListLen)
+		return
+	}
+	seen := map[string]bool{}
+	for i, name := range allow {
+		f := fmt.Sprintf("env.allowSecrets[%d]", i)
+		switch {
+		case !portableName(name):
+			ps.add(f, "%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", name)
+		case isDSH(name):
+			ps.add(f, "%q may not be passed: DSH_* values come only from the session's snapshot", name)
+		case len(name) >= 3 && strings.EqualFold(name[:3], "LD_"):
+			ps.add(f, "%q may not be passed: LD_* variables are never inherited", name)
+		case seen[name]:
+			ps.add(f, "%q is listed twice", name)
+		case !slices.Contains(inherit, name):
+			ps.add(f, "%q is not in env.inherit; list it there too (allowSecrets only lifts the secret filter of inherited names)", name)
+		}
+		seen[name] = true
 	}
 }
 

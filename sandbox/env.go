@@ -11,8 +11,24 @@ import (
 const DSHPrefix = "DSH_"
 
 // secretWords are the substrings that make an inherited name look like a
-// secret (DESIGN §3.6), compared case-insensitively.
-var secretWords = [...]string{"KEY", "PASSWORD", "SECRET", "TOKEN", "CREDENTIAL"}
+// secret (DESIGN §3.6 and issue 10), compared case-insensitively:
+// API_KEY, SESSION_KEY, DB_PASSWORD, LDAP_PASSWD, AUTH_TOKEN, CLIENT_SECRET,
+// AWS_CREDENTIALS, SSH_PRIVATE_KEY_FILE, AZURE_STORAGE_CONNECTION_STRING.
+var secretWords = [...]string{"KEY", "PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "PRIVATE", "CONNECTION_STRING"}
+
+// secretParts are the "_"-separated words that make a name look like a
+// secret, compared case-insensitively as whole words so that GIT_AUTHOR_NAME,
+// PATH or PWD itself are not caught: GH_PAT, NPM_AUTH, BASIC_AUTH_USER,
+// SENTRY_DSN, DB_PWD, MYSQL_PASS, GIT_CREDS, SESSION_COOKIE,
+// HTTP_AUTHORIZATION. CERT is deliberately absent: SSL_CERT_FILE and
+// NODE_EXTRA_CA_CERTS name public certificates that TLS clients need
+// (a private key matches KEY or PRIVATE).
+var secretParts = [...]string{"PAT", "AUTH", "AUTHORIZATION", "DSN", "PWD", "PASS", "CREDS", "COOKIE"}
+
+// secretValueWords are the case-insensitive value fragments of connection
+// strings that carry a secret ("host=db password=…",
+// "…;AccountKey=…;"). A URL with a password is found by urlCredentials.
+var secretValueWords = [...]string{"password=", "passwd=", "pwd=", "accountkey=", "sharedaccesskey=", "secret=", "token="}
 
 // terminalEnv is layer 3 of DESIGN §3.6: settings that keep tools from
 // paging or colouring output the model reads.
@@ -25,10 +41,16 @@ type EnvInput struct {
 	// Base is layer 1, the image's own env as KEY=VALUE (PATH, HOME, …).
 	Base []string
 	// Inherit is layer 2: names whose values are read with Getenv, after
-	// dropping DSH_* names, names that look like secrets (containing KEY,
-	// PASSWORD, SECRET, TOKEN or CREDENTIAL in any case) and LD_* names.
+	// dropping DSH_* names, LD_* names, names that look like secrets
+	// (Inheritable) and values that look like secrets (SecretValue: a
+	// URL with a password, a connection string with a password or key).
 	// A name missing from Getenv is left out.
 	Inherit []string
+	// AllowSecrets are names of Inherit that the policy passes even
+	// though their name or value looks like a secret (policy
+	// env.allowSecrets). DSH_* and LD_* names are dropped all the same;
+	// a name that is not in Inherit does nothing. Nil allows none.
+	AllowSecrets []string
 	// Getenv reads the service's environment for Inherit; nil means an
 	// empty environment. os.LookupEnv fits.
 	Getenv func(string) (string, bool)
@@ -61,11 +83,13 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		if err := checkName("env.inherit", name); err != nil {
 			return nil, err
 		}
-		if !Inheritable(name) || in.Getenv == nil {
+		allowed := slices.Contains(in.AllowSecrets, name)
+		if in.Getenv == nil || IsDSHName(name) || strings.HasPrefix(strings.ToUpper(name), "LD_") ||
+			!allowed && !Inheritable(name) {
 			continue
 		}
 		v, ok := in.Getenv(name)
-		if !ok {
+		if !ok || !allowed && SecretValue(v) {
 			continue
 		}
 		if strings.IndexByte(v, 0) >= 0 {
@@ -97,9 +121,12 @@ func BuildEnv(in EnvInput) ([]string, error) {
 }
 
 // Inheritable reports whether layer 2 may copy the service's variable
-// name into a child: false for DSH_* names (any case), LD_* names (any
-// case) and names containing KEY, PASSWORD, SECRET, TOKEN or CREDENTIAL
-// (any case). It does not check that name is well-formed.
+// name into a child without a policy's explicit env.allowSecrets: false
+// for DSH_* names (any case), LD_* names (any case), names containing
+// one of secretWords (KEY, PASSWORD, PASSWD, SECRET, TOKEN, CREDENTIAL,
+// PRIVATE, CONNECTION_STRING) and names with a "_"-separated word of
+// secretParts (PAT, AUTH, AUTHORIZATION, DSN, PWD, PASS, CREDS, COOKIE),
+// all in any case. It does not check that name is well-formed.
 func Inheritable(name string) bool {
 	up := strings.ToUpper(name)
 	if strings.HasPrefix(up, DSHPrefix) || strings.HasPrefix(up, "LD_") {
@@ -110,7 +137,56 @@ func Inheritable(name string) bool {
 			return false
 		}
 	}
+	words := strings.Split(up, "_")
+	for _, w := range secretParts {
+		// A bare PWD (or PASS, …) is a single word and not a secret:
+		// PWD is the working directory.
+		if len(words) > 1 && slices.Contains(words, w) {
+			return false
+		}
+	}
 	return true
+}
+
+// SecretValue reports whether an environment value looks like it holds a
+// credential: a URL with a password in its user info
+// ("postgres://u:p@h/db", "redis://:p@h"), anywhere in the value, or a
+// connection-string fragment such as "password=" or "AccountKey=" (any
+// case). Layer 2 drops such values unless the policy allows the name.
+func SecretValue(v string) bool {
+	if urlCredentials(v) {
+		return true
+	}
+	low := strings.ToLower(v)
+	for _, w := range secretValueWords {
+		if strings.Contains(low, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// urlCredentials reports whether v holds "scheme://user:password@" at any
+// "://": up to the next white space there is an "@" with a ":" before it.
+// The user info is not cut at "/" because passwords are often written
+// unescaped ("postgres://u:p/w@h"); a URL with a port and an "@" in its
+// path is dropped too, which errs on the safe side (the policy can allow
+// its name).
+func urlCredentials(v string) bool {
+	for rest := v; ; {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+3:]
+		end := strings.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if at := strings.IndexByte(rest[:end], '@'); at >= 0 && strings.IndexByte(rest[:at], ':') >= 0 {
+			return true
+		}
+	}
 }
 
 // IsDSHName reports whether name lies in the DSH_ namespace in any case;

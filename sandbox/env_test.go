@@ -231,6 +231,33 @@ func TestInheritable(t *testing.T) {
 		{"DSH_HOME", false},
 		{"dsh_home", false},
 		{"DSHX", true},
+		// The broader filter of issue 10.
+		{"GH_PAT", false},
+		{"NPM_AUTH", false},
+		{"npm_auth", false},
+		{"BASIC_AUTH_USER", false},
+		{"GITHUB_AUTH_TOKEN", false},
+		{"SENTRY_DSN", false},
+		{"SSH_PRIVATE_KEY_FILE", false},
+		{"GPG_PRIVATE", false},
+		{"LDAP_PASSWD", false},
+		{"DB_PWD", false},
+		{"MYSQL_PASS", false},
+		{"REDIS_SESSION_KEY", false},
+		{"GIT_CREDS", false},
+		{"SESSION_COOKIE", false},
+		{"HTTP_AUTHORIZATION", false},
+		{"AZURE_STORAGE_CONNECTION_STRING", false},
+		// Legitimate names that look close.
+		{"PWD", true},
+		{"OLDPWD", true},
+		{"GIT_AUTHOR_NAME", true},
+		{"GIT_AUTHOR_EMAIL", true},
+		{"PATHEXT", true},
+		{"SSL_CERT_FILE", true},
+		{"NODE_EXTRA_CA_CERTS", true},
+		{"PASSAGE", true},
+		{"DATABASE_URL", true}, // its value is checked by SecretValue
 	}
 	for _, tt := range tests {
 		if got := Inheritable(tt.name); got != tt.want {
@@ -282,5 +309,76 @@ func BenchmarkBuildEnv(b *testing.B) {
 		if _, err := BuildEnv(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestSecretValueCase(t *testing.T) {
+	tests := []struct {
+		value string
+		want  bool
+	}{
+		{"postgres://u:p@h/db", true},
+		{"postgresql://app:s3cr%40t@db.internal:5432/app?sslmode=require", true},
+		{"redis://:hunter2@cache:6379/0", true},
+		{"mysql://root:pa/ss@h/db", true}, // an unescaped "/" in the password
+		{"https://x-access:ghp_abc@github.com/o/r.git", true},
+		{"one http://a.example ; two amqp://guest:guest@mq", true}, // the second URL
+		{"host=db user=app password=hunter2", true},
+		{"DefaultEndpointsProtocol=https;AccountName=a;AccountKey=abc==;", true},
+		{"Server=db;Uid=app;Pwd=hunter2;", true},
+		// Legitimate values.
+		{"postgres://h/db", false},
+		{"ssh://git@github.com/o/r.git", false}, // a user name, no password
+		{"http://proxy.internal:3128", false},
+		{"en_US.UTF-8", false},
+		{"/usr/local/bin:/usr/bin:/bin", false},
+		{"user@example.com", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := SecretValue(tt.value); got != tt.want {
+			t.Errorf("SecretValue(%q) = %v, want %v", tt.value, got, tt.want)
+		}
+	}
+}
+
+// The service's hostile environment of issue 10: a policy that inherits
+// all of it passes only LANG; env.allowSecrets passes the names it lists
+// (and only those, and never DSH_* or LD_*).
+func TestBuildEnvSecretFilterAndAllow(t *testing.T) {
+	service := map[string]string{
+		"DATABASE_URL": "postgres://u:p@h/db", "GH_PAT": "x", "NPM_AUTH": "y", "SENTRY_DSN": "z",
+		"LANG": "C", "LD_PRELOAD": "/evil.so", "DSH_HOME": "/h",
+	}
+	getenv := func(k string) (string, bool) { v, ok := service[k]; return v, ok }
+	inherit := []string{"DATABASE_URL", "GH_PAT", "NPM_AUTH", "SENTRY_DSN", "LANG", "LD_PRELOAD", "DSH_HOME"}
+	tests := []struct {
+		allow []string
+		want  []string
+	}{
+		{nil, []string{"LANG=C"}},
+		{[]string{"DATABASE_URL"}, []string{"DATABASE_URL=postgres://u:p@h/db", "LANG=C"}},
+		{[]string{"GH_PAT", "SENTRY_DSN"}, []string{"GH_PAT=x", "LANG=C", "SENTRY_DSN=z"}},
+		{[]string{"LD_PRELOAD", "DSH_HOME"}, []string{"LANG=C"}},
+	}
+	for _, tt := range tests {
+		env, err := BuildEnv(EnvInput{Inherit: inherit, AllowSecrets: tt.allow, Getenv: getenv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, kv := range env {
+			if !slices.Contains(terminalEnv[:], kv) {
+				got = append(got, kv)
+			}
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("BuildEnv(inherit all, allowSecrets %q) = %q, want %q", tt.allow, got, tt.want)
+		}
+	}
+	// allowSecrets without inherit passes nothing.
+	env, err := BuildEnv(EnvInput{AllowSecrets: []string{"GH_PAT"}, Getenv: getenv})
+	if err != nil || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GH_PAT=") }) {
+		t.Errorf("BuildEnv(allowSecrets GH_PAT, no inherit) = %q, %v; want no GH_PAT", env, err)
 	}
 }

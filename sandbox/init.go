@@ -51,22 +51,32 @@ func initScript(env []string) string {
 
 // InitArgs is the argv of a container's pid 1 for backends that cannot
 // look into the image first (docker, containerd): a /bin/sh init that
-// runs command under the image's bash (else /bin/sh) as its child, with
-// the variables of initOwnedVars restored to env's values. No other env
-// value appears in the argv. The image must have /bin/sh.
-func InitArgs(command string, env []string) []string {
-	return []string{"/bin/sh", "-c", pickShell + initScript(env), "sh", command}
+// runs req as its child, with the variables of initOwnedVars restored to
+// env's values. req.Command runs under the image's bash (else /bin/sh)
+// as `bash -c Command`; req.Argv, when set, is exec'd exactly as given,
+// with no shell parsing it (the init's `exec "$@"` looks Argv[0] up in
+// the restored PATH). No env value other than initOwnedVars' appears in
+// the argv. The image must have /bin/sh.
+func InitArgs(req *Request, env []string) []string {
+	if req.Argv != nil {
+		return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, req.Argv...)
+	}
+	return []string{"/bin/sh", "-c", pickShell + initScript(env), "sh", req.Command}
 }
 
 // InitArgsWithShell is InitArgs for a backend that knows the image's
-// shell up front (the oci backend): the init runs shell -c command, where
-// an empty shell means /bin/sh. Every backend thus gives a command the
-// same process tree, signal semantics and environment.
-func InitArgsWithShell(shell, command string, env []string) []string {
+// shell up front (the oci backend): the init runs shell -c req.Command,
+// where an empty shell means /bin/sh, or req.Argv exactly. Every backend
+// thus gives a command the same process tree, signal semantics and
+// environment.
+func InitArgsWithShell(shell string, req *Request, env []string) []string {
+	if req.Argv != nil {
+		return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, req.Argv...)
+	}
 	if shell == "" {
 		shell = "/bin/sh"
 	}
-	return []string{"/bin/sh", "-c", initScript(env), "sh", shell, "-c", command}
+	return []string{"/bin/sh", "-c", initScript(env), "sh", shell, "-c", req.Command}
 }
 
 // lookupEnv finds name in a KEY=VALUE list (the last entry wins).

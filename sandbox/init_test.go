@@ -57,7 +57,7 @@ func TestInitScriptCases(t *testing.T) {
 			}
 		}
 	}
-	args := InitArgs("echo hi", nil)
+	args := InitArgs(&Request{Command: "echo hi"}, nil)
 	if !slices.Equal(args[:2], []string{"/bin/sh", "-c"}) || args[3] != "sh" || args[4] != "echo hi" {
 		t.Errorf("InitArgs(%q, nil) = %q, want /bin/sh -c SCRIPT sh %q", "echo hi", args, "echo hi")
 	}
@@ -74,8 +74,8 @@ func TestInitShellRuns(t *testing.T) {
 	}
 	env := []string{"A=1", "B=two words"}
 	inits := map[string]func(command string) []string{
-		"InitArgsWithShell": func(command string) []string { return InitArgsWithShell("", command, env) },
-		"InitArgs":          func(command string) []string { return InitArgs(command, env) },
+		"InitArgsWithShell": func(command string) []string { return InitArgsWithShell("", &Request{Command: command}, env) },
+		"InitArgs":          func(command string) []string { return InitArgs(&Request{Command: command}, env) },
 	}
 	for name, initArgs := range inits {
 		for _, sh := range shells {

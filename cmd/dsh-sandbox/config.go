@@ -1,12 +1,13 @@
 package main
 
 import (
-	"os"
 	"slices"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 )
 
 // maxConfigBytes bounds the --config file.
@@ -36,12 +37,11 @@ func newFlags(c *cli.Context) (*flags, error) {
 	if path == "" {
 		return f, nil
 	}
-	data, err := os.ReadFile(path)
+	// Opened as data: no link in its path, without blocking, a regular
+	// file of bounded size (a FIFO or a device is an error at once).
+	data, err := safefile.Read(path, safefile.Options{MaxBytes: maxConfigBytes})
 	if err != nil {
 		return nil, usageError("--config: %v", err)
-	}
-	if len(data) > maxConfigBytes {
-		return nil, usageError("--config: %s is larger than %d bytes", path, maxConfigBytes)
 	}
 	var values map[string]any
 	if err := yaml.Unmarshal(data, &values); err != nil {

@@ -20,11 +20,19 @@ const maxStdinBytes = 64 << 20
 func execCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
-		Usage:     "run one bash -c call in a fresh container; stream its output; exit with its code",
-		ArgsUsage: "-- COMMAND…",
-		Description: `The child's environment is the image's base, the policy's inherited and set variables,
+		Usage:     "run one call (bash -c CMD, or an exact argv) in a fresh container; stream its output; exit with its code",
+		ArgsUsage: "-- COMMAND | -- PROGRAM ARG…",
+		Description: `One argument after -- runs as bash -c ARG (sh -c where the image has no bash); several run
+as exactly that argv, with no shell joining or parsing them (PROGRAM is looked up in the
+child's PATH): "exec -- printf '%s\n' 'c;d'" prints c;d.
+
+The child's environment is the image's base, the policy's inherited and set variables,
 terminal settings, and last the DSH_* snapshot of the session. The session's transcript
 directory is mounted read-only at its own path; the workspace (--cwd) per policy.
+
+A --policy FILE must be owned by root or the invoking user, writable by nobody else, and
+lie outside the workspace (--cwd) and the --workspace-roots: a policy a sandboxed call could
+have written is refused. It is opened without following links and must be a regular file.
 
 Exit codes: the child's; 128+N when killed by signal N; 124 on timeout; 125 when the
 sandbox itself failed (nothing ran); 2 for usage errors.
@@ -34,7 +42,7 @@ Examples:
    dsh-sandbox exec --policy read-only --timeout 5s -- 'cat "$DSH_SESSION_JSONL" | wc -l'
    dsh-sandbox exec --runtime runsc --json -- uname -a`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json)"},
+			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json, operator-owned, outside the workspace)"},
 			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci, docker or containerd (these need --image)"},
 			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc (docker: one the engine has registered)"},
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
@@ -63,7 +71,13 @@ func runExec(c *cli.Context) error {
 		return err
 	}
 	if addr := c.String("server"); addr != "" {
+		if req.Argv != nil {
+			return usageError("--server: the service takes one command string; several arguments after -- are an argv, which it does not take yet (quote the command as one argument)")
+		}
 		return s.execRemote(c, addr, req)
+	}
+	if err := s.checkCallPaths(req.Policy); err != nil {
+		return err
 	}
 	ex, closeEx, err := s.newExecutor(req.Policy)
 	if err != nil {
@@ -120,10 +134,16 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 		return nil, err
 	}
 	req := &sandbox.Request{
-		Command: strings.Join(c.Args().Slice(), " "),
 		Workdir: c.String("workdir"),
 		DSHEnv:  snap.Environ(),
 		Policy:  pol,
+	}
+	// One argument is a command line for bash -c; several are an argv,
+	// run exactly (DESIGN §4), never joined into a shell string.
+	if args := c.Args().Slice(); len(args) == 1 {
+		req.Command = args[0]
+	} else {
+		req.Argv = args
 	}
 	if c.IsSet("timeout") {
 		d := c.Duration("timeout")
@@ -163,10 +183,12 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	return req, nil
 }
 
-// execPolicy loads --policy and applies the overrides. The local backend
-// runs only when a policy file names it, never through --backend.
+// execPolicy loads --policy (a built-in, or an operator-owned file
+// outside the workspace: operatorPolicy) and applies the overrides. The
+// local backend runs only when a policy file names it, never through
+// --backend.
 func (s *settings) execPolicy(c *cli.Context) (sandbox.Policy, error) {
-	p, err := policy.Load(c.String("policy"))
+	p, err := s.operatorPolicy("policy", c.String("policy"), true)
 	if err != nil {
 		return sandbox.Policy{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -28,10 +29,19 @@ func hooksCommand() *cli.Command {
 			Description: `Loads the hook configuration (--config; the global --config stays the file of flag
 defaults) in the dialect's grammar, builds the event's payload from the session flags and
 the transcript location Locate gives (creating nothing), and runs every matching hook
-concurrently, each in its own container under the policy the configuration names
-("policy" next to "hooks"; default workspace-write), with the dialect's environment
-(CLAUDE_PROJECT_DIR for Claude Code), no DSH_* variables, the session cwd as working
-directory, and the configuration's directory (and $CLAUDE_PLUGIN_ROOT) mounted read-only.
+concurrently, each in its own container under the operator's policy (--policy; default
+workspace-write), with the dialect's environment (CLAUDE_PROJECT_DIR, and
+CLAUDE_PLUGIN_ROOT when set, for Claude Code), no DSH_* variables, the session cwd as
+working directory, and the configuration's directory (and $CLAUDE_PLUGIN_ROOT) mounted
+read-only.
+
+The configuration is data, not configuration of dsh-sandbox: it usually lies in a workspace
+the agent can write. It is opened without following links and must be a regular file of
+bounded size; it may not name a policy (a "policy" key is an error). Hook commands run as
+written through bash -c: placeholders such as ${CLAUDE_PROJECT_DIR} are expanded by that
+shell from the environment, never pasted into the command. A --policy FILE must be owned by
+root or the invoking user, writable by nobody else, and lie outside the workspace and the
+--workspace-roots.
 
 Prints the merged outcome: decision, reason, additionalContext, systemMessage and each
 hook's exit code and duration. Exits 0, or 2 when the outcome blocks, denies or stops.
@@ -40,10 +50,13 @@ hook's exit code and duration. Exits 0, or 2 when the outcome blocks, denies or 
 Examples:
    dsh-sandbox hooks run --dialect claude-code --config .claude/settings.json \
        --event PreToolUse --session-id s1 --tool-input '{"command":"rm -rf /"}'
-   dsh-sandbox hooks run --dialect codex --config hooks.json --event Stop --dry-run`,
+   dsh-sandbox hooks run --dialect codex --config hooks.json --event Stop --dry-run
+   dsh-sandbox hooks run --dialect claude-code --config .claude/settings.json \
+       --policy /etc/dsh-sandbox/hooks.yaml --event Stop --session-id s1`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dialect", Required: true, Usage: "hook dialect: claude-code or codex"},
-				&cli.StringFlag{Name: "config", Required: true, Usage: "hook configuration `FILE` ({\"hooks\": {…}} or a bare event map)"},
+				&cli.StringFlag{Name: "config", Required: true, Usage: "hook configuration `FILE` ({\"hooks\": {…}} or a bare event map); read as data, it never names a policy"},
+				&cli.StringFlag{Name: "policy", Value: hooks.DefaultPolicy, Usage: "the operator's policy `NAME|FILE` hooks run under (read-only, workspace-write, ci, or an operator-owned .yaml/.json outside the workspace)"},
 				&cli.StringFlag{Name: "event", Required: true, Usage: "event `NAME`: SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop (Claude Code also SubagentStart, SubagentStop)"},
 				&cli.StringFlag{Name: "tool-name", Value: "bash", Usage: "the harness's tool `NAME` on tool events (bash is presented as Bash)"},
 				&cli.StringFlag{Name: "tool-input", Usage: "tool arguments as a JSON object, e.g. '{\"command\":\"ls\"}'"},
@@ -78,17 +91,28 @@ func runHooks(c *cli.Context) error {
 	if !ok {
 		return usageError("--dialect: %q is not one of claude-code, codex", c.String("dialect"))
 	}
-	cfg, err := hooks.Load(c.String("config"), d)
+	base, err := s.operatorPolicy("policy", c.String("policy"), true)
 	if err != nil {
 		return err
 	}
+	cfg, err := hooks.Load(c.String("config"), d)
+	if err != nil {
+		return usageError("--config: %v", err)
+	}
 	for _, w := range cfg.Warnings {
 		s.log.Warn().Str("dialect", d.Name()).Msg(w)
+	}
+	// dsh names the harness process's directory as the payload's cwd when
+	// the session has none (--no-cwd) or there is no agent.
+	processCwd, err := syscall.Getwd()
+	if err != nil {
+		return fmt.Errorf("current directory: %w", err)
 	}
 	ev := hooks.Event{
 		Name:           c.String("event"),
 		Session:        s.header,
 		Cwd:            s.cwd,
+		ProcessCwd:     processCwd,
 		ToolUseID:      c.String("tool-use-id"),
 		ToolResponse:   c.String("tool-response"),
 		Prompt:         c.String("prompt"),
@@ -97,6 +121,9 @@ func runHooks(c *cli.Context) error {
 		Model:          c.String("model"),
 		PermissionMode: c.String("permission-mode"),
 		TurnID:         c.String("turn-id"),
+	}
+	if s.header != nil && (ev.Name == hooks.SubagentStart || ev.Name == hooks.SubagentStop) {
+		ev.AgentID = s.header.ID // the subagent's session, as dsh's agents registry names it
 	}
 	if ev.Name == hooks.PreToolUse || ev.Name == hooks.PostToolUse {
 		ev.ToolName = c.String("tool-name")
@@ -120,8 +147,11 @@ func runHooks(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		return printPlan(c, plan)
 	}
-	pol, err := hooksPolicy(cfg, plan.Session, pluginRoot)
+	pol, err := hooksPolicy(cfg, base, plan.Session, pluginRoot)
 	if err != nil {
+		return err
+	}
+	if err := s.checkCallPaths(pol); err != nil {
 		return err
 	}
 	if len(plan.Invocations) == 0 {
@@ -146,19 +176,11 @@ func runHooks(c *cli.Context) error {
 	return nil
 }
 
-// hooksPolicy resolves the configuration's policy (a built-in name, or a
-// file relative to the configuration's directory) and mounts the
-// configuration's directory and the plugin root read-only.
-func hooksPolicy(cfg *hooks.Config, sess sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
-	name := cfg.Policy
-	if _, builtin := policy.Builtin(name); !builtin && !filepath.IsAbs(name) {
-		name = filepath.Join(filepath.Dir(cfg.Path), name)
-	}
-	p, err := policy.Load(name)
+// hooksPolicy adds to the operator's policy p (--policy) the read-only
+// mounts of the configuration's directory and the plugin root.
+func hooksPolicy(cfg *hooks.Config, p sandbox.Policy, sess sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
+	p, err := cfg.WithMounts(p, sess, pluginRoot)
 	if err != nil {
-		return sandbox.Policy{}, fmt.Errorf("hook configuration %s: policy: %w", cfg.Path, err)
-	}
-	if p, err = cfg.WithMounts(p, sess, pluginRoot); err != nil {
 		return sandbox.Policy{}, fmt.Errorf("hook configuration %s: %w", cfg.Path, err)
 	}
 	return policy.Normalize(p)

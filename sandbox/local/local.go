@@ -1,7 +1,8 @@
 // Package local is the sandbox backend without a container: it runs
-// `bash -c` directly on the host with exactly the environment that
-// sandbox.Prepare builds (never the service's own), in a process group of
-// its own that a timeout or cancellation ends as a whole. It isolates
+// `bash -c` (or a request's exact argv, which bash only execs) directly on
+// the host with exactly the environment that sandbox.Prepare builds (never
+// the service's own), in a process group of its own that a timeout or
+// cancellation ends as a whole. It isolates
 // nothing, so it runs only under a policy that says `backend: local`
 // explicitly; it exists for trusted development and as the baseline of
 // `dsh-sandbox bench` (DESIGN §3.8).
@@ -103,6 +104,9 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 	if err != nil {
 		return nil, err
 	}
+	if err := sandbox.PreparePaths(req, call); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
@@ -175,6 +179,12 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 		return sandbox.Errorf(sandbox.ErrInternal, "local: call %s: %w", call.ID, err)
 	}
 	cmd := exec.Command(e.bash, "-c", req.Command)
+	if req.Argv != nil {
+		// The argv exactly: bash only execs it (a fixed script, no word
+		// of the argv is parsed), looking Argv[0] up in the call's PATH
+		// as the containers' init does.
+		cmd = exec.Command(e.bash, append([]string{"-c", `exec "$@"`, "bash"}, req.Argv...)...)
+	}
 	cmd.Env = append([]string{}, call.Env...) // never the service's own
 	cmd.Dir = call.Workdir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -29,11 +29,12 @@ func expectedEnv(imageEnv []string, req *sandbox.Request, getenv func(string) (s
 	}
 	ordinary = append(ordinary, req.Env...)
 	return sandbox.BuildEnv(sandbox.EnvInput{
-		Base:     imageEnv,
-		Inherit:  req.Policy.EnvInherit,
-		Getenv:   getenv,
-		Ordinary: ordinary,
-		Snapshot: req.DSHEnv,
+		Base:         imageEnv,
+		Inherit:      req.Policy.EnvInherit,
+		AllowSecrets: req.Policy.EnvAllowSecrets,
+		Getenv:       getenv,
+		Ordinary:     ordinary,
+		Snapshot:     req.DSHEnv,
 	})
 }
 
