@@ -19,8 +19,14 @@ import (
 // directory itself is never a source, so "auto" only yields uid 0 when
 // the workspace or the sessions tree belongs to root.
 //
+// Paths are resolved without following links (sandbox.ResolveDir): a
+// symbolic link in the mounted cwd or in an existing ancestor of the
+// transcript directory is an error, never a source of identity; a cwd
+// that is not mounted (policy workspace "none") and does not resolve is
+// skipped.
+//
 // It reads the file system (stat only). Errors wrap sandbox.ErrInvalid
-// for a bad policy user or a relative session path, and
+// for a bad policy user, a relative session path or a link, and
 // sandbox.ErrUnavailable when a path cannot be inspected (other than not
 // existing).
 func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err error) {
@@ -36,30 +42,47 @@ func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err erro
 		if !checkAbsPath("session.cwd", s.Cwd, &ps) {
 			return 0, 0, ps.err("policy")
 		}
-		info, err := os.Stat(s.Cwd)
+		info, err := statNoFollow("session.cwd", s.Cwd)
 		switch {
 		case err == nil:
 			return owner(info)
-		case !notExist(err):
-			return 0, 0, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: session.cwd %s: %w", s.Cwd, unwrapPathError(err))
+		case !notExist(err) && (p.Workspace == "rw" || p.Workspace == "ro"):
+			return 0, 0, err
 		}
+		// A cwd that is not mounted and does not resolve (missing, or
+		// behind a link) is no source of identity.
 	}
 	if s.TranscriptDir != "" {
 		var ps problems
 		if !checkAbsPath("session.transcriptDir", s.TranscriptDir, &ps) {
 			return 0, 0, ps.err("policy")
 		}
-		for dir := s.TranscriptDir; dir != "/"; dir = filepath.Dir(dir) {
-			info, err := os.Stat(dir)
+		for dir := filepath.Clean(s.TranscriptDir); dir != "/"; dir = filepath.Dir(dir) {
+			info, err := statNoFollow("session.transcriptDir", dir)
 			switch {
 			case err == nil:
 				return owner(info)
 			case !notExist(err):
-				return 0, 0, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: session.transcriptDir ancestor %s: %w", dir, unwrapPathError(err))
+				return 0, 0, err
 			}
 		}
 	}
 	return nobodyID, nobodyID, nil
+}
+
+// statNoFollow stats the directory path after resolving it without
+// following links (sandbox.ResolveDir): a link in any component is an
+// error wrapping sandbox.ErrInvalid and naming field, never followed.
+func statNoFollow(field, path string) (fs.FileInfo, error) {
+	r, err := sandbox.ResolveDir(field, path)
+	if err != nil {
+		return nil, err
+	}
+	info, err := os.Lstat(r)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "policy: user auto: %s %s: %w", field, path, unwrapPathError(err))
+	}
+	return info, nil
 }
 
 // notExist reports whether a stat error means the path is not there,

@@ -1,13 +1,17 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // CaptureOptions configure a Capture. The zero value keeps the default
@@ -18,8 +22,9 @@ type CaptureOptions struct {
 	TailBytes int
 	// SpillPath is the file that receives the whole stream once it
 	// outgrows TailBytes; "" means no spill file. Missing parent
-	// directories are created 0700; the file is created 0600 and must not
-	// exist yet.
+	// directories are created 0700 and the file 0600, without following
+	// links (MkdirNoFollow, CreateNoFollow): no component may be a
+	// symbolic link and the file must not exist yet.
 	SpillPath string
 	// SpillMax caps the spill file; ≤ 0 means DefaultSpillMaxBytes.
 	SpillMax int64
@@ -29,6 +34,43 @@ type CaptureOptions struct {
 	// SpillInside is copied to Stream.SpillInside when a spill path is
 	// reported.
 	SpillInside bool
+	// Budget, when set, bounds the bytes this capture (and every other
+	// capture sharing it) writes to spill files; the spill stops when it
+	// runs out and no file is created once it is empty. Nil means only
+	// SpillMax applies.
+	Budget *SpillBudget
+}
+
+// SpillBudget is a number of spill bytes shared by the captures of one
+// call. It is safe for concurrent use.
+type SpillBudget struct {
+	mu   sync.Mutex
+	left int64
+}
+
+// NewSpillBudget returns a budget of n bytes (≤ 0: none).
+func NewSpillBudget(n int64) *SpillBudget { return &SpillBudget{left: max(n, 0)} }
+
+// take grants up to n bytes; nil grants everything.
+func (b *SpillBudget) take(n int64) int64 {
+	if b == nil {
+		return n
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(n, b.left)
+	b.left -= n
+	return n
+}
+
+// Left returns the bytes not yet granted; nil has no bound (-1).
+func (b *SpillBudget) Left() int64 {
+	if b == nil {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
 }
 
 // Capture records one output stream of a command: the exact byte count,
@@ -49,6 +91,7 @@ type Capture struct {
 	spillErr error
 	liveDead bool
 	done     bool
+	noSpill  bool // the budget was empty when the spill would have started
 }
 
 // NewCapture returns a Capture configured by o. It creates no file: the
@@ -76,7 +119,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 			c.liveDead = true
 		}
 	}
-	if c.total+int64(len(p)) > int64(c.opts.TailBytes) && c.spill == nil && c.spillErr == nil && c.opts.SpillPath != "" {
+	if c.total+int64(len(p)) > int64(c.opts.TailBytes) && c.spill == nil && c.spillErr == nil && !c.noSpill && c.opts.SpillPath != "" {
 		// The tail still holds every byte so far: it becomes the head of
 		// the spill file.
 		c.openSpill()
@@ -116,7 +159,7 @@ func (c *Capture) Stream() (Stream, error) {
 		DroppedBytes: c.total - int64(len(text)),
 	}
 	s.Truncated = s.DroppedBytes > 0
-	if s.Truncated && c.spillErr == nil && c.opts.SpillPath != "" {
+	if s.Truncated && c.spillErr == nil && !c.noSpill && c.opts.SpillPath != "" {
 		s.SpillPath = c.opts.SpillPath
 		s.SpillInside = c.opts.SpillInside
 	}
@@ -126,13 +169,20 @@ func (c *Capture) Stream() (Stream, error) {
 	return s, nil
 }
 
-// openSpill creates the spill file. Called with c.mu held.
+// openSpill creates the spill file without following links, unless the
+// budget is empty. Called with c.mu held.
 func (c *Capture) openSpill() {
-	if err := os.MkdirAll(filepath.Dir(c.opts.SpillPath), 0o700); err != nil {
+	if c.opts.Budget.Left() == 0 {
+		c.noSpill = true
+		return
+	}
+	dir, err := MkdirNoFollow("spill directory", filepath.Dir(c.opts.SpillPath), 0o700)
+	if err != nil {
 		c.spillErr = err
 		return
 	}
-	f, err := os.OpenFile(c.opts.SpillPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	defer dir.Close()
+	f, err := CreateNoFollow(dir, filepath.Base(c.opts.SpillPath), 0o600)
 	if err != nil {
 		c.spillErr = err
 		return
@@ -150,9 +200,11 @@ func (c *Capture) writeSpill(p []byte) {
 	if room <= 0 || len(p) == 0 {
 		return
 	}
-	if int64(len(p)) > room {
-		p = p[:room]
+	room = c.opts.Budget.take(min(room, int64(len(p))))
+	if room <= 0 {
+		return
 	}
+	p = p[:room]
 	n, err := c.spill.Write(p)
 	c.spilled += int64(n)
 	if err == nil && n < len(p) {
@@ -249,12 +301,28 @@ func (t *tailBuffer) reset() {
 // Captures returns the call's stdout and stderr captures, streaming live
 // to stdout and stderr (either may be nil). Spill files go to
 // c.SpillDir, or, for a call without a session directory, to
-// stateDir/spill: <dir>/<ID>.stdout and <dir>/<ID>.stderr.
+// stateDir/spill (links in stateDir, which the operator chose, are
+// resolved first): <dir>/<ID>.stdout and <dir>/<ID>.stderr.
+//
+// Call it right before the runtime starts: it bounds the spill
+// directory first (PruneSpill with c.SpillTotal and c.SpillRetention,
+// removing the oldest files until min(c.SpillTotal/2, c.SpillMax) bytes
+// are free for this call) and the two captures share what is left of
+// c.SpillTotal, so the directory never holds more than c.SpillTotal
+// after a call (calls of one session running at the same time may each
+// use what was free when they started). A spill directory that cannot be pruned (a link where
+// it should be, an I/O error) gets an empty budget: the call runs, its
+// output is only truncated, never spilled.
 func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *Capture) {
 	dir := c.SpillDir
 	if dir == "" {
-		dir = filepath.Join(stateDir, "spill")
+		dir = filepath.Join(realPath(stateDir), "spill")
 	}
+	left, err := PruneSpill(dir, c.SpillTotal, min(c.SpillTotal/2, c.SpillMax), c.SpillRetention, time.Now())
+	if err != nil {
+		left = 0
+	}
+	budget := NewSpillBudget(left)
 	capture := func(suffix string, live io.Writer) *Capture {
 		return NewCapture(CaptureOptions{
 			TailBytes:   c.TailBytes,
@@ -262,7 +330,97 @@ func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *C
 			SpillMax:    c.SpillMax,
 			Live:        live,
 			SpillInside: c.SpillInside,
+			Budget:      budget,
 		})
 	}
 	return capture(".stdout", stdout), capture(".stderr", stderr)
+}
+
+// PruneSpill bounds the spill directory dir, opened without following
+// links (created 0700 when missing): it removes the regular files older
+// than retention (by modification time, against now), then the oldest
+// files until the total size is at most total-reserve, and returns how
+// many bytes may still be written before the total reaches total. Other
+// entries (directories, links) are neither counted nor touched; a file
+// removed while a concurrent call still writes it keeps its space until
+// that call ends. total ≤ 0 means DefaultSpillTotalBytes, retention ≤ 0
+// DefaultSpillRetention. Errors wrap ErrInvalid (a link in dir's path)
+// or ErrInternal.
+func PruneSpill(dir string, total, reserve int64, retention time.Duration, now time.Time) (int64, error) {
+	if total <= 0 {
+		total = DefaultSpillTotalBytes
+	}
+	if retention <= 0 {
+		retention = DefaultSpillRetention
+	}
+	reserve = min(max(reserve, 0), total)
+	d, err := MkdirNoFollow("spill directory", dir, 0o700)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	dfd := int(d.Fd())
+	lfd, err := syscall.Openat(dfd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, err)
+	}
+	lf := os.NewFile(uintptr(lfd), dir)
+	names, err := lf.Readdirnames(-1)
+	_ = lf.Close()
+	if err != nil {
+		return 0, Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, err)
+	}
+	type file struct {
+		name  string
+		size  int64
+		mtime time.Time
+	}
+	var files []file
+	var sum int64
+	var errs []error
+	remove := func(name string) bool {
+		if err := syscall.Unlinkat(dfd, name); err != nil && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+			return false
+		}
+		return true
+	}
+	for _, name := range names {
+		var st syscall.Stat_t
+		if !statNoFollow(dfd, name, &st) || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		f := file{name: name, size: st.Size, mtime: time.Unix(st.Mtim.Unix())}
+		if now.Sub(f.mtime) > retention && remove(name) {
+			continue
+		}
+		files = append(files, f)
+		sum += f.size
+	}
+	slices.SortFunc(files, func(a, b file) int {
+		return cmp.Or(a.mtime.Compare(b.mtime), strings.Compare(a.name, b.name))
+	})
+	for _, f := range files {
+		if sum <= total-reserve {
+			break
+		}
+		if remove(f.name) {
+			sum -= f.size
+		}
+	}
+	if len(errs) > 0 {
+		return max(total-sum, 0), Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, errors.Join(errs...))
+	}
+	return max(total-sum, 0), nil
+}
+
+// statNoFollow stats the entry name of the directory dirfd without
+// following a link; false when it cannot.
+func statNoFollow(dirfd int, name string, st *syscall.Stat_t) bool {
+	fd, err := syscall.Openat(dirfd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer syscall.Close(fd)
+	return syscall.Fstat(fd, st) == nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // pattern returns n bytes that differ at every position modulo 251, so a
@@ -386,5 +387,139 @@ func BenchmarkCapture200MB(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// spillFile writes a spill file of size bytes modified at mtime.
+func spillFile(t *testing.T, dir, name string, size int, mtime time.Time) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPruneSpill(t *testing.T) {
+	now := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
+	dir := filepath.Join(t.TempDir(), "spill")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spillFile(t, dir, "old.stdout", 10, now.Add(-25*time.Hour)) // past retention
+	spillFile(t, dir, "a.stdout", 400, now.Add(-3*time.Hour))   // oldest kept candidate
+	spillFile(t, dir, "b.stdout", 300, now.Add(-2*time.Hour))
+	spillFile(t, dir, "c.stdout", 200, now.Add(-1*time.Hour))
+	outside := filepath.Join(t.TempDir(), "outside")
+	spillFile(t, filepath.Dir(outside), "outside", 5000, now.Add(-48*time.Hour))
+	if err := os.Symlink(outside, filepath.Join(dir, "link.stdout")); err != nil {
+		t.Fatal(err)
+	}
+
+	// total 1000, reserve 300: keep at most 700 → a (oldest) goes; b and
+	// c (500) stay; 500 bytes may still be written.
+	left, err := PruneSpill(dir, 1000, 300, 24*time.Hour, now)
+	if err != nil || left != 500 {
+		t.Fatalf("PruneSpill = %d, %v, want 500, nil", left, err)
+	}
+	for name, want := range map[string]bool{"old.stdout": false, "a.stdout": false, "b.stdout": true, "c.stdout": true, "link.stdout": true} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("after PruneSpill %s exists = %v, want %v", name, err == nil, want)
+		}
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("PruneSpill touched the target of a link: %v", err)
+	}
+
+	// Under the cap nothing more goes.
+	if left, err := PruneSpill(dir, 1000, 0, 24*time.Hour, now); err != nil || left != 500 {
+		t.Errorf("PruneSpill under the cap = %d, %v, want 500, nil", left, err)
+	}
+	// A spill directory behind a link is refused: no budget.
+	link := filepath.Join(t.TempDir(), "spill-link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := PruneSpill(link, 1000, 0, time.Hour, now); !errors.Is(err, ErrInvalid) || left != 0 {
+		t.Errorf("PruneSpill(link) = %d, %v, want 0, ErrInvalid", left, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b.stdout")); err != nil {
+		t.Errorf("PruneSpill through a link removed files: %v", err)
+	}
+}
+
+func TestCaptureBudget(t *testing.T) {
+	dir := t.TempDir()
+	budget := NewSpillBudget(150)
+	out := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stdout"), Budget: budget})
+	errc := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stderr"), Budget: budget})
+	data := pattern(100)
+	out.Write(data)
+	errc.Write(data)
+	errc.Write(data) // over budget: the spill stops
+	so, err := out.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := errc.Stream()
+	if err != nil {
+		t.Fatalf("a capture past its budget failed: %v", err)
+	}
+	if !so.Truncated || so.DroppedBytes != 90 || se.DroppedBytes != 190 || so.Text != string(data[90:]) {
+		t.Errorf("streams = %+v, %+v; want truncated with 90 and 190 dropped bytes", so, se)
+	}
+	a, _ := os.ReadFile(filepath.Join(dir, "c.stdout"))
+	b, _ := os.ReadFile(filepath.Join(dir, "c.stderr"))
+	if len(a)+len(b) != 150 || !bytes.Equal(a, data) || !bytes.Equal(b, data[:50]) {
+		t.Errorf("spill files hold %d and %d bytes, want 100 and 50 (the budget), from byte 0", len(a), len(b))
+	}
+	if budget.Left() != 0 {
+		t.Errorf("budget left %d, want 0", budget.Left())
+	}
+
+	// An empty budget creates no spill file and reports no path.
+	empty := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "d.stdout"), Budget: NewSpillBudget(0)})
+	empty.Write(data)
+	s, err := empty.Stream()
+	if err != nil || !s.Truncated || s.DroppedBytes != 90 || s.SpillPath != "" {
+		t.Errorf("empty budget: %+v, %v; want truncated, no spill path, no error", s, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "d.stdout")); err == nil {
+		t.Errorf("an empty budget created a spill file")
+	}
+}
+
+func TestCallCapturesBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s1", "spill")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	spillFile(t, dir, "old.stdout", 10, now.Add(-2*time.Hour))
+	spillFile(t, dir, "prev.stdout", 600, now.Add(-time.Minute))
+	c := &Call{ID: "call-3", TailBytes: 10, SpillMax: 400, SpillDir: dir, SpillTotal: 1000, SpillRetention: time.Hour}
+	out, _ := c.Captures("/nonexistent-state", nil, nil)
+	if _, err := os.Lstat(filepath.Join(dir, "old.stdout")); err == nil {
+		t.Errorf("Captures kept a spill file past its retention")
+	}
+	// reserve min(1000/2, 400) = 400: 600 ≤ 600 stays; budget 400.
+	if _, err := os.Stat(filepath.Join(dir, "prev.stdout")); err != nil {
+		t.Errorf("Captures removed a file although the directory was under the cap: %v", err)
+	}
+	out.Write(pattern(1000))
+	s, err := out.Stream()
+	if err != nil || s.SpillPath == "" || s.DroppedBytes != 990 {
+		t.Fatalf("stream = %+v, %v", s, err)
+	}
+	var total int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fi, _ := e.Info()
+		total += fi.Size()
+	}
+	if total > 1000 {
+		t.Errorf("spill directory holds %d bytes, over the cap of 1000", total)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -14,6 +17,10 @@ import (
 // MaxTailBytes bounds Request.StdoutMaxBytes and Limits.StdoutMaxBytes:
 // the tail of each stream is held in memory.
 const MaxTailBytes = 16 << 20
+
+// maxSpillRetentionMs bounds Limits.SpillRetentionMs (a year), so that
+// the duration cannot overflow.
+const maxSpillRetentionMs = 366 * 24 * 3600 * 1000
 
 // maxCallIDLen bounds Request.CallID; runtimes and cgroup paths take it
 // as a name.
@@ -46,6 +53,20 @@ type Call struct {
 	// the session (the transcript directory is mounted, Policy.Transcript
 	// is "ro").
 	SpillInside bool
+	// SpillTotal caps the spill files of the spill directory together,
+	// > 0; SpillRetention is how long they are kept, > 0. Captures
+	// enforces both.
+	SpillTotal     int64
+	SpillRetention time.Duration
+
+	// Workspace is the session cwd as PreparePaths resolved it (clean,
+	// no symbolic link in any component, not a system directory) when
+	// the policy mounts the workspace; "" before PreparePaths or when it
+	// is not mounted.
+	Workspace string
+	// TranscriptDir is the session directory as PreparePaths resolved
+	// and created it; "" before PreparePaths or without one.
+	TranscriptDir string
 }
 
 // Prepare validates req and resolves it against req.Policy, the image's
@@ -54,7 +75,8 @@ type Call struct {
 // random bytes for a call id, and is safe for concurrent use.
 //
 // Errors wrap ErrInvalid and name the offending field: an empty command
-// or one with a NUL byte; a policy without a backend; a negative timeout,
+// (without argv) or one with a NUL byte; an argv set together with a
+// command, with an empty first word or with a NUL byte; a policy without a backend; a negative timeout,
 // tail size or policy limit, or a tail size above MaxTailBytes; a
 // relative workdir, session cwd or transcript directory; a call id that
 // is not a safe name; a malformed Env, Policy.EnvSet or image env entry;
@@ -97,6 +119,8 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 
 	c.TailBytes = cmp.Or(req.StdoutMaxBytes, lim.StdoutMaxBytes, DefaultStdoutMaxBytes)
 	c.SpillMax = cmp.Or(lim.SpillMaxBytes, DefaultSpillMaxBytes)
+	c.SpillTotal = cmp.Or(lim.SpillTotalBytes, DefaultSpillTotalBytes)
+	c.SpillRetention = cmp.Or(time.Duration(lim.SpillRetentionMs)*time.Millisecond, DefaultSpillRetention)
 
 	switch {
 	case req.Workdir != "":
@@ -118,11 +142,12 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 	}
 	ordinary = append(ordinary, req.Env...)
 	env, err := BuildEnv(EnvInput{
-		Base:     imageEnv,
-		Inherit:  req.Policy.EnvInherit,
-		Getenv:   getenv,
-		Ordinary: ordinary,
-		Snapshot: req.DSHEnv,
+		Base:         imageEnv,
+		Inherit:      req.Policy.EnvInherit,
+		AllowSecrets: req.Policy.EnvAllowSecrets,
+		Getenv:       getenv,
+		Ordinary:     ordinary,
+		Snapshot:     req.DSHEnv,
 	})
 	if err != nil {
 		return nil, err
@@ -135,8 +160,13 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 // the first bad one.
 func checkRequest(req *Request) error {
 	lim := req.Policy.Limits
+	if req.Argv != nil {
+		if err := checkArgv(req); err != nil {
+			return err
+		}
+	}
 	switch {
-	case strings.TrimSpace(req.Command) == "":
+	case req.Argv == nil && strings.TrimSpace(req.Command) == "":
 		return Errorf(ErrInvalid, "sandbox: command is empty")
 	case strings.IndexByte(req.Command, 0) >= 0:
 		return Errorf(ErrInvalid, "sandbox: command contains a NUL byte")
@@ -154,6 +184,10 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: policy.limits.stdoutMaxBytes %d is outside [0, %d]", lim.StdoutMaxBytes, MaxTailBytes)
 	case lim.SpillMaxBytes < 0:
 		return Errorf(ErrInvalid, "sandbox: policy.limits.spillMaxBytes %d is negative", lim.SpillMaxBytes)
+	case lim.SpillTotalBytes < 0:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.spillTotalBytes %d is negative", lim.SpillTotalBytes)
+	case lim.SpillRetentionMs < 0 || lim.SpillRetentionMs > maxSpillRetentionMs:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.spillRetentionMs %d is outside [0, %d]", lim.SpillRetentionMs, int64(maxSpillRetentionMs))
 	case req.CallID != "" && !ValidCallID(req.CallID):
 		return Errorf(ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
 	case strings.IndexByte(req.Session.ID, 0) >= 0:
@@ -194,6 +228,23 @@ func checkRequest(req *Request) error {
 		seen[name] = true
 	}
 	return addEntries(map[string]string{}, "dshEnv", req.DSHEnv, true)
+}
+
+// checkArgv validates Request.Argv: set without Command, a non-empty
+// first word, no NUL byte in any argument.
+func checkArgv(req *Request) error {
+	switch {
+	case req.Command != "":
+		return Errorf(ErrInvalid, "sandbox: command and argv are both set; give one of them")
+	case len(req.Argv) == 0 || req.Argv[0] == "":
+		return Errorf(ErrInvalid, "sandbox: argv[0] is empty")
+	}
+	for i, a := range req.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return Errorf(ErrInvalid, "sandbox: argv[%d] contains a NUL byte", i)
+		}
+	}
+	return nil
 }
 
 // ValidCallID reports whether id is safe as a call id: 1–64 characters
@@ -245,4 +296,91 @@ func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, 
 		return "", "", Errorf(ErrInvalid, "%s: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", backend, instance)
 	}
 	return filepath.Clean(stateDir), instance, nil
+}
+
+// PreparePaths resolves and checks every host path call mounts or
+// writes, and creates the session directory; backends call it after
+// Prepare and as late as they can before the runtime is given the
+// mounts (it is the check closest to the mount). It fills
+// call.Workspace and call.TranscriptDir. Errors wrap ErrInvalid and name
+// the field:
+//
+//   - session.cwd, when the policy mounts the workspace ("rw" or "ro"):
+//     it must exist, be a directory with no symbolic link in any
+//     component (ResolveDir) and not be a system directory (SystemDir);
+//   - workdir, when it lies in the mounted workspace (or always, for the
+//     local backend, which runs in it on the host): no symbolic link in
+//     any existing component; the local backend needs it to exist;
+//   - session.transcriptDir: not a system directory, not inside a
+//     mounted workspace, read-write or read-only (nor containing it):
+//     the call would see, or forge, other sessions' transcripts; it and its
+//     spill/ subdirectory are created 0700 without following links
+//     (MkdirNoFollow), so a link anywhere in the chain is refused;
+//   - policy.mounts[i].source: no symbolic link in any component
+//     (ResolvePath); a read-write mount of a system directory is refused.
+//
+// What remains is a race: a component swapped for a link between this
+// check and the runtime's mount, since every runtime (runc, crun, runsc,
+// dockerd, containerd) takes a mount source as a path, not a
+// descriptor. Backends call PreparePaths as late as their structure
+// allows (right before the spec or container is created; Captures then
+// re-opens the session's spill directory without following links right
+// before the start and disables the spill if it changed). Swapping a
+// component needs write access to its parent: the workspace's own
+// components lie at or above the workspace root, which no call of that
+// workspace can write, so the race is open only to a concurrent call of
+// another session whose writable workspace contains this one (nested
+// workspaces), or to a host user who owns the parents anyway. The
+// session directory's parents lie in the sessions root, which no call
+// can write once CheckDeployment keeps it out of every workspace.
+func PreparePaths(req *Request, call *Call) error {
+	if req == nil || call == nil {
+		return Errorf(ErrInvalid, "sandbox: PreparePaths: request or call is nil")
+	}
+	local := req.Policy.Backend == "local"
+	mounted := req.Session.Cwd != "" && (req.Policy.Workspace == "rw" || req.Policy.Workspace == "ro")
+	if mounted {
+		ws, err := ResolveDir("session.cwd", req.Session.Cwd)
+		if err != nil {
+			return err
+		}
+		if SystemDir(ws) {
+			return Errorf(ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
+		}
+		call.Workspace = ws
+	}
+	if req.Workdir != "" && (local || (mounted && Within(call.Workdir, call.Workspace))) {
+		if _, err := ResolveDir("workdir", req.Workdir); err != nil && (local || !errors.Is(err, fs.ErrNotExist)) {
+			return err
+		}
+	}
+	for i, m := range req.Policy.Mounts {
+		field := fmt.Sprintf("policy.mounts[%d].source", i)
+		src, err := ResolvePath(field, m.Source)
+		if err != nil {
+			return err
+		}
+		if !m.ReadOnly && SystemDir(src) {
+			return Errorf(ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
+		}
+	}
+	if req.Session.TranscriptDir == "" {
+		return nil
+	}
+	td := filepath.Clean(req.Session.TranscriptDir)
+	if SystemDir(td) {
+		return Errorf(ErrInvalid, "sandbox: session.transcriptDir %q is a system directory", td)
+	}
+	if mounted {
+		if err := CheckDeployment(call.Workspace, map[string]string{"session.transcriptDir": td}); err != nil {
+			return err
+		}
+	}
+	d, err := MkdirNoFollow("session.transcriptDir", filepath.Join(td, "spill"), 0o700)
+	if err != nil {
+		return err
+	}
+	_ = d.Close()
+	call.TranscriptDir = td
+	return nil
 }

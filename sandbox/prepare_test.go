@@ -101,7 +101,7 @@ func TestPrepareResolve(t *testing.T) {
 			want := Call{
 				Timeout: DefaultTimeout, Workdir: "/srv/project", TailBytes: DefaultStdoutMaxBytes,
 				SpillMax: DefaultSpillMaxBytes, SpillDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4/spill",
-				SpillInside: true,
+				SpillInside: true, SpillTotal: DefaultSpillTotalBytes, SpillRetention: DefaultSpillRetention,
 			}
 			c.ID, c.Env = "", nil
 			if !reflect.DeepEqual(*c, want) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
@@ -31,11 +32,12 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: "skills-home", Usage: "the nested (skills) dsh home `DIR`; when set it must resolve to the same directory as the home", EnvVars: envVar("skills-home")},
 		&cli.StringFlag{Name: "sessions-root", Usage: "root `DIR` of JSONL transcripts (default: <home>/sessions)", EnvVars: envVar("sessions-root")},
 		&cli.StringFlag{Name: "persistence", Value: "jsonl", Usage: "session store that answers Locate: jsonl or sqlite", EnvVars: envVar("persistence")},
-		&cli.StringFlag{Name: "compression", Value: "none", Usage: "JSONL encoding: none or zstd", EnvVars: envVar("compression")},
+		&cli.StringFlag{Name: "compression", Value: "zstd", Usage: "JSONL encoding: zstd (session.jsonl.zstd, dsh's default) or none (session.jsonl)", EnvVars: envVar("compression")},
 		&cli.StringFlag{Name: "sqlite-path", Usage: "SQLite database `FILE` (default: <home>/sessions.sqlite)", EnvVars: envVar("sqlite-path")},
 		&cli.StringFlag{Name: "session-id", Usage: "the call's agent session `ID`; absent means a call with no agent"},
 		&cli.StringFlag{Name: "cwd", Usage: "the session header's cwd `DIR` (default: the current directory)"},
 		&cli.BoolFlag{Name: "no-cwd", Usage: "the session header has no cwd"},
+		&cli.StringFlag{Name: "workspace-roots", Usage: "`DIRS` (colon-separated, absolute) a call's workspace must lie in; empty means any directory that is not a system directory", EnvVars: envVar("workspace-roots")},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/dsh-sandbox", Usage: "`DIR` for bundles, runtime state and locks of running calls", EnvVars: envVar("state-dir")},
 		&cli.StringFlag{Name: "data-dir", Value: "/var/lib/dsh-sandbox", Usage: "`DIR` for local images", EnvVars: envVar("data-dir")},
 		&cli.StringFlag{Name: "docker-host", Usage: "Docker engine `ADDR` for the docker backend (default: $DOCKER_HOST, else unix:///var/run/docker.sock)", EnvVars: envVar("docker-host")},
@@ -58,7 +60,7 @@ the path DSH_SESSION_JSONL names.
 Examples:
    dsh-sandbox locate --sessions-root /r --cwd /srv/proj --session-id abc
    dsh-sandbox env show --home /h --session-id abc
-   dsh-sandbox session show ~/.dsh/sessions/--srv-proj--/abc/session.jsonl`,
+   dsh-sandbox session show ~/.dsh/sessions/--srv-proj--/abc/session.jsonl.zstd`,
 		Flags:                globalFlags(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
@@ -75,7 +77,7 @@ Examples:
 			sessionCommand(),
 			serveCommand(),
 			auditCommand(),
-			hooksCommand(),
+			hooksCommand(), replayModelCommand(), mcpCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes
 	}
@@ -162,8 +164,17 @@ type settings struct {
 	sqlitePath   string
 	header       *session.Header // nil: a call with no agent
 	cwd          string          // the session cwd, also for a call with no agent; "" with --no-cwd
-	stateDir     string
-	dataDir      string
+	// headerCwd is the cwd the session header carries: --cwd as written
+	// when it is absolute (dsh encodes it unclean: "/srv/proj/" is
+	// project "--srv-proj---"), else cwd; "" with --no-cwd. cwd, cleaned,
+	// is what a call mounts and runs in.
+	headerCwd string
+	stateDir  string
+	dataDir   string
+	// workspaceRoots are the directories a call's workspace must lie in
+	// (--workspace-roots), absolute and clean; nil means any directory
+	// that is not a system directory.
+	workspaceRoots []string
 	// The daemon backends: the Docker engine's address ("" means
 	// $DOCKER_HOST, else the default socket) and containerd's socket and
 	// namespace.
@@ -179,7 +190,7 @@ func loadSettings(c *cli.Context) (*settings, error) {
 		return nil, err
 	}
 	s := &settings{log: newLogger(c, f)}
-	home, err := contributors.ResolveHome(f.String("home"), os.Getenv, os.UserHomeDir)
+	home, err := contributors.ResolveHome(f.String("home"), os.Getenv, nil)
 	if err != nil {
 		return nil, usageError("--home: %v", err)
 	}
@@ -215,6 +226,21 @@ func loadSettings(c *cli.Context) (*settings, error) {
 			return nil, err
 		}
 	}
+	if v := f.String("workspace-roots"); v != "" {
+		for _, r := range strings.Split(v, ":") {
+			if r == "" {
+				continue
+			}
+			if !filepath.IsAbs(r) {
+				return nil, usageError("--workspace-roots: %q is not an absolute path", r)
+			}
+			abs, err := absFlag("workspace-roots", r)
+			if err != nil {
+				return nil, err
+			}
+			s.workspaceRoots = append(s.workspaceRoots, abs)
+		}
+	}
 	s.dockerHost = f.String("docker-host")
 	if s.containerdAddress, err = absFlag("containerd-address", f.String("containerd-address")); err != nil {
 		return nil, err
@@ -230,11 +256,18 @@ func loadSettings(c *cli.Context) (*settings, error) {
 		if s.cwd, err = absFlag("cwd", cwd); err != nil {
 			return nil, err
 		}
+		s.headerCwd = s.cwd
+		if filepath.IsAbs(cwd) {
+			s.headerCwd = cwd
+		}
 	} else if f.IsSet("cwd") {
 		return nil, usageError("--cwd and --no-cwd exclude each other")
 	}
 	if id := f.String("session-id"); f.IsSet("session-id") {
-		h := session.Header{ID: id, Cwd: s.cwd}
+		if !utf8.ValidString(id) {
+			return nil, usageError("--session-id: %q is not valid UTF-8", id)
+		}
+		h := session.Header{ID: id, Cwd: s.headerCwd}
 		if err := h.Validate(); err != nil {
 			return nil, usageError("--session-id: %v", err)
 		}

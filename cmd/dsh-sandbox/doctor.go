@@ -33,6 +33,9 @@ func doctorCommand() *cli.Command {
 directory, and a real sandboxed call of true. Checks the Docker engine (--docker-host) and
 containerd (--containerd-address, --containerd-namespace): the daemon answers, its
 runtimes, an image imported by dsh-sandbox, and a real call on it. Leaves nothing behind.
+The "deployment" entry checks the paths a call from --cwd would mount read-write: the
+workspace resolves without links, is no system directory, lies in --workspace-roots, and
+holds neither the dsh home, the sessions root nor the state or data directory.
 Exits 125 when the default runtime (runc) is unusable.
 
 Example:
@@ -57,6 +60,9 @@ Example:
 			reports = append(reports,
 				report{Backend: "docker", Checks: docker.Doctor(c.Context, s.dockerOptions())},
 				report{Backend: "containerd", Checks: containerd.Doctor(c.Context, s.containerdOptions())})
+			if checks := s.pathChecks("rw"); len(checks) > 0 {
+				reports = append(reports, report{Backend: "deployment", Checks: checks})
+			}
 			for i := range reports {
 				r := &reports[i]
 				r.Usable = len(r.Checks) > 0

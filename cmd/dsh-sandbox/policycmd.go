@@ -22,7 +22,10 @@ func policyCommand() *cli.Command {
 			ArgsUsage: "NAME|FILE",
 			Description: `NAME is a built-in profile (read-only, workspace-write, ci); FILE is a YAML or JSON
 policy. Prints the normalized policy and a plain explanation; with the session flags it
-also warns when the chosen user cannot read the workspace or the transcript.
+also warns when the chosen user cannot read the workspace or the transcript, and when a
+call from --cwd would be refused: a workspace behind a symbolic link, a system directory,
+one outside --workspace-roots, or a read-write workspace holding the dsh home, the
+sessions root or the state directory.
 Exits 2 when the policy is invalid, naming the field.
 
 Examples:
@@ -49,8 +52,13 @@ Examples:
 					}
 				}
 				var warnings []string
+				for _, ch := range s.pathChecks(p.Workspace) {
+					if !ch.OK {
+						warnings = append(warnings, fmt.Sprintf("a call from --cwd %s is refused (%s): %s", s.cwd, ch.Name, ch.Detail))
+					}
+				}
 				if uid, gid, err := policy.ResolveUser(p, sess); err == nil {
-					warnings = policy.Warnings(p, sess, uid, gid)
+					warnings = append(warnings, policy.Warnings(p, sess, uid, gid)...)
 				} else {
 					warnings = append(warnings, fmt.Sprintf("the user cannot be resolved here: %v", err))
 				}

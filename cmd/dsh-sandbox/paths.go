@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// The host paths a call started from the command line mounts are checked
+// here before any backend is touched (DESIGN §3.8 "paths"): the
+// workspace (--cwd) is resolved without following links and may not be a
+// system directory or lie outside --workspace-roots, and what the
+// service trusts (the dsh home, the sessions root, the state and data
+// directories, the SQLite database) may not lie inside a workspace the
+// call sees, read-write or read-only. The sandbox layer checks the same paths again right
+// before the mount (sandbox.PreparePaths); this is the early, explained
+// refusal. `exec` and `hooks run` refuse; `policy check` and `doctor`
+// report.
+
+// checkCallPaths returns the first refused path of a call under pol
+// from s.cwd as a usage error (exit 2) naming the paths; nil when the
+// shape is allowed.
+func (s *settings) checkCallPaths(pol sandbox.Policy) error {
+	for _, ch := range s.pathChecks(pol.Workspace) {
+		if !ch.OK {
+			return usageError("%s", ch.Detail)
+		}
+	}
+	return nil
+}
+
+// pathChecks checks the deployment shape of a call whose workspace is
+// s.cwd mounted per workspace ("rw", "ro" or "none"), one finding per
+// rule: "workspace" (resolves without links, not a system directory),
+// "workspace-roots" (inside one of them, when set) and "deployment"
+// (nothing trusted inside a read-write workspace). Nothing is reported
+// for a call without a cwd.
+func (s *settings) pathChecks(workspace string) []sandbox.Check {
+	if s.cwd == "" {
+		return nil
+	}
+	var checks []sandbox.Check
+	add := func(name string, ok bool, format string, args ...any) {
+		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+	mounted := workspace == "rw" || workspace == "ro"
+	ws := filepath.Clean(s.cwd)
+	switch {
+	case !mounted:
+		add("workspace", true, "--cwd %s is not mounted (policy workspace %q)", ws, workspace)
+	default:
+		r, err := sandbox.ResolveDir("--cwd", s.cwd)
+		switch {
+		case err != nil:
+			add("workspace", false, "%v", err)
+			return checks // nothing else can be judged
+		case sandbox.SystemDir(r):
+			add("workspace", false, "--cwd %s is a system directory and may never be a workspace", r)
+			return checks
+		}
+		ws = r
+		add("workspace", true, "--cwd %s resolves without links and is not a system directory", ws)
+	}
+	if len(s.workspaceRoots) > 0 {
+		if root, ok := s.workspaceRoot(ws); ok {
+			add("workspace-roots", true, "--cwd %s lies in the workspace root %s", ws, root)
+		} else {
+			add("workspace-roots", false, "--cwd %s lies outside --workspace-roots %s", ws, strings.Join(s.workspaceRoots, ":"))
+		}
+	}
+	if !mounted {
+		// Read-only counts too: a call that can read the sessions root
+		// reads every session's transcript, and the state dir holds
+		// other calls' bundles and spill files.
+		return checks
+	}
+	protected := map[string]string{
+		"sessions root": s.sessionsRoot,
+		"dsh home":      s.home,
+		"state dir":     s.stateDir,
+		"data dir":      s.dataDir,
+	}
+	if s.persistence == "sqlite" {
+		protected["SQLite database"] = s.sqlitePath
+	}
+	if err := sandbox.CheckDeployment(ws, protected); err != nil {
+		add("deployment", false, "%v", strings.TrimPrefix(err.Error(), "sandbox: "))
+	} else {
+		add("deployment", true, "the sessions root %s, dsh home %s and state dir %s lie outside the workspace %s", s.sessionsRoot, s.home, s.stateDir, ws)
+	}
+	return checks
+}
+
+// workspaceRoot returns the --workspace-roots entry ws lies in, comparing
+// each root as written and with its links resolved.
+func (s *settings) workspaceRoot(ws string) (string, bool) {
+	for _, root := range s.workspaceRoots {
+		if sandbox.Within(ws, root) {
+			return root, true
+		}
+		if real, err := filepath.EvalSymlinks(root); err == nil && sandbox.Within(ws, real) {
+			return root, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,375 @@
+package sandbox
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pathTree builds, in a fresh directory, a workspace with the links an
+// agent could plant: ws/{sub/, file, link-root -> /, link-sub -> sub,
+// dangling -> missing}, and linkdir -> ws beside it. It returns the
+// directory, with its own links resolved.
+func pathTree(t *testing.T) string {
+	t.Helper()
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(base, "ws")
+	for _, d := range []string{ws, filepath.Join(ws, "sub")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "file"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		filepath.Join(ws, "link-root"): "/",
+		filepath.Join(ws, "link-sub"):  "sub",
+		filepath.Join(ws, "dangling"):  filepath.Join(base, "missing"),
+		filepath.Join(base, "linkdir"): ws,
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base
+}
+
+// bothResolvers runs f with openat2 and with the fallback walk.
+func bothResolvers(t *testing.T, f func(t *testing.T)) {
+	t.Run("openat2", f)
+	t.Run("walk", func(t *testing.T) {
+		tryOpenat2 = false
+		defer func() { tryOpenat2 = true }()
+		f(t)
+	})
+}
+
+func TestResolveDir(t *testing.T) {
+	base := pathTree(t)
+	ws := filepath.Join(base, "ws")
+	tests := []struct {
+		name    string
+		path    string
+		want    string // "" = an ErrInvalid error
+		mention string
+		missing bool
+	}{
+		{"workspace", ws, ws, "", false},
+		{"trailing slash", ws + "/", ws, "", false},
+		{"dot", ws + "/./sub", filepath.Join(ws, "sub"), "", false},
+		{"dot-dot of a real dir", ws + "/sub/..", ws, "", false},
+		{"root", "/", "/", "", false},
+		{"link to / as last component", ws + "/link-root", "", "symbolic link", false},
+		{"link to / in the middle", ws + "/link-root/etc", "", "symbolic link", false},
+		{"link then dot-dot", ws + "/link-sub/..", "", "symbolic link", false},
+		{"link to / then dot-dot", ws + "/link-root/..", "", "symbolic link", false},
+		{"link as first own component", base + "/linkdir/sub", "", "symbolic link", false},
+		{"relative link to a real dir", ws + "/link-sub", "", "symbolic link", false},
+		{"dangling link", ws + "/dangling", "", "symbolic link", false},
+		{"file", ws + "/file", "", "not a directory", false},
+		{"below a file", ws + "/file/x", "", "not a directory", false},
+		{"missing", ws + "/missing", "", "does not exist", true},
+		{"missing below missing", ws + "/missing/x", "", "does not exist", true},
+		{"relative", "ws", "", "not an absolute path", false},
+		{"empty", "", "", "is empty", false},
+		{"NUL", ws + "\x00", "", "NUL", false},
+	}
+	bothResolvers(t, func(t *testing.T) {
+		for _, tt := range tests {
+			got, err := ResolveDir("session.cwd", tt.path)
+			if tt.want != "" {
+				if err != nil || got != tt.want {
+					t.Errorf("ResolveDir(%s: %q) = %q, %v, want %q", tt.name, tt.path, got, err, tt.want)
+				}
+				continue
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("ResolveDir(%s: %q) = %q, %v, want an error wrapping ErrInvalid", tt.name, tt.path, got, err)
+				continue
+			}
+			if msg := err.Error(); !strings.Contains(msg, "session.cwd") || !strings.Contains(msg, tt.mention) {
+				t.Errorf("ResolveDir(%s) error %q does not name session.cwd and %q", tt.name, msg, tt.mention)
+			}
+			if errors.Is(err, fs.ErrNotExist) != tt.missing {
+				t.Errorf("ResolveDir(%s) error %v: errors.Is(fs.ErrNotExist) = %v, want %v", tt.name, err, !tt.missing, tt.missing)
+			}
+		}
+	})
+}
+
+func TestResolvePath(t *testing.T) {
+	base := pathTree(t)
+	ws := filepath.Join(base, "ws")
+	bothResolvers(t, func(t *testing.T) {
+		if got, err := ResolvePath("policy.mounts[0].source", ws+"/file"); err != nil || got != ws+"/file" {
+			t.Errorf("ResolvePath(file) = %q, %v, want %q", got, err, ws+"/file")
+		}
+		for _, p := range []string{ws + "/link-root", ws + "/dangling", base + "/linkdir/file"} {
+			if _, err := ResolvePath("policy.mounts[0].source", p); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policy.mounts[0].source") {
+				t.Errorf("ResolvePath(%q) error = %v, want ErrInvalid naming the field", p, err)
+			}
+		}
+	})
+}
+
+func TestSystemDir(t *testing.T) {
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"/", true}, {"/etc", true}, {"/etc/ssl", true}, {"/proc", true}, {"/proc/1/root", true},
+		{"/sys/fs/cgroup", true}, {"/dev", true}, {"/dev/shm", true}, {"/usr", true}, {"/usr/bin", true},
+		{"/boot/efi", true}, {"/root", true}, {"/run", true}, {"/var/run", true}, {"/bin", true},
+		{"/sbin", true}, {"/lib", true}, {"/lib64", true}, {"/lib/x86_64-linux-gnu", true},
+		{"/var/lib", true}, {"/var", true}, {"/home", true},
+		{"/etc/../tmp", true}, // not clean: refused
+		{"relative", true},
+		{"/home/u/proj", false}, {"/srv/proj", false}, {"/tmp/x", false}, {"/root/proj", false},
+		{"/var/lib/jenkins/workspace", false}, {"/run/user/1000/x", false}, {"/library", true},
+		{"/etcetera", false}, {"/procfs", false}, {"/opt/proj", false},
+	}
+	for _, tt := range tests {
+		if got := SystemDir(tt.path); got != tt.want {
+			t.Errorf("SystemDir(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestWithin(t *testing.T) {
+	tests := []struct {
+		path, root string
+		want       bool
+	}{
+		{"/ws", "/ws", true}, {"/ws/a", "/ws", true}, {"/ws/a/b", "/ws/", true}, {"/ws2", "/ws", false},
+		{"/w", "/ws", false}, {"/", "/ws", false}, {"/anything", "/", true}, {"/ws/../etc", "/ws", false},
+		{"ws/a", "ws", false}, {"/ws", "", false},
+	}
+	for _, tt := range tests {
+		if got := Within(tt.path, tt.root); got != tt.want {
+			t.Errorf("Within(%q, %q) = %v, want %v", tt.path, tt.root, got, tt.want)
+		}
+	}
+}
+
+func TestMkdirNoFollow(t *testing.T) {
+	base := pathTree(t)
+	ws := filepath.Join(base, "ws")
+	// The legitimate variant: missing parents are created, mode 0700.
+	target := filepath.Join(base, "sessions", "proj", "s1", "spill")
+	d, err := MkdirNoFollow("session.transcriptDir", target, 0o700)
+	if err != nil {
+		t.Fatalf("MkdirNoFollow(%q) = %v", target, err)
+	}
+	f, err := CreateNoFollow(d, "call-1.stdout", 0o600)
+	if err != nil {
+		t.Fatalf("CreateNoFollow = %v", err)
+	}
+	f.Close()
+	if _, err := CreateNoFollow(d, "call-1.stdout", 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("CreateNoFollow of an existing file = %v, want EEXIST", err)
+	}
+	d.Close()
+	if fi, err := os.Stat(filepath.Join(target, "call-1.stdout")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("spill file: %v, %v; want mode 0600", fi, err)
+	}
+	if fi, err := os.Stat(target); err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("created dir: %v, %v; want a directory without group or other access", fi, err)
+	}
+	// An existing directory is fine too.
+	if d, err := MkdirNoFollow("session.transcriptDir", target, 0o700); err != nil {
+		t.Errorf("MkdirNoFollow(existing) = %v", err)
+	} else {
+		d.Close()
+	}
+
+	// A link at each position is refused and nothing is created where it
+	// points.
+	for _, tt := range []struct{ name, path string }{
+		{"link is the dir", ws + "/link-sub"},
+		{"link is the parent", ws + "/link-sub/new"},
+		{"link to / in the middle", ws + "/link-root/tmp/dsh-pwned"},
+		{"link higher up", base + "/linkdir/sub/new"},
+		{"dangling link", ws + "/dangling/new"},
+		{"file in the chain", ws + "/file/new"},
+		{"dot-dot", ws + "/sub/../new"},
+		{"relative", "ws/new"},
+	} {
+		d, err := MkdirNoFollow("session.transcriptDir", tt.path, 0o700)
+		if err == nil {
+			d.Close()
+			t.Errorf("MkdirNoFollow(%s: %q) succeeded, want an error", tt.name, tt.path)
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
+			t.Errorf("MkdirNoFollow(%s) error = %v, want ErrInvalid naming the field", tt.name, err)
+		}
+	}
+	for _, p := range []string{ws + "/sub/new", base + "/missing", "/tmp/dsh-pwned", ws + "/new"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s exists: a refused MkdirNoFollow created it", p)
+		}
+	}
+	// A planted link named like the spill file is not followed.
+	d, err = OpenDirNoFollow("spill", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	victim := filepath.Join(base, "victim")
+	if err := os.Symlink(victim, filepath.Join(target, "call-2.stdout")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateNoFollow(d, "call-2.stdout", 0o600); err == nil {
+		t.Errorf("CreateNoFollow over a planted link succeeded")
+	}
+	if _, err := os.Lstat(victim); err == nil {
+		t.Errorf("CreateNoFollow created the link's target %s", victim)
+	}
+	if _, err := CreateNoFollow(d, "../escape", 0o600); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CreateNoFollow(../escape) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestCheckDeployment(t *testing.T) {
+	base := pathTree(t)
+	ws := filepath.Join(base, "ws")
+	tests := []struct {
+		name      string
+		protected map[string]string
+		mention   string // "" = allowed
+	}{
+		{"outside", map[string]string{"sessions root": base + "/home/sessions", "state dir": "/run/dsh-sandbox"}, ""},
+		{"sibling prefix", map[string]string{"dsh home": ws + "2/.dsh"}, ""},
+		{"empty skipped", map[string]string{"dsh home": ""}, ""},
+		{"sessions root inside", map[string]string{"sessions root": ws + "/.dsh/sessions"}, ws + "/.dsh/sessions"},
+		{"home is the workspace", map[string]string{"dsh home": ws}, "dsh home"},
+		{"workspace inside state dir", map[string]string{"state dir": base}, "state dir"},
+		{"through a link", map[string]string{"dsh home": base + "/linkdir/.dsh"}, ws + "/.dsh"},
+		{"relative", map[string]string{"dsh home": ".dsh"}, "not an absolute path"},
+	}
+	for _, tt := range tests {
+		err := CheckDeployment(ws, tt.protected)
+		if tt.mention == "" {
+			if err != nil {
+				t.Errorf("CheckDeployment(%s) = %v, want nil", tt.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("CheckDeployment(%s) = %v, want ErrInvalid naming %q", tt.name, err, tt.mention)
+		}
+		if err != nil && tt.mention != "not an absolute path" && !strings.Contains(err.Error(), ws) {
+			t.Errorf("CheckDeployment(%s) = %v, want the workspace named too", tt.name, err)
+		}
+	}
+}
+
+func TestPreparePaths(t *testing.T) {
+	base := pathTree(t)
+	ws := filepath.Join(base, "ws")
+	sessions := filepath.Join(base, "sessions")
+	good := func() *Request {
+		r := testRequest()
+		r.Policy.Workspace = "rw"
+		r.Policy.Transcript = "ro"
+		r.Session.Cwd = ws
+		r.Session.TranscriptDir = filepath.Join(sessions, "proj", "s1")
+		r.Workdir = ""
+		r.Policy.Mounts = []Mount{{Source: ws + "/file", Target: "/ref", ReadOnly: true}}
+		return r
+	}
+	req := good()
+	call, err := Prepare(req, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PreparePaths(req, call); err != nil {
+		t.Fatalf("PreparePaths(legitimate) = %v", err)
+	}
+	if call.Workspace != ws || call.TranscriptDir != req.Session.TranscriptDir {
+		t.Errorf("PreparePaths: Workspace %q, TranscriptDir %q; want %q, %q", call.Workspace, call.TranscriptDir, ws, req.Session.TranscriptDir)
+	}
+	if fi, err := os.Stat(filepath.Join(req.Session.TranscriptDir, "spill")); err != nil || !fi.IsDir() {
+		t.Errorf("spill directory not created: %v", err)
+	}
+
+	// The swapped session directory: replaced by a link to a host
+	// directory, it is refused and nothing is written there.
+	victim := filepath.Join(base, "victim")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	swapped := filepath.Join(sessions, "proj", "s2")
+	if err := os.Symlink(victim, swapped); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name    string
+		mutate  func(r *Request)
+		mention string
+	}{
+		{"cwd link to /", func(r *Request) { r.Session.Cwd = ws + "/link-root" }, "session.cwd"},
+		{"cwd link then dot-dot", func(r *Request) { r.Session.Cwd = ws + "/link-sub/.." }, "session.cwd"},
+		{"cwd /etc", func(r *Request) { r.Session.Cwd = "/etc" }, "system directory"},
+		{"cwd /", func(r *Request) { r.Session.Cwd = "/" }, "system directory"},
+		{"cwd missing", func(r *Request) { r.Session.Cwd = ws + "/missing" }, "session.cwd"},
+		{"workdir through a link", func(r *Request) { r.Workdir = ws + "/link-root/etc" }, "workdir"},
+		{"transcript dir swapped for a link", func(r *Request) { r.Session.TranscriptDir = swapped }, "session.transcriptDir"},
+		{"transcript dir below a link", func(r *Request) { r.Session.TranscriptDir = ws + "/link-root/tmp/s" }, "session.transcriptDir"},
+		{"transcript dir a system dir", func(r *Request) { r.Session.TranscriptDir = "/etc/dsh" }, "session.transcriptDir"},
+		{"transcript dir inside rw workspace", func(r *Request) { r.Session.TranscriptDir = ws + "/.dsh/sessions/p/s" }, "session.transcriptDir"},
+		{"mount source link", func(r *Request) { r.Policy.Mounts[0].Source = ws + "/link-root" }, "policy.mounts[0].source"},
+		{"rw mount of a system dir", func(r *Request) { r.Policy.Mounts = []Mount{{Source: "/etc", Target: "/x"}} }, "policy.mounts[0].source"},
+	}
+	for _, tt := range tests {
+		req := good()
+		tt.mutate(req)
+		call, err := Prepare(req, nil, nil)
+		if err != nil {
+			t.Fatalf("Prepare(%s) = %v", tt.name, err)
+		}
+		err = PreparePaths(req, call)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("PreparePaths(%s) = %v, want ErrInvalid naming %q", tt.name, err, tt.mention)
+		}
+	}
+	if entries, _ := os.ReadDir(victim); len(entries) != 0 {
+		t.Errorf("the link target %s got %d entries", victim, len(entries))
+	}
+	if _, err := os.Lstat(ws + "/.dsh"); err == nil {
+		t.Errorf("a refused transcript dir inside the workspace was created")
+	}
+
+	// Read-only workspace: a transcript dir inside it is refused too (the
+	// call would read every session's transcript).
+	ro := good()
+	ro.Policy.Workspace, ro.Session.TranscriptDir = "ro", ws+"/sub/s"
+	if call, err := Prepare(ro, nil, nil); err != nil {
+		t.Fatal(err)
+	} else if err := PreparePaths(ro, call); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
+		t.Errorf("PreparePaths(ro workspace holding the transcript dir) = %v, want ErrInvalid naming session.transcriptDir", err)
+	}
+	// An unmounted cwd is not resolved; a workdir not yet there is fine.
+	for _, mutate := range []func(r *Request){
+		func(r *Request) { r.Policy.Workspace = "none"; r.Session.Cwd = ws + "/link-root" },
+		func(r *Request) { r.Workdir = ws + "/sub/not-yet" },
+	} {
+		req := good()
+		mutate(req)
+		call, err := Prepare(req, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := PreparePaths(req, call); err != nil {
+			t.Errorf("PreparePaths(%+v) = %v, want nil", req.Session, err)
+		}
+	}
+}
