@@ -27,9 +27,12 @@ const maxAuditLine = 4 << 20
 // background. It holds env variable names only, never values, and the
 // sha256 of the command, never its text.
 type AuditRecord struct {
-	Time          time.Time       `json:"time"`
-	ExecutionID   string          `json:"executionId"`
-	SessionID     string          `json:"sessionId,omitempty"`
+	Time        time.Time `json:"time"`
+	ExecutionID string    `json:"executionId"`
+	SessionID   string    `json:"sessionId,omitempty"`
+	// Client is the key of the client that asked for the call
+	// (Client.Key: "socket:UID" or "token:NAME").
+	Client        string          `json:"client,omitempty"`
 	CallID        string          `json:"callId,omitempty"`
 	Background    bool            `json:"background,omitempty"`
 	Policy        string          `json:"policy"`

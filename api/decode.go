@@ -41,13 +41,35 @@ func DecodeRun(r io.Reader) (*RunRequest, error) {
 	return &req, nil
 }
 
-// DecodeSession strictly decodes a SessionRequest from r.
+// DecodeSession strictly decodes a SessionRequest from r; a NUL byte in
+// any string of the header is refused naming the field.
 func DecodeSession(r io.Reader) (*SessionRequest, error) {
 	var req SessionRequest
 	if err := decodeStrict(r, &req); err != nil {
 		return nil, err
 	}
+	if err := headerText(req.Session); err != nil {
+		return nil, err
+	}
 	return &req, nil
+}
+
+// headerText refuses a NUL byte in any string of a session header: no
+// file name, environment value or label can hold one, so it would only
+// fail later, deep in a backend.
+func headerText(h *session.Header) error {
+	if h == nil {
+		return nil
+	}
+	for _, f := range []struct{ name, value string }{
+		{"session.id", h.ID}, {"session.cwd", h.Cwd}, {"session.parentSession", h.ParentSession},
+		{"session.origin", h.Origin}, {"session.agentPreset", h.AgentPreset},
+	} {
+		if strings.ContainsRune(f.value, 0) {
+			return fieldErrorf(f.name, "contains a NUL byte")
+		}
+	}
+	return nil
 }
 
 func decodeStrict(r io.Reader, v any) error {
@@ -107,6 +129,9 @@ func decodeError(err error) error {
 }
 
 func (r *RunRequest) validate() error {
+	if err := headerText(r.Session); err != nil {
+		return err
+	}
 	if r.Session != nil && r.Session.Cwd != "" && r.Cwd != "" {
 		return fieldErrorf("cwd", "must be empty when session is set (the header's cwd applies)")
 	}
@@ -116,7 +141,7 @@ func (r *RunRequest) validate() error {
 	if r.Policy == "" {
 		return fieldErrorf("policy", "is required")
 	}
-	if len(r.Policy) > 256 || !utf8.ValidString(r.Policy) {
+	if len(r.Policy) > 256 || !utf8.ValidString(r.Policy) || strings.ContainsRune(r.Policy, 0) {
 		return fieldErrorf("policy", "is not a policy name")
 	}
 	switch {

@@ -32,6 +32,12 @@ func TestDecodeRunBadInput(t *testing.T) {
 		{"HeaderVersion1", `{"policy":"ci","command":"true","session":{"type":"session","version":1,"id":"s","createdAt":0}}`, "session.version"},
 		{"HeaderRetired", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"sandboxMode":"x"}}`, "session.sandboxMode"},
 		{"HeaderNotObject", `{"policy":"ci","command":"true","session":"s1"}`, "session"},
+		{"NulSessionID", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"a\u0000b","createdAt":0}}`, "session.id"},
+		{"NulSessionCwd", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/a\u0000"}}`, "session.cwd"},
+		{"NulParent", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"parentSession":"\u0000"}}`, "session.parentSession"},
+		{"NulPolicy", `{"policy":"c\u0000i","command":"true"}`, "policy"},
+		{"NulWorkdir", `{"policy":"ci","command":"true","workdir":"/a\u0000"}`, "workdir"},
+		{"NulCallID", `{"policy":"ci","command":"true","callId":"\u0000"}`, "callId"},
 		{"CwdWithSession", `{"policy":"ci","command":"true","cwd":"/a","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/b"}}`, "cwd"},
 	}
 	for _, tc := range cases {
@@ -115,6 +121,9 @@ func FuzzDecodeRun(f *testing.F) {
 			}
 		}
 		if req.Session != nil {
+			if strings.ContainsRune(req.Session.ID+req.Session.Cwd+req.Session.ParentSession+req.Session.AgentPreset, 0) {
+				t.Fatalf("DecodeRun(%q) accepted a NUL in the session header", data)
+			}
 			if err := req.Session.Validate(); err != nil {
 				t.Fatalf("DecodeRun(%q) accepted an invalid header: %v", data, err)
 			}

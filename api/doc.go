@@ -2,9 +2,12 @@
 // the versioned /v1 handlers (foreground runs as one JSON result or an NDJSON
 // stream, background jobs, DSH_* declarations, snapshot preview, transcript
 // location, health), the trust boundary that builds every DSH_* snapshot
-// itself, strict request decoding with size limits, a concurrency limit with
-// a bounded queue, the Unix-socket and bearer-token TCP listeners, the
-// hash-chained JSONL audit log, Prometheus metrics and graceful shutdown.
+// itself, strict request decoding with size limits, client identity
+// (SO_PEERCRED on the socket, named tokens on TCP) and scope (workspace
+// checks, session and job ownership, refusal of sandboxed peers), a
+// concurrency limit with a bounded queue shared by calls and jobs, the
+// Unix-socket and bearer-token TCP listeners, the hash-chained JSONL audit
+// log, Prometheus metrics and graceful shutdown.
 // The Go client lives in api/client.
 //
 // The server never picks a backend: cmd/dsh-sandbox injects a

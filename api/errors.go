@@ -12,32 +12,50 @@ import (
 var (
 	// ErrUnauthorized is a missing or wrong bearer token (401).
 	ErrUnauthorized = errors.New("unauthorized")
-	// ErrOverloaded means the concurrency limit and the queue are full
-	// (429 with Retry-After).
+	// ErrOverloaded means the concurrency limit and the queue are full,
+	// or a per-session cap is reached (429 with Retry-After).
 	ErrOverloaded = errors.New("overloaded")
+	// ErrForbidden means the client may not do what it asks: use a
+	// directory outside its scope, or connect from inside a sandboxed call
+	// (403).
+	ErrForbidden = errors.New("forbidden")
 )
 
-// FieldError is an invalid request field. It wraps sandbox.ErrInvalid.
+// FieldError is an invalid or forbidden request field. It wraps
+// sandbox.ErrInvalid, and ErrForbidden too when Forbidden is set.
 type FieldError struct {
 	// Field is the JSON path of the field, e.g. "session.cwd" or "env[2]".
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
+	// Forbidden marks a well-formed value this client may not use (403
+	// instead of 400).
+	Forbidden bool
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Unwrap returns sandbox.ErrInvalid.
-func (e *FieldError) Unwrap() error { return sandbox.ErrInvalid }
+// Unwrap returns sandbox.ErrInvalid, preceded by ErrForbidden when the
+// field is forbidden.
+func (e *FieldError) Unwrap() []error {
+	if e.Forbidden {
+		return []error{ErrForbidden, sandbox.ErrInvalid}
+	}
+	return []error{sandbox.ErrInvalid}
+}
 
 func fieldErrorf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+func forbiddenf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Forbidden: true}
+}
+
 // HTTPStatus is the one mapping from an error class to an HTTP status:
 // sandbox.ErrInvalid → 400, sandbox.ErrNotFound → 404,
-// sandbox.ErrUnavailable → 503, ErrUnauthorized → 401, ErrOverloaded → 429,
-// a body over the limit → 413, anything else → 500.
+// sandbox.ErrUnavailable → 503, ErrUnauthorized → 401, ErrForbidden → 403,
+// ErrOverloaded → 429, a body over the limit → 413, anything else → 500.
 func HTTPStatus(err error) int {
 	var tooBig *http.MaxBytesError
 	switch {
@@ -45,6 +63,8 @@ func HTTPStatus(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusTooManyRequests
 	case errors.Is(err, sandbox.ErrInvalid):
@@ -62,6 +82,7 @@ var classes = []struct {
 	name string
 	err  error
 }{
+	{"forbidden", ErrForbidden},
 	{"invalid", sandbox.ErrInvalid},
 	{"not_found", sandbox.ErrNotFound},
 	{"unavailable", sandbox.ErrUnavailable},
@@ -100,8 +121,8 @@ func (b ErrorBody) Err() error {
 			class = c.err
 		}
 	}
-	if b.Field != "" && class == sandbox.ErrInvalid {
-		return &FieldError{Field: b.Field, Reason: trimField(b.Message, b.Field)}
+	if b.Field != "" && (class == sandbox.ErrInvalid || class == ErrForbidden) {
+		return &FieldError{Field: b.Field, Reason: trimField(b.Message, b.Field), Forbidden: class == ErrForbidden}
 	}
 	return &remoteError{class: class, msg: b.Message}
 }

@@ -3,7 +3,10 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,15 +25,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := s.request(r.Context(), rr)
+	req, err := s.request(r.Context(), requestClient(r), rr)
 	if err != nil {
 		return err
 	}
 	queued := time.Now()
-	if err := s.limit.acquire(r.Context()); err != nil {
+	t, err := s.limit.acquire(r.Context())
+	if err != nil {
 		return err
 	}
-	defer s.limit.release()
+	defer t.release()
 	wait := time.Since(queued)
 	s.metrics.queueWait.Observe(wait.Seconds())
 	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, queue: wait})
@@ -116,24 +120,76 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) error {
 	if rr.Stream {
 		return fieldErrorf("stream", "background jobs do not stream; read them with GET /v1/jobs/{id}")
 	}
-	req, err := s.request(r.Context(), rr)
+	cl := requestClient(r)
+	req, err := s.request(r.Context(), cl, rr)
 	if err != nil {
 		return err
 	}
-	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID})
-	id, err := s.jobs.Start(ctx, req.Session.ID, req)
+	// The job holds a slot while it runs, as a foreground call does; it
+	// may wait for one in the queue, and is refused when that is full.
+	t, err := s.limit.admit()
 	if err != nil {
+		return err
+	}
+	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, ticket: t})
+	id, err := s.jobs.Start(ctx, jobOwner(cl, req.Session.ID), req)
+	if err != nil {
+		t.release()
+		if errors.Is(err, sandbox.ErrJobLimit) {
+			return fmt.Errorf("%w: the session has %d background jobs that have not ended, the limit (--max-jobs-per-session)", ErrOverloaded, s.opts.MaxJobsPerSession)
+		}
 		return err
 	}
 	return writeJSON(w, http.StatusOK, StartResponse{ID: id})
 }
 
-// owner is the job owner a request names: ?session=ID, "" for calls with
-// no agent.
-func owner(r *http.Request) string { return r.URL.Query().Get("session") }
+// queryText refuses a NUL byte in any query parameter, naming it.
+func queryText(r *http.Request) error {
+	for name, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if strings.ContainsRune(v, 0) || strings.ContainsRune(name, 0) {
+				return fieldErrorf(strings.ReplaceAll(name, "\x00", ""), "query parameter contains a NUL byte")
+			}
+		}
+	}
+	return nil
+}
+
+// requestClient is the client identify attached to r.
+func requestClient(r *http.Request) Client {
+	if c, ok := ClientFrom(r.Context()); ok {
+		return c
+	}
+	return Client{Kind: ClientAnonymous, Name: "anonymous", UID: -1, GID: -1, PID: -1}
+}
+
+// jobOwner is the sandbox.Jobs owner of a client's session: jobs are
+// visible only to the client that started them, per session.
+func jobOwner(cl Client, sessionID string) string { return cl.Key() + "\x00" + sessionID }
+
+// owner is the job owner a request names: its client and ?session=ID
+// ("" for calls with no agent). A session of another client is not
+// found.
+func (s *Server) owner(r *http.Request) (string, error) {
+	if id := r.PathValue("id"); strings.ContainsRune(id, 0) {
+		return "", fieldErrorf("id", "contains a NUL byte")
+	}
+	cl := requestClient(r)
+	session := r.URL.Query().Get("session")
+	if session != "" {
+		if err := s.sessions.check(session, cl.Key()); err != nil {
+			return "", err
+		}
+	}
+	return jobOwner(cl, session), nil
+}
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
-	jobs := s.jobs.List(owner(r))
+	owner, err := s.owner(r)
+	if err != nil {
+		return err
+	}
+	jobs := s.jobs.List(owner)
 	if jobs == nil {
 		jobs = []sandbox.JobInfo{}
 	}
@@ -148,7 +204,11 @@ type JobOutputResponse struct {
 }
 
 func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) error {
-	out, err := s.jobs.Output(owner(r), r.PathValue("id"))
+	owner, err := s.owner(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.jobs.Output(owner, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -161,14 +221,22 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) error {
-	if err := s.jobs.Kill(r.Context(), owner(r), r.PathValue("id")); err != nil {
+	owner, err := s.owner(r)
+	if err != nil {
+		return err
+	}
+	if err := s.jobs.Kill(r.Context(), owner, r.PathValue("id")); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, StartResponse{ID: r.PathValue("id")})
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) error {
-	if err := s.jobs.Remove(r.Context(), owner(r), r.PathValue("id")); err != nil {
+	owner, err := s.owner(r)
+	if err != nil {
+		return err
+	}
+	if err := s.jobs.Remove(r.Context(), owner, r.PathValue("id")); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, StartResponse{ID: r.PathValue("id")})
@@ -182,6 +250,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) error {
 	sr, err := DecodeSession(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		return err
+	}
+	if sr.Session != nil {
+		if err := s.sessions.claim(sr.Session.ID, requestClient(r).Key()); err != nil {
+			return err
+		}
 	}
 	snap, err := s.opts.Registry.Collect(r.Context(), overlay.Execution{Home: s.opts.Home, Session: sr.Session})
 	if err != nil {
@@ -197,6 +270,9 @@ func (s *Server) handleLocate(w http.ResponseWriter, r *http.Request) error {
 	}
 	if sr.Session == nil {
 		return fieldErrorf("session", "is required")
+	}
+	if err := s.sessions.claim(sr.Session.ID, requestClient(r).Key()); err != nil {
+		return err
 	}
 	resp := LocateResponse{}
 	if loc, ok := s.locate(RunRequest{Session: sr.Session}); ok {

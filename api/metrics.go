@@ -43,11 +43,11 @@ func newMetrics(l *limiter, leaked func() float64) *metrics {
 	m.reg.MustRegister(m.executions, m.latency, m.queueWait, m.requests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dsh_sandbox_in_flight",
-			Help: "Foreground executions running now.",
+			Help: "Executions (foreground calls and background jobs) holding a slot now.",
 		}, func() float64 { return float64(l.running.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dsh_sandbox_queue_depth",
-			Help: "Foreground executions waiting for a slot.",
+			Help: "Executions (foreground calls and background jobs) waiting for a slot.",
 		}, func() float64 { return float64(l.queued.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dsh_sandbox_leaked_objects",

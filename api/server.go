@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,8 +25,24 @@ import (
 const (
 	DefaultMaxConcurrent = 4
 	DefaultMaxQueue      = 64
+	// DefaultMaxJobsPerSession bounds the live background jobs of one
+	// session of one client.
+	DefaultMaxJobsPerSession = 8
+	// DefaultJobTTL is how long an ended background job stays readable.
+	DefaultJobTTL = time.Hour
 	// RetryAfterSeconds is the Retry-After of a 429.
 	RetryAfterSeconds = 1
+)
+
+// Timeouts of every connection.
+const (
+	// ReadHeaderTimeout bounds reading a request's header block.
+	ReadHeaderTimeout = 10 * time.Second
+	// ReadTimeout bounds reading a whole request, body included (bodies
+	// are at most MaxBodyBytes).
+	ReadTimeout = 60 * time.Second
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout = 2 * time.Minute
 )
 
 // Options configure a Server. Executor, Policies, Registry and Home are
@@ -48,12 +62,29 @@ type Options struct {
 	Locator func() contributors.Locator
 	// Home is the absolute dsh home of every execution. Required.
 	Home string
-	// MaxConcurrent bounds concurrent foreground executions;
-	// 0 means DefaultMaxConcurrent.
+	// MaxConcurrent bounds concurrent executions, foreground calls and
+	// background jobs alike; 0 means DefaultMaxConcurrent.
 	MaxConcurrent int
-	// MaxQueue bounds foreground executions waiting for a slot; beyond it
-	// the answer is 429. 0 means DefaultMaxQueue; negative means none.
+	// MaxQueue bounds executions waiting for a slot; beyond it the answer
+	// is 429. 0 means DefaultMaxQueue; negative means none.
 	MaxQueue int
+	// MaxJobsPerSession bounds the background jobs of one session of one
+	// client that have not ended; beyond it POST /v1/jobs answers 429.
+	// 0 means DefaultMaxJobsPerSession; negative means no bound.
+	MaxJobsPerSession int
+	// JobTTL is how long an ended job stays readable before it is
+	// removed. 0 means DefaultJobTTL; negative keeps ended jobs until
+	// they are removed.
+	JobTTL time.Duration
+	// WorkspaceRoots are clean absolute directories every call's
+	// workspace (session cwd, cwd, workdir) must lie in; nil means any
+	// directory that is not a system directory.
+	WorkspaceRoots []string
+	// ProtectedPaths are the deployment's paths no workspace may contain
+	// or lie inside, by name ("sessions root", "dsh home", "state dir",
+	// "service socket", …); a call naming such a workspace is refused
+	// (403). nil protects nothing beyond the system directories.
+	ProtectedPaths map[string]string
 	// Audit receives one record per execution; nil means none.
 	Audit *AuditLog
 	// LeakedObjects reports how many objects the reaper removed, for the
@@ -69,11 +100,12 @@ type Options struct {
 // listeners with Serve and stop it with Shutdown. It is safe for
 // concurrent use.
 type Server struct {
-	opts    Options
-	jobs    *sandbox.Jobs
-	limit   *limiter
-	metrics *metrics
-	handler http.Handler
+	opts     Options
+	jobs     *sandbox.Jobs
+	limit    *limiter
+	metrics  *metrics
+	handler  http.Handler
+	sessions sessionOwners
 
 	base   context.Context
 	cancel context.CancelFunc
@@ -103,34 +135,61 @@ func NewServer(opts Options) (*Server, error) {
 	case opts.MaxQueue < 0:
 		opts.MaxQueue = 0
 	}
+	switch {
+	case opts.MaxJobsPerSession == 0:
+		opts.MaxJobsPerSession = DefaultMaxJobsPerSession
+	case opts.MaxJobsPerSession < 0:
+		opts.MaxJobsPerSession = 0
+	}
+	switch {
+	case opts.JobTTL == 0:
+		opts.JobTTL = DefaultJobTTL
+	case opts.JobTTL < 0:
+		opts.JobTTL = 0
+	}
 	if opts.LeakedObjects == nil {
 		opts.LeakedObjects = func() float64 { return 0 }
 	}
 	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue)}
 	s.metrics = newMetrics(s.limit, opts.LeakedObjects)
-	s.jobs = sandbox.NewJobs(observed{s: s, background: true})
+	s.jobs = sandbox.NewJobsWith(observed{s: s, background: true}, sandbox.JobsOptions{
+		MaxLivePerOwner: opts.MaxJobsPerSession,
+		TTL:             opts.JobTTL,
+	})
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	return s, nil
 }
 
-// Handler returns the service's handler without authentication (for a
-// Unix socket or tests).
-func (s *Server) Handler() http.Handler { return s.handler }
+// Handler returns the service's handler without tokens: a request that
+// did not come through Serve is an anonymous client.
+func (s *Server) Handler() http.Handler { return identify(nil, s.handler) }
 
-// Serve accepts connections on l until Shutdown. A non-empty token makes
-// every request need "Authorization: Bearer <token>" (compared in constant
-// time); others get 401. It returns http.ErrServerClosed after Shutdown.
+// Serve is ServeClients with one token client named LegacyTokenName, or
+// none when token is empty.
 func (s *Server) Serve(l net.Listener, token string) error {
-	h := s.handler
+	var tokens []TokenClient
 	if token != "" {
-		h = requireToken(token, h)
+		tokens = []TokenClient{{Name: LegacyTokenName, Token: token}}
 	}
+	return s.ServeClients(l, tokens)
+}
+
+// ServeClients accepts connections on l until Shutdown. With tokens,
+// every request needs "Authorization: Bearer <token>" of one of them
+// (compared in constant time) and is that token's client; others get 401
+// before their body is read. Without, a Unix-socket peer is identified
+// by its credentials. A Unix-socket peer that is itself a sandboxed call
+// gets 403. It returns http.ErrServerClosed after Shutdown.
+func (s *Server) ServeClients(l net.Listener, tokens []TokenClient) error {
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           identify(tokens, s.handler),
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
+		ConnContext:       connContext,
 	}
 	s.mu.Lock()
 	if s.base.Err() != nil {
@@ -235,7 +294,10 @@ func (s *Server) logged(route string, h func(http.ResponseWriter, *http.Request)
 		w.Header().Set("X-Request-Id", id)
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-		err := h(sw, r)
+		err := queryText(r)
+		if err == nil {
+			err = h(sw, r)
+		}
 		if err != nil && sw.status == 0 {
 			writeError(sw, err)
 		}
@@ -245,6 +307,9 @@ func (s *Server) logged(route string, h func(http.ResponseWriter, *http.Request)
 			ev = s.opts.Logger.Warn()
 		}
 		ev = ev.Str("request", id).Str("method", r.Method).Str("route", route).Int("status", sw.status).Dur("duration", time.Since(start))
+		if cl, ok := ClientFrom(r.Context()); ok {
+			ev = ev.Str("client", cl.Key())
+		}
 		if err != nil {
 			ev = ev.Str("error", Body(err).Class)
 			if fe := (*FieldError)(nil); errors.As(err, &fe) {
@@ -283,33 +348,47 @@ func writeError(w http.ResponseWriter, err error) {
 	_ = writeJSON(w, status, ErrorResponse{Error: Body(err)})
 }
 
-// requireToken refuses requests without the bearer token. Both sides are
-// hashed first so the comparison takes the same time whatever the lengths.
-func requireToken(token string, h http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
-			writeError(w, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // decodeRunBody strictly decodes a RunRequest body within MaxBodyBytes.
 func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) {
 	return DecodeRun(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 }
 
-// request turns a decoded RunRequest into a sandbox.Request: the named
-// policy, the service's own DSH_* snapshot, the session's mounts and a new
-// execution id.
-func (s *Server) request(ctx context.Context, rr *RunRequest) (*sandbox.Request, error) {
+// request turns a decoded RunRequest of client cl into a sandbox.Request:
+// the named policy, the client's workspace and workdir checked against
+// its scope (checkDir), the session claimed for the client, the
+// service's own DSH_* snapshot, the session's mounts and a new execution
+// id.
+func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandbox.Request, error) {
 	pol, ok := s.opts.Policies[rr.Policy]
 	if !ok {
 		return nil, fieldErrorf("policy", "%q is not a policy this service knows", rr.Policy)
+	}
+	field, cwd := "cwd", rr.Cwd
+	if rr.Session != nil {
+		field, cwd = "session.cwd", rr.Session.Cwd
+	}
+	if cwd != "" {
+		resolved, err := s.checkDir(cl, field, cwd)
+		if err != nil {
+			return nil, err
+		}
+		if rr.Session != nil {
+			h := *rr.Session
+			h.Cwd = resolved
+			rr.Session = &h
+		} else {
+			rr.Cwd = resolved
+		}
+	}
+	if rr.Workdir != "" {
+		if _, err := s.checkDir(cl, "workdir", rr.Workdir); err != nil {
+			return nil, err
+		}
+	}
+	if rr.Session != nil {
+		if err := s.sessions.claim(rr.Session.ID, cl.Key()); err != nil {
+			return nil, err
+		}
 	}
 	snap, err := s.opts.Registry.Collect(ctx, overlay.Execution{Home: s.opts.Home, Session: rr.Session})
 	if err != nil {
@@ -362,6 +441,10 @@ type callMetaKey struct{}
 type callMeta struct {
 	callID string
 	queue  time.Duration
+	// ticket is a background job's admission; the job waits for its slot
+	// and releases it when it ends. nil for foreground calls, which hold
+	// their slot in the handler.
+	ticket *ticket
 }
 
 // observed wraps the executor with the audit log and metrics; foreground
@@ -373,13 +456,26 @@ type observed struct {
 
 func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	meta, _ := ctx.Value(callMetaKey{}).(callMeta)
+	if t := meta.ticket; t != nil {
+		defer t.release()
+		queued := time.Now()
+		if err := t.wait(ctx); err != nil {
+			return nil, err
+		}
+		meta.queue = time.Since(queued)
+		o.s.metrics.queueWait.Observe(meta.queue.Seconds())
+	}
 	start := time.Now()
 	res, err := o.s.opts.Executor.Run(ctx, req)
 	o.s.metrics.observe(req.Policy.Backend, time.Since(start), res, err)
 	o.s.opts.Logger.Debug().Str("call", req.CallID).Str("session", req.Session.ID).
 		Str("backend", req.Policy.Backend).Str("outcome", outcome(res, err)).Msg("execution")
 	if a := o.s.opts.Audit; a != nil {
-		if aerr := a.Append(auditRecord(req, meta.callID, o.background, meta.queue, res, err)); aerr != nil {
+		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
+		if cl, ok := ClientFrom(ctx); ok {
+			rec.Client = cl.Key()
+		}
+		if aerr := a.Append(rec); aerr != nil {
 			o.s.opts.Logger.Error().Err(aerr).Str("call", req.CallID).Msg("audit log append failed")
 		}
 	}

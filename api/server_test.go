@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,8 @@ func (fakeLocator) Locate(h session.Header) (persistence.Location, bool) {
 }
 
 type fixture struct {
+	// work is a real workspace directory the scope checks accept.
+	work   string
 	exec   *fakeExec
 	srv    *api.Server
 	cl     *client.Client
@@ -123,7 +126,10 @@ func newFixture(t testing.TB, exec *fakeExec, mutate func(*api.Options)) *fixtur
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{exec: exec, srv: srv, sock: sock, audit: auditPath, served: make(chan error, 1)}
+	f := &fixture{work: filepath.Join(dir, "work"), exec: exec, srv: srv, sock: sock, audit: auditPath, served: make(chan error, 1)}
+	if err := os.Mkdir(f.work, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	go func() { f.served <- srv.Serve(l, "") }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -142,7 +148,7 @@ func header(id, cwd string) *session.Header { return &session.Header{ID: id, Cwd
 func TestServerRunBuildsSnapshotItself(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	ctx := context.Background()
-	resp, err := f.cl.Run(ctx, api.RunRequest{Session: header("s1", "/w"), Policy: policy.WorkspaceWrite, Command: "ls", Env: []string{"A=1"}})
+	resp, err := f.cl.Run(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "ls", Env: []string{"A=1"}})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -154,15 +160,15 @@ func TestServerRunBuildsSnapshotItself(t *testing.T) {
 	if strings.Join(req.DSHEnv, ",") != strings.Join(want, ",") {
 		t.Errorf("executor got DSHEnv %q, want %q", req.DSHEnv, want)
 	}
-	if req.Session.TranscriptDir != "/sessions/s1" || req.Session.Cwd != "/w" || req.CallID != resp.ExecutionID {
-		t.Errorf("executor got session %+v call %q, want transcript /sessions/s1, cwd /w, call %q", req.Session, req.CallID, resp.ExecutionID)
+	if req.Session.TranscriptDir != "/sessions/s1" || req.Session.Cwd != f.work || req.CallID != resp.ExecutionID {
+		t.Errorf("executor got session %+v call %q, want transcript /sessions/s1, cwd %s, call %q", req.Session, req.CallID, f.work, resp.ExecutionID)
 	}
 }
 
 func TestServerStream(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	var out, errOut bytes.Buffer
-	resp, err := f.cl.Stream(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "echo", Cwd: "/w"}, &out, &errOut)
+	resp, err := f.cl.Stream(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "echo", Cwd: f.work}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("Stream = %v", err)
 	}
@@ -283,25 +289,25 @@ func TestServerJobs(t *testing.T) {
 	exec := &fakeExec{block: make(chan struct{}), started: make(chan struct{}, 1)}
 	f := newFixture(t, exec, nil)
 	ctx := context.Background()
-	id, err := f.cl.StartJob(ctx, api.RunRequest{Session: header("s1", "/w"), Policy: policy.WorkspaceWrite, Command: "sleep"})
-	if err != nil || id != "bash-1" {
-		t.Fatalf("StartJob = %q, %v; want bash-1", id, err)
+	id, err := f.cl.StartJob(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+	if err != nil || !regexp.MustCompile(`^bash-[0-9a-f]{16}$`).MatchString(id) {
+		t.Fatalf("StartJob = %q, %v; want bash-<16 hex digits>", id, err)
 	}
 	<-exec.started
 	jobs, err := f.cl.Jobs(ctx, "s1")
-	if err != nil || len(jobs) != 1 || jobs[0].ID != "bash-1" {
-		t.Errorf("Jobs(s1) = %+v, %v; want bash-1", jobs, err)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
+		t.Errorf("Jobs(s1) = %+v, %v; want %s", jobs, err, id)
 	}
 	if others, _ := f.cl.Jobs(ctx, "s2"); len(others) != 0 {
 		t.Errorf("Jobs(s2) = %+v, want none (jobs belong to their session)", others)
 	}
-	if _, err := f.cl.JobOutput(ctx, "s2", "bash-1"); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("JobOutput(s2, bash-1) = %v, want ErrNotFound", err)
+	if _, err := f.cl.JobOutput(ctx, "s2", id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("JobOutput(s2, %s) = %v, want ErrNotFound", id, err)
 	}
-	if err := f.cl.KillJob(ctx, "s1", "bash-1"); err != nil {
+	if err := f.cl.KillJob(ctx, "s1", id); err != nil {
 		t.Fatalf("KillJob = %v", err)
 	}
-	out, err := f.cl.JobOutput(ctx, "s1", "bash-1")
+	out, err := f.cl.JobOutput(ctx, "s1", id)
 	if err != nil || !out.Done || out.Result == nil || !out.Result.Aborted || out.Stdout != "out:sleep\n" {
 		t.Errorf("JobOutput after kill = %+v, %v; want done, aborted, stdout out:sleep", out, err)
 	}
@@ -314,7 +320,7 @@ func TestServerSnapshotLocateEnvHealth(t *testing.T) {
 	if err != nil || strings.Join(env, ",") != "DSH_HOME=/home/dsh,DSH_SHELL=1" {
 		t.Errorf("Snapshot(nil) = %q, %v; want DSH_HOME and DSH_SHELL only", env, err)
 	}
-	loc, ok, err := f.cl.Locate(ctx, *header("s1", "/w"))
+	loc, ok, err := f.cl.Locate(ctx, *header("s1", f.work))
 	if err != nil || !ok || loc.Path != "/sessions/s1/session.jsonl" {
 		t.Errorf("Locate(s1) = %+v, %t, %v", loc, ok, err)
 	}
@@ -343,7 +349,7 @@ func TestServerSnapshotLocateEnvHealth(t *testing.T) {
 func TestServerAuditChainVerifies(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	for i := range 3 {
-		if _, err := f.cl.Run(context.Background(), api.RunRequest{Session: header("s1", "/w"), Policy: policy.WorkspaceWrite, Command: "c", Env: []string{"SECRETISH=value"}, CallID: "tool-" + string(rune('a'+i))}); err != nil {
+		if _, err := f.cl.Run(context.Background(), api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "c", Env: []string{"SECRETISH=value"}, CallID: "tool-" + string(rune('a'+i))}); err != nil {
 			t.Fatal(err)
 		}
 	}

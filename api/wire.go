@@ -133,8 +133,8 @@ type HealthResponse struct {
 
 // ErrorBody is the JSON body of every error answer, {"error": {…}}.
 type ErrorBody struct {
-	// Class is "invalid", "not_found", "unavailable", "unauthorized",
-	// "overloaded" or "internal".
+	// Class is "invalid", "forbidden", "not_found", "unavailable",
+	// "unauthorized", "overloaded" or "internal".
 	Class string `json:"class"`
 	// Field names the offending request field, when one is to blame.
 	Field string `json:"field,omitempty"`

@@ -176,7 +176,7 @@ func TestServeAPIWithRealBackend(t *testing.T) {
 	sv := startServe(t, e)
 	ctx := context.Background()
 	h := e.header("s1")
-	jsonlPath := jsonl.Path(e.root, *h, jsonl.CompressionNone)
+	jsonlPath := jsonl.Path(e.root, *h, jsonl.CompressionZstd)
 
 	resp, err := sv.cl.Run(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "env | grep ^DSH_ | sort; pwd"})
 	if err != nil {

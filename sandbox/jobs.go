@@ -3,13 +3,28 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
+
+// ErrJobLimit is wrapped (with ErrUnavailable) by the error of a Start
+// that would exceed JobsOptions.MaxLivePerOwner.
+var ErrJobLimit = errors.New("too many live jobs")
+
+// JobsOptions configure Jobs. The zero value means no limits.
+type JobsOptions struct {
+	// MaxLivePerOwner bounds the jobs of one owner that have not ended
+	// (running or waiting); Start beyond it fails with ErrJobLimit.
+	// 0 means no bound.
+	MaxLivePerOwner int
+	// TTL is how long a job is kept after it has ended; then it is
+	// forgotten as Remove does, read or not. 0 keeps ended jobs until
+	// Remove.
+	TTL time.Duration
+}
 
 // JobOutput is one read of a background job.
 type JobOutput struct {
@@ -44,26 +59,29 @@ type JobInfo struct {
 // Jobs runs calls in the background on any Executor (DESIGN §3.7): Start
 // returns an id at once, Output returns new output since the previous
 // read, Kill cancels the call, which stops the container. Jobs belong to
-// an owner (the agent's session id; "" for calls with no agent) and are
-// invisible to other owners. Ids are "bash-1", "bash-2", … per owner and
-// never reused.
+// an owner (an opaque key: the service uses the client and the agent's
+// session id) and are invisible to other owners. Ids are "bash-" and 16
+// random hex digits, so one owner cannot guess another's.
 //
-// Create Jobs with NewJobs; the zero value is not usable. A Jobs is safe
-// for concurrent use. Finished jobs are kept until Remove.
+// Create Jobs with NewJobs or NewJobsWith; the zero value is not usable. A
+// Jobs is safe for concurrent use. Ended jobs are kept until Remove or
+// until JobsOptions.TTL has passed.
 type Jobs struct {
-	e Executor
+	e    Executor
+	opts JobsOptions
 
 	mu     sync.Mutex
+	seq    uint64
 	owners map[string]*ownerJobs
 }
 
 type ownerJobs struct {
-	next int
 	jobs map[string]*job
 }
 
 type job struct {
 	info   JobInfo
+	seq    uint64 // start order, for List
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -80,10 +98,17 @@ type jobStream struct {
 	unread int64
 }
 
-// NewJobs returns an empty Jobs that runs calls on e.
-func NewJobs(e Executor) *Jobs {
-	return &Jobs{e: e, owners: make(map[string]*ownerJobs)}
+// NewJobs returns an empty Jobs without limits that runs calls on e.
+func NewJobs(e Executor) *Jobs { return NewJobsWith(e, JobsOptions{}) }
+
+// NewJobsWith returns an empty Jobs with the given limits that runs calls
+// on e.
+func NewJobsWith(e Executor, opts JobsOptions) *Jobs {
+	return &Jobs{e: e, opts: opts, owners: make(map[string]*ownerJobs)}
 }
+
+// newJobID returns "bash-" and 16 random hex digits.
+func newJobID() string { return "bash-" + randomHex(8) }
 
 // Start validates req (as Prepare does, so a bad request fails here with
 // ErrInvalid and never becomes a job) and runs it in the background. The
@@ -117,14 +142,54 @@ func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string
 		oj = &ownerJobs{jobs: make(map[string]*job)}
 		j.owners[owner] = oj
 	}
-	oj.next++
-	id = "bash-" + strconv.Itoa(oj.next)
+	if max := j.opts.MaxLivePerOwner; max > 0 && oj.live() >= max {
+		j.mu.Unlock()
+		cancel()
+		return "", Errorf(ErrUnavailable, "sandbox: %d jobs of this session have not ended (the limit): %w", max, ErrJobLimit)
+	}
+	for id == "" || oj.jobs[id] != nil {
+		id = newJobID()
+	}
+	j.seq++
+	jb.seq = j.seq
 	jb.info = JobInfo{ID: id, Command: req.Command, Started: time.Now()}
 	oj.jobs[id] = jb
 	j.mu.Unlock()
 
-	go jb.run(jctx, j.e, &r)
+	go func() {
+		jb.run(jctx, j.e, &r)
+		if j.opts.TTL > 0 {
+			time.AfterFunc(j.opts.TTL, func() { j.forget(owner, id, jb) })
+		}
+	}()
 	return id, nil
+}
+
+// live counts the jobs that have not ended. Called with Jobs.mu held.
+func (oj *ownerJobs) live() int {
+	n := 0
+	for _, jb := range oj.jobs {
+		select {
+		case <-jb.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// forget drops the job id of owner if it is still jb.
+func (j *Jobs) forget(owner, id string, jb *job) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	oj := j.owners[owner]
+	if oj == nil || oj.jobs[id] != jb {
+		return
+	}
+	delete(oj.jobs, id)
+	if len(oj.jobs) == 0 {
+		delete(j.owners, owner)
+	}
 }
 
 func (jb *job) run(ctx context.Context, e Executor, r *Request) {
@@ -195,16 +260,16 @@ func (j *Jobs) Kill(ctx context.Context, owner, id string) error {
 	}
 }
 
-// Remove kills the job as Kill does and forgets it; its id is not reused.
+// Remove kills the job as Kill does and forgets it.
 func (j *Jobs) Remove(ctx context.Context, owner, id string) error {
+	jb, err := j.find(owner, id)
+	if err != nil {
+		return err
+	}
 	if err := j.Kill(ctx, owner, id); err != nil {
 		return err
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if oj := j.owners[owner]; oj != nil {
-		delete(oj.jobs, id)
-	}
+	j.forget(owner, id, jb)
 	return nil
 }
 
@@ -242,13 +307,13 @@ func (j *Jobs) List(owner string) []JobInfo {
 		}
 	}
 	j.mu.Unlock()
+	slices.SortFunc(jobs, func(a, b *job) int { return cmp.Compare(a.seq, b.seq) })
 	out := make([]JobInfo, 0, len(jobs))
 	for _, jb := range jobs {
 		jb.mu.Lock()
 		out = append(out, jb.info)
 		jb.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b JobInfo) int { return jobNumber(a.ID) - jobNumber(b.ID) })
 	return out
 }
 
@@ -298,9 +363,4 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 		_, _ = w.live.Write(p)
 	}
 	return len(p), nil
-}
-
-func jobNumber(id string) int {
-	n, _ := strconv.Atoi(strings.TrimPrefix(id, "bash-"))
-	return n
 }

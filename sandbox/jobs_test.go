@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeExecutor is a hand-written Executor whose behaviour each test sets.
@@ -47,21 +49,88 @@ func jobRequest(cmd string) *Request {
 	return r
 }
 
-func TestJobsIDsPerOwner(t *testing.T) {
+var jobIDPattern = regexp.MustCompile(`^bash-[0-9a-f]{16}$`)
+
+func TestJobsIDsAreRandom(t *testing.T) {
 	f := &fakeExecutor{run: untilCancelled("")}
 	j := NewJobs(f)
 	defer j.KillAll(context.Background())
-	var got []string
+	seen := map[string]bool{}
 	for _, owner := range []string{"s1", "s1", "s2", "s1", ""} {
 		id, err := j.Start(t.Context(), owner, jobRequest("sleep 1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, owner+":"+id)
+		if !jobIDPattern.MatchString(id) || seen[id] {
+			t.Errorf("Start(%q) id = %q, want a new bash-<16 hex digits>", owner, id)
+		}
+		seen[id] = true
 	}
-	want := []string{"s1:bash-1", "s1:bash-2", "s2:bash-1", "s1:bash-3", ":bash-1"}
-	if !slices.Equal(got, want) {
-		t.Errorf("Start ids = %q, want %q", got, want)
+	if l := j.List("s1"); len(l) != 3 {
+		t.Errorf("List(s1) = %+v, want the 3 jobs of s1", l)
+	}
+}
+
+func TestJobsMaxLivePerOwner(t *testing.T) {
+	release := make(chan struct{})
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		if req.Command == "quick" {
+			<-release
+			return &Result{ExitCode: exit(0)}, nil
+		}
+		<-ctx.Done()
+		return &Result{Aborted: true}, nil
+	}}
+	j := NewJobsWith(f, JobsOptions{MaxLivePerOwner: 2})
+	defer j.KillAll(context.Background())
+	quick, err := j.Start(t.Context(), "s", jobRequest("quick"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Start(t.Context(), "s", jobRequest("slow")); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := j.Start(t.Context(), "s", jobRequest("slow")); !errors.Is(err, ErrJobLimit) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("third live job of s = %q, %v; want ErrJobLimit", id, err)
+	}
+	if _, err := j.Start(t.Context(), "other", jobRequest("slow")); err != nil {
+		t.Errorf("first job of another owner = %v, want it started (the cap is per owner)", err)
+	}
+	close(release)
+	if _, err := j.Wait(t.Context(), "s", quick); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Start(t.Context(), "s", jobRequest("slow")); err != nil {
+		t.Errorf("a job of s after one ended = %v, want it started (ended jobs do not count)", err)
+	}
+}
+
+func TestJobsTTLForgetsEndedJobs(t *testing.T) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		if req.Command == "quick" {
+			return &Result{ExitCode: exit(0)}, nil
+		}
+		<-ctx.Done()
+		return &Result{Aborted: true}, nil
+	}}
+	j := NewJobsWith(f, JobsOptions{TTL: time.Millisecond})
+	defer j.KillAll(context.Background())
+	slow, err := j.Start(t.Context(), "s", jobRequest("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick, err := j.Start(t.Context(), "s", jobRequest("quick"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := j.Output("s", quick); errors.Is(err, ErrNotFound) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if l := j.List("s"); len(l) != 1 || l[0].ID != slow {
+		t.Errorf("List after the TTL = %+v, want only the running %s", l, slow)
 	}
 }
 
@@ -206,7 +275,7 @@ func TestJobsNotFound(t *testing.T) {
 		err  error
 	}{
 		{"Output other owner", second(j.Output("s2", id))},
-		{"Output unknown id", second(j.Output("s1", "bash-9"))},
+		{"Output unknown id", second(j.Output("s1", "bash-0000000000000009"))},
 		{"Wait other owner", second(j.Wait(t.Context(), "s2", id))},
 		{"Kill other owner", j.Kill(t.Context(), "s2", id)},
 		{"Remove other owner", j.Remove(t.Context(), "s2", id)},
@@ -341,13 +410,16 @@ func TestJobsListRemove(t *testing.T) {
 	}}
 	j := NewJobs(f)
 	defer j.KillAll(context.Background())
+	var ids []string
 	for _, c := range []string{"slow", "quick", "slow"} {
-		if _, err := j.Start(t.Context(), "s", jobRequest(c)); err != nil {
+		id, err := j.Start(t.Context(), "s", jobRequest(c))
+		if err != nil {
 			t.Fatal(err)
 		}
+		ids = append(ids, id)
 	}
 	close(quick)
-	if _, err := j.Wait(t.Context(), "s", "bash-2"); err != nil {
+	if _, err := j.Wait(t.Context(), "s", ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	type row struct {
@@ -364,19 +436,19 @@ func TestJobsListRemove(t *testing.T) {
 		}
 		return r
 	}
-	want := []row{{"bash-1", "slow", false}, {"bash-2", "quick", true}, {"bash-3", "slow", false}}
+	want := []row{{ids[0], "slow", false}, {ids[1], "quick", true}, {ids[2], "slow", false}}
 	if got := rows(); !slices.Equal(got, want) {
-		t.Errorf("List() = %v, want %v", got, want)
+		t.Errorf("List() = %v, want %v (start order)", got, want)
 	}
-	if err := j.Remove(t.Context(), "s", "bash-1"); err != nil {
+	if err := j.Remove(t.Context(), "s", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Output("s", "bash-1"); !errors.Is(err, ErrNotFound) {
+	if _, err := j.Output("s", ids[0]); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Output of a removed job: %v, want ErrNotFound", err)
 	}
 	id, _ := j.Start(t.Context(), "s", jobRequest("slow"))
-	if id != "bash-4" {
-		t.Errorf("Start after Remove = %q, want bash-4 (ids are not reused)", id)
+	if slices.Contains(ids, id) || !jobIDPattern.MatchString(id) {
+		t.Errorf("Start after Remove = %q, want a new random id", id)
 	}
 	if err := j.KillAll(t.Context()); err != nil {
 		t.Fatal(err)

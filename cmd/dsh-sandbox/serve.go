@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -29,16 +30,28 @@ the DSH_* snapshot itself. The socket is 0600 in a 0700 directory; a TCP listene
 --token-file (a 0600 file) and is loopback-only unless --allow-remote. On SIGTERM it stops
 accepting, lets calls finish for --shutdown-grace, then cancels and tears them down.
 
+Every client is identified: a socket peer by its uid (SO_PEERCRED), a TCP client by the
+name of its token. A client may use as workspace only a directory that resolves without
+links, is not a system directory, lies in --workspace-roots (and its token's roots), is
+owned by it (socket peers other than root), and holds neither the dsh home, the sessions
+root, the state or data dir nor the socket; sessions and jobs are visible only to the
+client that created them. A socket peer that is itself a sandboxed call is refused.
+Background jobs count against --max-concurrent and --max-queue like foreground calls.
+
+Token file: ` + api.TokenFileHelp + `
+
 Examples:
    dsh-sandbox serve
    dsh-sandbox serve --listen unix:///run/dsh/sandbox.sock --listen tcp://127.0.0.1:7070 --token-file /etc/dsh/token
    dsh-sandbox exec --server unix:///run/dsh/sandbox.sock --session-id s1 -- ls`,
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Usage: "`ADDR` to serve: unix:///PATH or tcp://HOST:PORT (repeatable; default unix://<home>/run/sandbox.sock)"},
-			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer token TCP clients must send"},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer tokens of TCP clients: one token, or lines NAME TOKEN [ROOTS] (see the description)"},
 			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
-			&cli.IntFlag{Name: "max-concurrent", Value: api.DefaultMaxConcurrent, Usage: "foreground executions at once"},
-			&cli.IntFlag{Name: "max-queue", Value: api.DefaultMaxQueue, Usage: "foreground executions waiting for a slot before 429 (0: none wait)"},
+			&cli.IntFlag{Name: "max-concurrent", Value: api.DefaultMaxConcurrent, Usage: "executions at once (foreground calls and background jobs)"},
+			&cli.IntFlag{Name: "max-queue", Value: api.DefaultMaxQueue, Usage: "executions waiting for a slot before 429 (0: none wait)"},
+			&cli.IntFlag{Name: "max-jobs-per-session", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs of one session that have not ended before 429 (0: no limit)"},
+			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until removed)"},
 			&cli.StringFlag{Name: "audit-log", Usage: "audit log `FILE` (JSONL, hash-chained; default <data-dir>/audit.jsonl; \"none\" disables)"},
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
@@ -52,7 +65,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	policies, err := servePolicies(c.StringSlice("policy-file"))
+	policies, err := s.servePolicies(c.StringSlice("policy-file"))
 	if err != nil {
 		return err
 	}
@@ -60,15 +73,23 @@ func runServe(c *cli.Context) error {
 	if len(listens) == 0 {
 		listens = []string{"unix://" + filepath.Join(s.home, "run", "sandbox.sock")}
 	}
-	var token string
+	var tokens []api.TokenClient
 	if f := c.String("token-file"); f != "" {
-		if token, err = api.ReadToken(f); err != nil {
+		if tokens, err = api.ReadTokens(f); err != nil {
 			return usageError("--token-file: %v", err)
 		}
 	}
+	auditPath := c.String("audit-log")
+	if auditPath == "" {
+		auditPath = filepath.Join(s.dataDir, "audit.jsonl")
+	}
+	protected, err := checkDeployment(s, listens, auditPath)
+	if err != nil {
+		return err
+	}
 	type bound struct {
-		l     net.Listener
-		token string
+		l      net.Listener
+		tokens []api.TokenClient
 	}
 	var listeners []bound
 	closeAll := func() {
@@ -83,23 +104,23 @@ func runServe(c *cli.Context) error {
 			return usageError("--listen: %v", err)
 		}
 		var l net.Listener
-		tok := ""
+		var toks []api.TokenClient
 		switch scheme {
 		case api.SchemeUnix:
 			l, err = api.ListenUnix(target)
 		case api.SchemeTCP:
-			if token == "" {
+			if len(tokens) == 0 {
 				closeAll()
 				return usageError("--listen %s: a TCP listener needs --token-file", addr)
 			}
-			tok = token
+			toks = tokens
 			l, err = api.ListenTCP(target, c.Bool("allow-remote"))
 		}
 		if err != nil {
 			closeAll()
 			return sandbox.Errorf(sandbox.ErrUnavailable, "--listen: %v", err)
 		}
-		listeners = append(listeners, bound{l, tok})
+		listeners = append(listeners, bound{l, toks})
 	}
 	defer closeAll()
 
@@ -108,10 +129,6 @@ func runServe(c *cli.Context) error {
 	leaked, err := router.reapAll(c.Context, policies)
 	if err != nil {
 		return err
-	}
-	auditPath := c.String("audit-log")
-	if auditPath == "" {
-		auditPath = filepath.Join(s.dataDir, "audit.jsonl")
 	}
 	var audit *api.AuditLog
 	if auditPath != "none" {
@@ -128,24 +145,28 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	srv, err := api.NewServer(api.Options{
-		Executor:      router,
-		Policies:      policies,
-		Registry:      reg,
-		Locator:       s.locator,
-		Home:          s.home,
-		MaxConcurrent: c.Int("max-concurrent"),
-		MaxQueue:      queueFlag(c.Int("max-queue")),
-		Audit:         audit,
-		LeakedObjects: func() float64 { return float64(leaked) },
-		Logger:        s.log,
+		Executor:          router,
+		Policies:          policies,
+		Registry:          reg,
+		Locator:           s.locator,
+		Home:              s.home,
+		MaxConcurrent:     c.Int("max-concurrent"),
+		MaxQueue:          queueFlag(c.Int("max-queue")),
+		MaxJobsPerSession: queueFlag(c.Int("max-jobs-per-session")),
+		JobTTL:            ttlFlag(c.Duration("job-ttl")),
+		WorkspaceRoots:    s.workspaceRoots,
+		ProtectedPaths:    protected,
+		Audit:             audit,
+		LeakedObjects:     func() float64 { return float64(leaked) },
+		Logger:            s.log,
 	})
 	if err != nil {
 		return err
 	}
 	errc := make(chan error, len(listeners))
 	for _, b := range listeners {
-		go func() { errc <- srv.Serve(b.l, b.token) }()
-		s.log.Info().Str("listen", b.l.Addr().String()).Bool("token", b.token != "").Msg("serving")
+		go func() { errc <- srv.ServeClients(b.l, b.tokens) }()
+		s.log.Info().Str("listen", b.l.Addr().String()).Int("tokens", len(b.tokens)).Msg("serving")
 	}
 	var serveErr error
 	select {
@@ -163,8 +184,9 @@ func runServe(c *cli.Context) error {
 	return nil
 }
 
-// queueFlag maps --max-queue to api.Options.MaxQueue (whose 0 means the
-// default): 0 on the command line means no queue.
+// queueFlag maps --max-queue and --max-jobs-per-session to their
+// api.Options fields (whose 0 means the default): 0 on the command line
+// means none (no queue, no limit).
 func queueFlag(n int) int {
 	if n <= 0 {
 		return -1
@@ -172,9 +194,57 @@ func queueFlag(n int) int {
 	return n
 }
 
+// ttlFlag maps --job-ttl to api.Options.JobTTL: 0 on the command line
+// keeps ended jobs until removed.
+func ttlFlag(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
+// checkDeployment returns the paths calls may never reach (dsh home,
+// sessions root, state and data dir, audit log, every socket) and refuses
+// to serve when one of them lies inside a --workspace-roots directory, or
+// a root inside one of them: a call could then write what the service
+// trusts.
+func checkDeployment(s *settings, listens []string, auditPath string) (map[string]string, error) {
+	protected := map[string]string{
+		"dsh home":      s.home,
+		"sessions root": s.sessionsRoot,
+		"state dir":     s.stateDir,
+		"data dir":      s.dataDir,
+	}
+	if auditPath != "none" {
+		abs, err := filepath.Abs(auditPath)
+		if err != nil {
+			return nil, usageError("--audit-log: %v", err)
+		}
+		protected["audit log"] = abs
+	}
+	n := 0
+	for _, addr := range listens {
+		if scheme, target, err := api.ParseListen(addr); err == nil && scheme == api.SchemeUnix {
+			n++
+			name := "service socket"
+			if n > 1 {
+				name = fmt.Sprintf("service socket %d", n)
+			}
+			protected[name] = target
+		}
+	}
+	for _, root := range s.workspaceRoots {
+		if err := sandbox.CheckDeployment(root, protected); err != nil {
+			return nil, usageError("--workspace-roots %s: %v", root, err)
+		}
+	}
+	return protected, nil
+}
+
 // servePolicies are the built-in profiles plus the --policy-file ones, by
-// name; a file may not shadow a built-in or another file.
-func servePolicies(files []string) (map[string]sandbox.Policy, error) {
+// name; a file may not shadow a built-in or another file. Each file must
+// be operator-owned and outside the workspace roots (operatorPolicy).
+func (s *settings) servePolicies(files []string) (map[string]sandbox.Policy, error) {
 	out := map[string]sandbox.Policy{}
 	for _, name := range policy.Builtins() {
 		p, _ := policy.Builtin(name)
@@ -185,7 +255,7 @@ func servePolicies(files []string) (map[string]sandbox.Policy, error) {
 		out[name] = np
 	}
 	for _, f := range files {
-		p, err := policy.Load(f)
+		p, err := s.operatorPolicy("policy-file", f, false)
 		if err != nil {
 			return nil, err
 		}

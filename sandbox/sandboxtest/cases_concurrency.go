@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,10 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
+
+// jobID is the form of a job id: random, so one owner cannot guess
+// another's.
+var jobID = regexp.MustCompile(`^bash-[0-9a-f]{16}$`)
 
 // concurrencyCases check concurrent calls of different sessions and
 // background jobs.
@@ -70,8 +75,8 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// testJobsStartOutputKill: background jobs over the executor get ids
-// bash-1, bash-2, …; Output returns only new output; Wait and Kill end
+// testJobsStartOutputKill: background jobs over the executor get random
+// ids (bash-<16 hex>); Output returns only new output; Wait and Kill end
 // them; a killed job leaves no process behind.
 func testJobsStartOutputKill(t *testing.T, s *suite) {
 	fx := newFixture(t)
@@ -98,8 +103,8 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	live, ready := waitLive("ready")
 	long.Stdout = live
 	id1, err := jobs.Start(ctx, owner, long)
-	if err != nil || id1 != "bash-1" {
-		t.Fatalf("Start(first job) = %q, %v; want bash-1, nil", id1, err)
+	if err != nil || !jobID.MatchString(id1) {
+		t.Fatalf("Start(first job) = %q, %v; want bash-<16 hex>, nil", id1, err)
 	}
 	await(t, ready, "the first job to print ready")
 	out, err := jobs.Output(owner, id1)
@@ -121,8 +126,8 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	}
 
 	id2, err := jobs.Start(ctx, owner, s.request(fx, "echo second; exit 7"))
-	if err != nil || id2 != "bash-2" {
-		t.Fatalf("Start(second job) = %q, %v; want bash-2, nil", id2, err)
+	if err != nil || !jobID.MatchString(id2) || id2 == id1 {
+		t.Fatalf("Start(second job) = %q, %v; want a new bash-<16 hex>, nil", id2, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, jobDeadline)
 	defer cancel()
@@ -138,7 +143,7 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	for _, j := range jobs.List(owner) {
 		ids = append(ids, fmt.Sprintf("%s:%v", j.ID, j.Done))
 	}
-	if want := []string{"bash-1:false", "bash-2:true"}; !slices.Equal(ids, want) {
+	if want := []string{id1 + ":false", id2 + ":true"}; !slices.Equal(ids, want) {
 		t.Errorf("List(owner) = %q, want %q", ids, want)
 	}
 
@@ -152,8 +157,8 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	checkNoSurvivors(t, marker)
 }
 
-// testJobsOwnerIsolation: job ids are numbered per owner, and one owner
-// can neither read nor kill another's jobs.
+// testJobsOwnerIsolation: one owner can neither read nor kill another's
+// jobs.
 func testJobsOwnerIsolation(t *testing.T, s *suite) {
 	a, b := newFixture(t), newFixture(t)
 	jobs := sandbox.NewJobs(s.exec)
@@ -169,22 +174,23 @@ func testJobsOwnerIsolation(t *testing.T, s *suite) {
 	defer cancel()
 
 	a1, err := jobs.Start(ctx, a.SessionID, s.request(a, `echo "A $DSH_SESSION_ID"`))
-	if err != nil || a1 != "bash-1" {
-		t.Fatalf("Start(A's first job) = %q, %v; want bash-1", a1, err)
+	if err != nil || !jobID.MatchString(a1) {
+		t.Fatalf("Start(A's first job) = %q, %v; want bash-<16 hex>", a1, err)
 	}
 	marker := newMarker()
 	a2, err := jobs.Start(ctx, a.SessionID, s.request(a, "sleep "+marker))
-	if err != nil || a2 != "bash-2" {
-		t.Fatalf("Start(A's second job) = %q, %v; want bash-2", a2, err)
+	if err != nil || !jobID.MatchString(a2) {
+		t.Fatalf("Start(A's second job) = %q, %v; want bash-<16 hex>", a2, err)
 	}
 	b1, err := jobs.Start(ctx, b.SessionID, s.request(b, `echo "B $DSH_SESSION_ID"`))
-	if err != nil || b1 != "bash-1" {
-		t.Fatalf("Start(B's first job) = %q, %v; want bash-1 (ids are per owner)", b1, err)
+	if err != nil || !jobID.MatchString(b1) {
+		t.Fatalf("Start(B's first job) = %q, %v; want bash-<16 hex>", b1, err)
 	}
+	first := map[string]string{a.SessionID: a1, b.SessionID: b1}
 	for owner, want := range map[string]string{a.SessionID: "A " + a.SessionID + "\n", b.SessionID: "B " + b.SessionID + "\n"} {
-		out, err := jobs.Wait(wctx, owner, "bash-1")
+		out, err := jobs.Wait(wctx, owner, first[owner])
 		if err != nil || out.Stdout != want {
-			t.Errorf("Wait(%s, bash-1) stdout = %q, %v; want %q", owner, out.Stdout, err, want)
+			t.Errorf("Wait(%s, %s) stdout = %q, %v; want %q", owner, first[owner], out.Stdout, err, want)
 		}
 	}
 	if _, err := jobs.Output(b.SessionID, a2); !errors.Is(err, sandbox.ErrNotFound) {
@@ -196,8 +202,8 @@ func testJobsOwnerIsolation(t *testing.T, s *suite) {
 	if out, err := jobs.Output(a.SessionID, a2); err != nil || out.Done {
 		t.Errorf("A's %s after B tried to kill it: Done %v, %v; want still running", a2, out.Done, err)
 	}
-	if got := jobs.List(b.SessionID); len(got) != 1 || got[0].ID != "bash-1" {
-		t.Errorf("List(B) = %+v, want only B's bash-1", got)
+	if got := jobs.List(b.SessionID); len(got) != 1 || got[0].ID != b1 {
+		t.Errorf("List(B) = %+v, want only B's %s", got, b1)
 	}
 	if err := jobs.Kill(wctx, a.SessionID, a2); err != nil {
 		t.Errorf("Kill(A, %s) = %v", a2, err)
