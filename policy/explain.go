@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -34,7 +36,7 @@ func Explain(p sandbox.Policy) string {
 		line("backend: %s with %s, image %s; one fresh container per call, removed when the call ends", p.Backend, runtime, p.Image)
 		explainUser(p.User, line)
 		line("privileges: no capabilities (all five sets empty), no-new-privileges, Docker's default seccomp profile (other system calls fail with EPERM)")
-		line("isolation: own pid, mount, ipc, uts and network namespaces; /proc/kcore, /proc/keys and other sensitive /proc and /sys paths masked, /proc/sys read-only")
+		line("isolation: own pid, mount, ipc, uts, network and cgroup namespaces (the host's cgroup paths are not visible); /proc/kcore, /proc/keys, /proc/cmdline, /sys/kernel/vmcoreinfo and other sensitive /proc and /sys paths masked, /proc/sys read-only")
 		line("network: %s: a private network namespace with only the loopback interface; nothing outside the call is reachable", p.Network)
 		explainFiles(p, line)
 		line("devices: only /dev/null, zero, full, random, urandom and tty")
@@ -43,8 +45,9 @@ func Explain(p sandbox.Policy) string {
 	}
 	line("time: %d ms per call by default, at most %d ms when the caller asks for more; on timeout SIGTERM, then SIGKILL %s later",
 		l.TimeoutMs, l.MaxTimeoutMs, sandbox.DefaultKillGrace)
-	line("output: the last %d bytes of each stream are returned; the full output, up to %s per stream, is kept in a spill file in the session directory",
-		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes))
+	line("output: the last %d bytes of each stream are returned; the full output, up to %s per stream, is kept in a spill file in the session directory; a session's spill files together stay within %s (the oldest are removed first) and are removed after %s",
+		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
+		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))
 	explainEnv(p, line)
 	return b.String()
 }
@@ -95,6 +98,7 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 		line("reads and writes: tmpfs %s, empty at the start of every call, %s, counted against the memory limit", t.Target, size)
 	}
 	line("every mount is nosuid and nodev; no other host file is visible")
+	line("paths: the workspace, the session directory and mount sources are resolved without following links; a link in any component, a system directory (/, /etc, /usr, /proc, …) as the workspace, a workspace outside the configured workspace roots, or a read-write workspace holding the dsh home, the sessions root or the state directory is refused")
 }
 
 func explainEnv(p sandbox.Policy, line func(string, ...any)) {
@@ -110,6 +114,11 @@ func explainEnv(p sandbox.Policy, line func(string, ...any)) {
 	if len(p.EnvSet) > 0 {
 		set = " (the policy sets " + strings.Join(sortedKeys(p.EnvSet), ", ") + "; values not shown)"
 	}
-	line("env: built from nothing, in order: %s; from the service's env by name, when set: %s (names that look secret or start with LD_ are never passed); NO_COLOR=1 TERM=dumb PAGER=cat GIT_PAGER=cat; ordinary env from the policy and trusted callers%s; the session's DSH_* facts last (any other DSH_* name is dropped)",
-		base, inherit, set)
+	filter := "names that look secret, values that hold credentials (a URL with a password, password=…) and names starting with LD_ are never passed"
+	if len(p.EnvAllowSecrets) > 0 {
+		filter = "names that look secret and values that hold credentials are dropped, except for " + strings.Join(p.EnvAllowSecrets, ", ") +
+			", which env.allowSecrets passes anyway; names starting with LD_ are never passed"
+	}
+	line("env: built from nothing, in order: %s; from the service's env by name, when set: %s (%s); NO_COLOR=1 TERM=dumb PAGER=cat GIT_PAGER=cat; ordinary env from the policy and trusted callers%s; the session's DSH_* facts last (any other DSH_* name is dropped)",
+		base, inherit, filter, set)
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"slices"
 	"sync"
 
@@ -54,4 +55,31 @@ func cloneSeccomp(in *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 		out.Syscalls[i] = sc
 	}
 	return &out
+}
+
+// defaultSeccompJSON is defaultSeccomp encoded once as JSON.
+var defaultSeccompJSON = sync.OnceValues(func() (string, error) {
+	prof, err := defaultSeccomp()
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(prof)
+	return string(b), err
+})
+
+// DefaultSeccompJSON returns the profile WithDefaultSeccomp installs,
+// encoded as JSON in the runtime-spec's field names, for a backend that
+// hands a profile to an engine instead of writing a spec (the Docker
+// engine reads it from HostConfig.SecurityOpt "seccomp=<json>": its
+// profile format uses the same names, and the profile has no
+// capability-dependent includes or excludes left to resolve, so the
+// engine installs exactly these rules). It is computed once; every call
+// returns the same string. It fails with sandbox.ErrInternal when the
+// profile cannot be built for this host.
+func DefaultSeccompJSON() (string, error) {
+	s, err := defaultSeccompJSON()
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInternal, "policy: encoding the default seccomp profile: %w", err)
+	}
+	return s, nil
 }

@@ -27,13 +27,17 @@ const (
 const Hostname = "dsh-sandbox"
 
 // Paths Docker masks (bind-mounts /dev/null or an empty tmpfs over) and
-// makes read-only in every container.
+// makes read-only in every container, plus host-identifying files Docker
+// leaves readable: /proc/cmdline (the host's boot parameters, which may
+// name its control channels) and /sys/kernel/vmcoreinfo (kernel symbol
+// addresses for crash dumps, which defeat KASLR). A path the host lacks is
+// skipped by every runtime.
 var (
 	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore",
+		"/proc/acpi", "/proc/asound", "/proc/cmdline", "/proc/interrupts", "/proc/kcore",
 		"/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi",
 		"/proc/timer_list", "/proc/timer_stats", "/sys/devices/virtual/powercap",
-		"/sys/firmware",
+		"/sys/firmware", "/sys/kernel/vmcoreinfo",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -68,7 +72,7 @@ func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.S
 	// settings are not looked at: sandbox.Prepare builds the environment
 	// (dropping DSH_* and secret-shaped names, DESIGN §3.6), and the
 	// stricter check that refuses such names in a policy file is Load's.
-	p.EnvInherit, p.EnvSet = nil, nil
+	p.EnvInherit, p.EnvAllowSecrets, p.EnvSet = nil, nil, nil
 	if p.Runtime == "" {
 		p.Runtime = DefaultRuntime
 	}
@@ -122,16 +126,18 @@ func ensureResources(s *specs.Spec) *specs.LinuxResources {
 	return l.Resources
 }
 
-// WithNamespaces gives the call new pid, mount, ipc, uts and network
-// namespaces, replacing any entry of those types in the spec (including
-// one that joins an existing namespace by path) and keeping the others. A
-// new network namespace has only the loopback interface, for both network
-// "none" and "loopback". It sets the host name to Hostname when the spec
-// has none.
+// WithNamespaces gives the call new pid, mount, ipc, uts, network and
+// cgroup namespaces, replacing any entry of those types in the spec
+// (including one that joins an existing namespace by path) and keeping
+// the others. A new network namespace has only the loopback interface,
+// for both network "none" and "loopback". The cgroup namespace is rooted
+// at the call's own cgroup, so /proc/self/cgroup shows "/" instead of the
+// host's cgroup path (which names the instance and the call). It sets the
+// host name to Hostname when the spec has none.
 func WithNamespaces() sandbox.SpecOpt {
 	types := []specs.LinuxNamespaceType{
 		specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace,
-		specs.UTSNamespace, specs.NetworkNamespace,
+		specs.UTSNamespace, specs.NetworkNamespace, specs.CgroupNamespace,
 	}
 	return func(s *specs.Spec) error {
 		l := ensureLinux(s)

@@ -87,8 +87,8 @@ func TestSpecOptsUserAndRlimits(t *testing.T) {
 func TestSpecOptsNamespaces(t *testing.T) {
 	spec := emptySpec()
 	spec.Linux.Namespaces = []specs.LinuxNamespace{
-		{Type: specs.NetworkNamespace, Path: "/proc/1/ns/net"}, // joining the host's: must go
-		{Type: specs.CgroupNamespace},
+		{Type: specs.NetworkNamespace, Path: "/proc/1/ns/net"},   // joining the host's: must go
+		{Type: specs.CgroupNamespace, Path: "/proc/1/ns/cgroup"}, // the host's cgroup paths: must go
 	}
 	if err := WithNamespaces()(spec); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestSpecOptsMaskedPaths(t *testing.T) {
 	if err := WithMaskedPaths()(spec); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware", "/proc/extra"} {
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware", "/proc/cmdline", "/sys/kernel/vmcoreinfo", "/proc/extra"} {
 		if !slices.Contains(spec.Linux.MaskedPaths, p) {
 			t.Errorf("MaskedPaths = %v, want it to contain %s", spec.Linux.MaskedPaths, p)
 		}

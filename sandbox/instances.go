@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Executors that share a state directory tell live instances from dead
@@ -126,4 +127,23 @@ func (a *ActiveCalls) Has(id string) bool {
 	defer a.mu.Unlock()
 	_, ok := a.ids[id]
 	return ok
+}
+
+// ForeignLeftoverGrace is how long a stopped container of an instance
+// unknown on this state directory (a service on another state directory,
+// or one long gone) must have been idle before a reaper removes it: a
+// live executor elsewhere creates its container before it starts it and
+// inspects it after it exits, and neither state may be taken for a
+// leftover. Dead instances known here are reaped at once.
+const ForeignLeftoverGrace = 2 * time.Minute
+
+// IdleLongEnough reports whether a stopped foreign container, created at
+// created and finished at finished (zero when it never ran), has been
+// idle for grace (normally ForeignLeftoverGrace) at now.
+func IdleLongEnough(now, created, finished time.Time, grace time.Duration) bool {
+	last := created
+	if finished.After(last) {
+		last = finished
+	}
+	return now.Sub(last) >= grace
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestInstanceLocks(t *testing.T) {
@@ -76,6 +77,25 @@ func TestCheckExecutorIdentityCases(t *testing.T) {
 	for _, tc := range []struct{ dir, inst string }{{"", ""}, {"rel/dir", ""}, {"/s", "-bad"}, {"/s", "a/b"}} {
 		if _, _, err := CheckExecutorIdentity("x", tc.dir, tc.inst); !errors.Is(err, ErrInvalid) {
 			t.Errorf("CheckExecutorIdentity(%q, %q) = %v, want an error wrapping ErrInvalid", tc.dir, tc.inst, err)
+		}
+	}
+}
+
+func TestIdleLongEnoughCases(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := ForeignLeftoverGrace
+	for _, tt := range []struct {
+		name              string
+		now, created, fin time.Time
+		want              bool
+	}{
+		{"created just now, never ran", t0.Add(time.Second), t0, time.Time{}, false},
+		{"created long ago, never ran", t0.Add(g), t0, time.Time{}, true},
+		{"created long ago, just exited", t0.Add(2 * g), t0, t0.Add(2*g - time.Second), false},
+		{"exited long ago", t0.Add(3 * g), t0, t0.Add(g), true},
+	} {
+		if got := IdleLongEnough(tt.now, tt.created, tt.fin, g); got != tt.want {
+			t.Errorf("IdleLongEnough(%s) = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

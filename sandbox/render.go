@@ -20,7 +20,12 @@ import (
 //     the call, "[timed out after Nms]" when it timed out, and last
 //     "[killed by signal: SIG]" or "[exit code: N]" (only when N ≠ 0;
 //     "[exit code: unknown]" when the result has neither a code nor a
-//     signal).
+//     signal);
+//   - when the out-of-memory killer struck (Result.OOMKilled), the
+//     signal line reads "[killed by signal: SIG (out of memory)]"; when
+//     the command survived the kill of one of its processes, a line
+//     "[out of memory: a process of the command was killed]" comes
+//     before the exit code line. Without an OOM kill nothing changes.
 //
 // A nil res renders as "". Render is pure.
 func Render(res *Result) string {
@@ -50,7 +55,12 @@ func Render(res *Result) string {
 	if res.TimedOut {
 		markers = append(markers, "[timed out after "+strconv.FormatInt(res.TimeoutMs, 10)+"ms]")
 	}
+	if res.OOMKilled && res.Signal == "" {
+		markers = append(markers, "[out of memory: a process of the command was killed]")
+	}
 	switch {
+	case res.Signal != "" && res.OOMKilled:
+		markers = append(markers, "[killed by signal: "+res.Signal+" (out of memory)]")
 	case res.Signal != "":
 		markers = append(markers, "[killed by signal: "+res.Signal+"]")
 	case res.ExitCode == nil:

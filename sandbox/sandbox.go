@@ -31,14 +31,24 @@ const (
 	DefaultStdoutMaxBytes = 64000
 	DefaultSpillMaxBytes  = 64 << 20
 	DefaultKillGrace      = 3 * time.Second
+	// DefaultSpillTotalBytes and DefaultSpillRetention bound the spill
+	// files of one directory (Limits.SpillTotalBytes, SpillRetentionMs).
+	DefaultSpillTotalBytes = 256 << 20
+	DefaultSpillRetention  = 24 * time.Hour
 )
 
-// Request is one call. The zero value is not valid: Command and Policy are
-// required. A Request must not be modified while a call that uses it runs.
+// Request is one call. The zero value is not valid: Command or Argv (not
+// both) and Policy are required. A Request must not be modified while a
+// call that uses it runs.
 type Request struct {
 	// Command is run as `bash -c Command` (or `sh -c` where the image has
-	// no bash).
+	// no bash). Empty when Argv is set.
 	Command string `json:"command"`
+	// Argv, when set, is run exactly as this argument vector, with no
+	// shell in between: Argv[0] is looked up in the child's PATH unless
+	// it holds a slash. It must have a non-empty first word and no NUL
+	// byte, and excludes Command. Nil means run Command.
+	Argv []string `json:"argv,omitempty"`
 	// Workdir is the absolute working directory inside the container;
 	// empty means the session's cwd when the workspace is mounted, else
 	// /tmp.
@@ -122,6 +132,10 @@ type Policy struct {
 	// EnvInherit names variables copied from the service's environment
 	// (after the secret and LD_* filters).
 	EnvInherit []string `json:"envInherit,omitempty"`
+	// EnvAllowSecrets names variables of EnvInherit that are copied even
+	// though their name or value looks like a secret (policy
+	// env.allowSecrets; see EnvInput.AllowSecrets). Nil allows none.
+	EnvAllowSecrets []string `json:"envAllowSecrets,omitempty"`
 	// EnvSet is ordinary env the policy sets (layer 4).
 	EnvSet map[string]string `json:"envSet,omitempty"`
 }
@@ -155,6 +169,16 @@ type Limits struct {
 	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
 	// SpillMaxBytes caps each spill file; 0 = 64 MiB.
 	SpillMaxBytes int64 `json:"spillMaxBytes,omitempty"`
+	// SpillTotalBytes caps the spill files of one session directory (or
+	// of the state directory, for calls without one) together; 0 =
+	// DefaultSpillTotalBytes (256 MiB). The oldest files are removed
+	// before a call starts; a call's spill stops when the total would
+	// pass the cap.
+	SpillTotalBytes int64 `json:"spillTotalBytes,omitempty"`
+	// SpillRetentionMs is how long spill files are kept: older ones are
+	// removed when a call of the same directory starts; 0 =
+	// DefaultSpillRetention (24 h).
+	SpillRetentionMs int64 `json:"spillRetentionMs,omitempty"`
 }
 
 // Result is the outcome of a call that ran.
@@ -169,6 +193,11 @@ type Result struct {
 	// Aborted is true when the caller cancelled the call; never together
 	// with TimedOut.
 	Aborted bool `json:"aborted"`
+	// OOMKilled is true when the kernel's out-of-memory killer killed a
+	// process of the call because it reached its memory limit (the
+	// command itself, or any process it started). Backends without a
+	// memory limit of their own (local) always report false.
+	OOMKilled bool `json:"oomKilled"`
 	// TimeoutMs is the timeout that applied.
 	TimeoutMs int64  `json:"timeoutMs"`
 	Stdout    Stream `json:"stdout"`

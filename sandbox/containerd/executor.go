@@ -103,6 +103,11 @@ type Executor struct {
 	closed bool
 
 	active sandbox.ActiveCalls // calls whose container Run still owns
+
+	// foreignGrace is how long Reap leaves a stopped container of an
+	// unknown instance alone: sandbox.ForeignLeftoverGrace (tests
+	// shorten it).
+	foreignGrace time.Duration
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -157,6 +162,8 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		cli:      cli,
 		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
 		instance: opts.InstanceID,
+
+		foreignGrace: sandbox.ForeignLeftoverGrace,
 	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		_ = cli.Close()
@@ -295,12 +302,9 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		return nil, err
 	}
 	nctx := e.ctx(ctx)
-	img, err := e.cli.GetImage(nctx, req.Policy.Image)
+	img, err := e.policyImage(nctx, req.Policy.Image)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return nil, sandbox.Errorf(sandbox.ErrNotFound, "containerd: policy.image %q: not in namespace %q; import it with `dsh-sandbox images import --backend containerd`: %w", req.Policy.Image, e.opts.Namespace, err)
-		}
-		return nil, classify(err, "policy.image %q", req.Policy.Image)
+		return nil, err
 	}
 	ispec, err := img.Spec(nctx)
 	if err != nil {
@@ -320,15 +324,13 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			Policy:  req.Policy.Name,
 		},
 	}
-	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
-		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
-		}
+	if err := sandbox.PreparePaths(req, call); err != nil {
+		return nil, err
 	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	spec := policy.BaseSpec("rootfs", nil)
 	all := append(opts,
-		policy.WithProcess(sandbox.InitArgs(req.Command, call.Env), call.Env, call.Workdir),
+		policy.WithProcess(sandbox.InitArgs(req, call.Env), call.Env, call.Workdir),
 		policy.WithAnnotations(labels),
 		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)
@@ -355,6 +357,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	id := containerID(call.ID)
 	c, err := e.cli.NewContainer(bg, id,
 		containerd.WithContainerLabels(labels),
+		containerd.WithImageName(img.Name()), // images rm refuses an image in use
 		containerd.WithSnapshotter(snapshotter),
 		containerd.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
 		containerd.WithRuntime(runtimeName, nil),
@@ -568,6 +571,8 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	}
 	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(code))
 	res.StoppedBy(lastSig)
+	// The task has exited but is not deleted: its cgroup still exists.
+	res.OOMKilled = oomKilled(cgroupsPath(e.instance, call.ID))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -77,7 +78,8 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 //     was down), never those of a call in progress;
 //   - of an instance unknown here (no lock file: a service on another
 //     state directory, or one long gone): only containers whose task is
-//     not running; its orphaned snapshots are left alone, as they may be
+//     not running and that have been idle for
+//     sandbox.ForeignLeftoverGrace; its orphaned snapshots are left alone, as they may be
 //     a live executor's call being created;
 //   - of a live instance on this state directory: nothing.
 //
@@ -120,7 +122,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 				continue
 			}
 		case isDead:
-		case sandbox.InstanceKnown(e.instancesDir(), inst) || running(ctx, c):
+		case sandbox.InstanceKnown(e.instancesDir(), inst) || running(ctx, c) || !foreignIdle(ctx, c, info.CreatedAt, e.foreignGrace):
 			continue
 		}
 		if err := deleteContainer(ctx, c); err != nil {
@@ -194,6 +196,23 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 }
 
 // running reports whether c has a task that has not stopped.
+// foreignIdle reports whether the container c of an instance unknown
+// here, created at created and with no running task, has been idle for
+// sandbox.ForeignLeftoverGrace: a live executor on another state
+// directory may be between creating its container and starting the task,
+// or between the task's exit and its removal.
+func foreignIdle(ctx context.Context, c containerd.Container, created time.Time, grace time.Duration) bool {
+	var finished time.Time
+	if task, err := c.Task(ctx, nil); err == nil {
+		st, err := task.Status(ctx)
+		if err != nil {
+			return false // cannot tell: leave it for a later reap
+		}
+		finished = st.ExitTime
+	}
+	return sandbox.IdleLongEnough(time.Now(), created, finished, grace)
+}
+
 func running(ctx context.Context, c containerd.Container) bool {
 	task, err := c.Task(ctx, nil)
 	if err != nil {

@@ -205,7 +205,8 @@ func TestReapDeadInstanceCases(t *testing.T) {
 // TestReapLiveForeignInstanceCases: Reap leaves everything of a live
 // executor on the same state directory alone (running and stopped
 // containers, an orphaned snapshot: its call may be being created); of
-// an instance unknown here it removes only the stopped container.
+// an instance unknown here it removes only the stopped container, and
+// only once it has been idle for the grace period.
 func TestReapLiveForeignInstanceCases(t *testing.T) {
 	e := newTestExecutor(t)
 	live, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: e.opts.StateDir})
@@ -229,6 +230,16 @@ func TestReapLiveForeignInstanceCases(t *testing.T) {
 	unkStop := testContainer(t, e, unknown, "unk-stop-"+e.instance, false)
 	unkOrphan := testSnapshot(t, e, unknown, "unk-orphan-"+e.instance)
 
+	// A stopped container of an unknown instance may be a live executor's
+	// on another state directory, between create and start: fresh, it is
+	// kept.
+	if _, err := e.Reap(t.Context()); err != nil {
+		t.Errorf("Reap() = %v", err)
+	}
+	if !exists(t, e, unkStop) {
+		t.Errorf("Reap() removed the fresh stopped container %s of an unknown instance, want it kept for %v", unkStop, sandbox.ForeignLeftoverGrace)
+	}
+	e.foreignGrace = 0 // idle long enough now
 	rep, err := e.Reap(t.Context())
 	if err != nil {
 		t.Errorf("Reap() = %v", err)

@@ -4,9 +4,14 @@
 // works), attached before it starts so that no output is lost, supervised
 // with sandbox.Supervise and removed on every path. The container has the
 // same shape as the oci backend's: no network, a read-only root, no
-// capabilities, no-new-privileges, Docker's default seccomp profile,
-// tmpfs /tmp, the workspace and the session directory bound at their own
-// paths, cgroup limits, the policy's user and the sandbox labels. The
+// capabilities, no-new-privileges, the policy's seccomp profile (the one
+// the oci and containerd backends install, handed to the engine instead
+// of its own default), a cgroup namespace of its own, the policy's masked
+// /proc and /sys paths, tmpfs /tmp, the workspace and the session
+// directory bound at their own paths from nosuid,nodev(,noexec) staging
+// mounts (binds.go: the engine cannot set those flags), cgroup limits,
+// the policy's user and the sandbox labels. An out-of-memory kill is read
+// from the engine's container state before removal. The
 // container has no log driver: its output reaches the caller only through
 // the attach stream, and the engine keeps no copy of it on disk. An engine
 // that is down or goes away during a call gives sandbox.ErrUnavailable,
@@ -14,7 +19,7 @@
 // engine has not registered, never another runtime.
 //
 // Besides the Executor it has ImportRootfs (tarball to labelled image),
-// Reap (leftover containers and unnamed images), Doctor (what is missing)
+// Reap (leftover containers, staging mounts and unnamed images), Doctor (what is missing)
 // and BenchDockerRun (the `docker run --rm` baseline of `dsh-sandbox
 // bench`).
 //

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,11 @@ func leftovers(t testing.TB, e *Executor) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = "container " + id
+	}
+	// Staging mounts of calls that returned (see binds.go).
+	calls, _ := os.ReadDir(filepath.Join(e.bindsDir(), e.instance))
+	for _, c := range calls {
+		out = append(out, "staging mounts "+filepath.Join(e.bindsDir(), e.instance, c.Name()))
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,30 +299,39 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			Policy:  req.Policy.Name,
 		},
 	}
-	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
-		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
-		}
-	}
-	cfg, hc, err := e.containerConfig(call, req, uid, gid, mounts)
-	if err != nil {
+	if err := sandbox.PreparePaths(req, call); err != nil {
 		return nil, err
 	}
-	res.Timings.Prepare = time.Since(t0)
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 
-	// From here on the container is removed on every path, on a context
-	// the caller's cancellation does not reach.
+	// From here on the container and the staging mounts are removed on
+	// every path, on a context the caller's cancellation does not reach.
 	bg := context.WithoutCancel(ctx)
-	t1 := time.Now()
 	name := containerName(call.ID)
-	// Reap leaves the container alone until Run is done with it.
+	// Reap leaves the container and its staging mounts alone until Run
+	// is done with them.
 	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q is already running on this executor", call.ID)
 	}
 	defer e.active.Remove(call.ID)
+	binds, releaseBinds, err := e.stageBinds(call.ID, mounts)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
+	}
+	// Deferred before the container's removal, so it runs after it.
+	defer func() {
+		if err := releaseBinds(); err != nil {
+			log.Error().Err(err).Msg("teardown left staging mounts behind; `dsh-sandbox reap --backend docker` removes them")
+		}
+	}()
+	cfg, hc, err := e.containerConfig(call, req, uid, gid, mounts, binds)
+	if err != nil {
+		return nil, err
+	}
+	res.Timings.Prepare = time.Since(t0)
+	t1 := time.Now()
 	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -369,6 +377,9 @@ func containerName(callID string) string { return "dsh-sandbox-" + callID }
 
 // imageEnv returns the environment of the engine's image name.
 func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) {
+	if _, err := canonicalImage("policy.image", name); err != nil {
+		return nil, err
+	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	img, err := e.cli.ImageInspect(ictx, name)
@@ -388,13 +399,23 @@ func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) 
 // configuration. The mapping keeps the oci backend's shape:
 //   - tmpfs mounts carry the policy's options plus "exec" (the engine
 //     adds noexec otherwise) and an explicit uid/gid for /tmp;
-//   - binds are non-recursive and private; the engine has no nosuid,
-//     nodev or noexec for binds, which no-new-privileges, the device
-//     cgroup and the empty capability set make moot;
+//   - binds are non-recursive and private, and come from the staging
+//     mounts of stageBinds (binds, one per bind of ms, in order), which
+//     carry nosuid, nodev and, per the policy, noexec and read-only: the
+//     engine binds them read-write so that the runtime does not remount
+//     them and drop those flags (see binds.go);
 //   - the masked and read-only /proc and /sys paths are the policy's
-//     (policy.WithMaskedPaths); the engine's defaults supply the device
-//     allow-list and the default seccomp profile.
-func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, ms []specs.Mount) (*container.Config, *container.HostConfig, error) {
+//     (policy.WithMaskedPaths), and so is the seccomp profile
+//     (policy.DefaultSeccompJSON, the one the oci and containerd
+//     backends install), not the engine's default; the engine's defaults
+//     supply the device allow-list;
+//   - the call has a cgroup namespace of its own, as on the other
+//     backends (policy.WithNamespaces).
+func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, ms []specs.Mount, binds []stagedBind) (*container.Config, *container.HostConfig, error) {
+	seccompJSON, err := policy.DefaultSeccompJSON()
+	if err != nil {
+		return nil, nil, err
+	}
 	p := req.Policy
 	l := p.Limits
 	mem := l.MemoryBytes
@@ -417,7 +438,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		Hostname:        policy.Hostname,
 		User:            strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10),
 		Env:             call.Env,
-		Cmd:             sandbox.InitArgs(req.Command, call.Env),
+		Cmd:             sandbox.InitArgs(req, call.Env),
 		Entrypoint:      []string{},
 		WorkingDir:      call.Workdir,
 		Image:           p.Image,
@@ -441,7 +462,8 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + seccompJSON},
+		CgroupnsMode:   container.CgroupnsModePrivate,
 		Runtime:        p.Runtime,
 		Tmpfs:          map[string]string{},
 		IpcMode:        "private",
@@ -470,11 +492,19 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 			}
 			hc.Tmpfs[m.Destination] = strings.Join(opts, ",")
 		case "bind":
+			if len(binds) == 0 || binds[0].Target != m.Destination {
+				return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: mount %q was not staged", call.ID, m.Destination)
+			}
+			b := binds[0]
+			binds = binds[1:]
 			hc.Mounts = append(hc.Mounts, mount.Mount{
-				Type:     mount.TypeBind,
-				Source:   m.Source,
-				Target:   m.Destination,
-				ReadOnly: slices.Contains(m.Options, "ro"),
+				Type:   mount.TypeBind,
+				Source: b.Source,
+				Target: b.Target,
+				// Read-only comes with the staging mount: a read-only
+				// bind would be remounted by the runtime, which drops
+				// nosuid, nodev and noexec.
+				ReadOnly: false,
 				BindOptions: &mount.BindOptions{
 					Propagation:  mount.PropagationRPrivate,
 					NonRecursive: true,
@@ -605,7 +635,23 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	}
 	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(status))
 	res.StoppedBy(lastSig)
+	res.OOMKilled = e.oomKilled(bg, log, id)
 	return nil
+}
+
+// oomKilled asks the engine whether the out-of-memory killer struck in
+// the (exited, not yet removed) container: the engine records every OOM
+// event of the container's cgroup, not only one that kills pid 1. An
+// engine that cannot answer leaves it false, logged.
+func (e *Executor) oomKilled(ctx context.Context, log zerolog.Logger, id string) bool {
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := e.cli.ContainerInspect(ictx, id)
+	if err != nil || info.ContainerJSONBase == nil || info.State == nil {
+		log.Warn().Err(err).Msg("could not ask the engine whether the call ran out of memory")
+		return false
+	}
+	return info.State.OOMKilled
 }
 
 // suspicious reports whether a call's end may be the engine's doing

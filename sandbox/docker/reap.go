@@ -29,11 +29,15 @@ type ReapReport struct {
 	// removed: images ImportRootfs made that lost their name to a later
 	// import while a container still used them.
 	Images []string `json:"images,omitempty"`
+	// Mounts are the staging mounts (see binds.go) of dead instances,
+	// and of this executor's calls that have returned, that Reap
+	// unmounted and removed.
+	Mounts []string `json:"mounts,omitempty"`
 }
 
 // Empty reports whether Reap found nothing to remove.
 func (r ReapReport) Empty() bool {
-	return len(r.Instances)+len(r.Containers)+len(r.Images) == 0
+	return len(r.Instances)+len(r.Containers)+len(r.Images)+len(r.Mounts) == 0
 }
 
 // instancesDir holds the lock files of live executors on StateDir.
@@ -57,9 +61,10 @@ func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 }
 
 // Reap removes containers labelled owner=dsh-sandbox that a dead instance
-// left in the engine: those of an instance whose lock file in StateDir is
+// left in the engine, and the staging mounts of its calls (see
+// ReapReport.Mounts): those of an instance whose lock file in StateDir is
 // not held (its process is gone), and stopped ones of instances unknown
-// here. Running containers of unknown instances may belong to a live
+// here once they have been idle for sandbox.ForeignLeftoverGrace. Running containers of unknown instances may belong to a live
 // service on another state directory and are left alone. Of this
 // executor's own containers it removes those whose call has returned
 // (their teardown failed, typically because the engine was down) and
@@ -87,7 +92,7 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 			if e.active.Has(c.Labels[sandbox.LabelExecution]) {
 				continue
 			}
-		} else if _, isDead := dead[inst]; !isDead && (sandbox.InstanceKnown(e.instancesDir(), inst) || c.State == "running") {
+		} else if _, isDead := dead[inst]; !isDead && (sandbox.InstanceKnown(e.instancesDir(), inst) || c.State == "running" || !e.foreignIdle(ctx, c)) {
 			continue
 		}
 		err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -99,6 +104,19 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		if inst != e.instance && !slices.Contains(rep.Instances, inst) {
 			rep.Instances = append(rep.Instances, inst)
 		}
+	}
+	// Staging mounts go after the containers that used them.
+	for inst := range dead {
+		ms, err := e.reapBinds(inst, func(string) bool { return false })
+		rep.Mounts = append(rep.Mounts, ms...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ms, err := e.reapBinds(e.instance, e.active.Has)
+	rep.Mounts = append(rep.Mounts, ms...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	for _, f := range dead {
 		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -114,6 +132,21 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, sandbox.Errorf(sandbox.ErrInternal, "docker: reap: %w", errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// foreignIdle reports whether the stopped container c of an instance
+// unknown here has been idle for sandbox.ForeignLeftoverGrace: a live
+// executor on another state directory may be between creating and
+// starting it, or between its exit and its removal.
+func (e *Executor) foreignIdle(ctx context.Context, c container.Summary) bool {
+	created := time.Unix(c.Created, 0)
+	var finished time.Time
+	if info, err := e.cli.ContainerInspect(ctx, c.ID); err == nil && info.State != nil {
+		finished, _ = time.Parse(time.RFC3339Nano, info.State.FinishedAt)
+	} else if err != nil {
+		return false // cannot tell: leave it for a later reap
+	}
+	return sandbox.IdleLongEnough(time.Now(), created, finished, sandbox.ForeignLeftoverGrace)
 }
 
 // reapImages removes the images labelled as ours that have no name and

@@ -42,6 +42,9 @@ type bundle struct {
 	// ns, when set, is the mount namespace the runtime runs in; the
 	// overlay is mounted there, where the runtime sees it.
 	ns *mountNamespace
+	// oom, when set, tells whether the call ran out of memory (see
+	// prepareOOMAccounting); the cleanup stack closes it.
+	oom *oomWatch
 }
 
 // inNamespace runs f in the runtime's mount namespace.

@@ -3,14 +3,20 @@ package oci
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // cgroupLayout describes the cgroup mounts of this host.
@@ -250,3 +256,172 @@ func removeEmptyParents(dir, stop string) {
 		dir = next
 	}
 }
+
+// oomKilled reports whether the out-of-memory killer killed a process in
+// one of the cgroup directories dirs: the "oom_kill" count of cgroup
+// v1's memory.oom_control or cgroup v2's memory.events is above zero. A
+// hierarchy without those files (not the memory controller) says
+// nothing. Read it before the cgroups are removed.
+func oomKilled(dirs []string) bool {
+	for _, d := range dirs {
+		for _, name := range []string{"memory.oom_control", "memory.events"} {
+			if oomKillCount(filepath.Join(d, name)) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// oomKillCount returns the value of the "oom_kill" line of a memory
+// cgroup file, or 0 when the file or the line is missing.
+func oomKillCount(file string) uint64 {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// containerLeaf is the runtime's own cgroup below a call's cgroup: the
+// runtime gets cgroupsPath(…)/containerLeaf, so that the call's cgroup
+// (which the executor creates and removes) outlives the runtime's, whose
+// `run` removes it when the container exits.
+const containerLeaf = "container"
+
+// containerCgroupsPath is the spec's linux.cgroupsPath of a call's
+// container.
+func containerCgroupsPath(instance, id string) string {
+	return cgroupsPath(instance, id) + "/" + containerLeaf
+}
+
+// oomHeadroom is how much higher the container's own memory limit is
+// than the call's on cgroup v1 (see prepareOOMAccounting): more than the
+// largest single charge (a 2 MiB huge page), so that the call's cgroup
+// always reaches its limit first.
+const oomHeadroom = 4 << 20
+
+// prepareOOMAccounting makes an out-of-memory kill in the call's cgroup
+// path p observable after the runtime removed the container's cgroup
+// (p's child containerLeaf; the spec's limits are those of SpecOpts), and
+// returns the watch to ask (nil when there is nothing to watch).
+//
+// On cgroup v2 the kernel counts an OOM kill in every ancestor's
+// memory.events, which oomKilled reads from p's directory. On cgroup v1
+// the kill is counted only in the victim's own cgroup, which the runtime
+// removes when the container exits. So p's directory in the memory
+// hierarchy is created with the spec's memory (and memory+swap) limit,
+// the container's own limits in spec are raised by oomHeadroom so that
+// p's limit is always the one reached (it enforces the policy's limit),
+// and an eventfd is registered for p's memory.oom_control: the kernel
+// signals it when p runs out of memory. A spec without a memory limit is
+// left alone. The directory is removed with the call's other cgroup
+// directories; close the watch.
+func (l cgroupLayout) prepareOOMAccounting(p string, spec *specs.Spec) (*oomWatch, error) {
+	if l.v2 || spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Memory == nil {
+		return nil, nil
+	}
+	mem := spec.Linux.Resources.Memory
+	if mem.Limit == nil || *mem.Limit <= 0 {
+		return nil, nil
+	}
+	var dir string
+	for _, m := range l.mounts {
+		if m.v2 || !slices.Contains(m.subsystems, "memory") {
+			continue
+		}
+		if inner, ok := withinRoot(m.root, p); ok {
+			dir = filepath.Join(m.point, inner)
+		}
+	}
+	if dir == "" {
+		return nil, nil // no memory hierarchy: the runtime has none to limit either
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("memory cgroup %s: %w", dir, err)
+	}
+	limit := strconv.FormatInt(*mem.Limit, 10)
+	if err := writeCgroupFile(filepath.Join(dir, "memory.limit_in_bytes"), limit); err != nil {
+		return nil, fmt.Errorf("memory cgroup %s: limit: %w", dir, err)
+	}
+	if mem.Swap != nil && *mem.Swap > 0 {
+		// Absent when the kernel does not account swap.
+		sw := filepath.Join(dir, "memory.memsw.limit_in_bytes")
+		err := writeCgroupFile(sw, strconv.FormatInt(*mem.Swap, 10))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("memory cgroup %s: memory+swap limit: %w", dir, err)
+		}
+		mem.Swap = ptr(*mem.Swap + oomHeadroom)
+	}
+	mem.Limit = ptr(*mem.Limit + oomHeadroom)
+	w, err := watchOOM(dir)
+	if err != nil {
+		return nil, fmt.Errorf("memory cgroup %s: %w", dir, err)
+	}
+	return w, nil
+}
+
+// writeCgroupFile writes value to an existing cgroup file (a cgroup
+// file system cannot create files: a missing one is os.ErrNotExist).
+func writeCgroupFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	return errors.Join(err, f.Close())
+}
+
+// oomWatch is an eventfd the kernel signals when a cgroup v1 memory
+// cgroup (or an ancestor) runs out of memory, and when it is removed.
+type oomWatch struct{ efd int }
+
+// watchOOM registers an OOM notification for the memory cgroup dir.
+func watchOOM(dir string) (*oomWatch, error) {
+	ofd, err := unix.Open(filepath.Join(dir, "memory.oom_control"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("oom notification: %w", err)
+	}
+	// The kernel keeps what it needs of memory.oom_control once the
+	// registration is written.
+	defer unix.Close(ofd)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("oom notification: eventfd: %w", err)
+	}
+	reg := strconv.Itoa(efd) + " " + strconv.Itoa(ofd)
+	if err := writeCgroupFile(filepath.Join(dir, "cgroup.event_control"), reg); err != nil {
+		unix.Close(efd)
+		return nil, fmt.Errorf("oom notification: register: %w", err)
+	}
+	return &oomWatch{efd: efd}, nil
+}
+
+// fired reports whether the kernel signalled the watch. Ask before the
+// cgroup is removed: the removal signals it too.
+func (w *oomWatch) fired() bool {
+	if w == nil {
+		return false
+	}
+	var buf [8]byte
+	n, err := unix.Read(w.efd, buf[:])
+	return err == nil && n == 8 && binary.NativeEndian.Uint64(buf[:]) > 0
+}
+
+// close releases the watch; a nil watch is fine.
+func (w *oomWatch) close() error {
+	if w == nil {
+		return nil
+	}
+	return unix.Close(w.efd)
+}
+
+func ptr[T any](v T) *T { return &v }

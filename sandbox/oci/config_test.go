@@ -122,8 +122,8 @@ func TestConfigJSON(t *testing.T) {
 		}
 	}
 	l := s.Linux
-	if l.CgroupsPath != "/dsh-sandbox/"+e.instance+"/cfg-1" {
-		t.Errorf("cgroupsPath = %q, want /dsh-sandbox/%s/cfg-1", l.CgroupsPath, e.instance)
+	if l.CgroupsPath != "/dsh-sandbox/"+e.instance+"/cfg-1/container" {
+		t.Errorf("cgroupsPath = %q, want /dsh-sandbox/%s/cfg-1/container", l.CgroupsPath, e.instance)
 	}
 	var ns []string
 	for _, n := range l.Namespaces {
@@ -133,7 +133,7 @@ func TestConfigJSON(t *testing.T) {
 		ns = append(ns, string(n.Type))
 	}
 	slices.Sort(ns)
-	if want := []string{"ipc", "mount", "network", "pid", "uts"}; !slices.Equal(ns, want) {
+	if want := []string{"cgroup", "ipc", "mount", "network", "pid", "uts"}; !slices.Equal(ns, want) {
 		t.Errorf("namespaces = %q, want %q", ns, want)
 	}
 	if l.Seccomp == nil || len(l.Seccomp.Syscalls) == 0 || l.Resources == nil || l.Resources.Memory == nil || l.Resources.Pids == nil {

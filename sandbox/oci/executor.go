@@ -414,10 +414,8 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 
-	if req.Session.TranscriptDir != "" && req.Policy.Transcript == "ro" {
-		if err := os.MkdirAll(req.Session.TranscriptDir, 0o700); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: session.transcriptDir %q: %w", req.Session.TranscriptDir, err)
-		}
+	if err := sandbox.PreparePaths(req, call); err != nil {
+		return nil, err
 	}
 
 	if err := e.step("config"); err != nil {
@@ -426,9 +424,9 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	spec := policy.BaseSpec(bundleRootfs, binds)
 	all := append(opts,
 		withReadonlyRoot(bundleRootfs),
-		policy.WithProcess(sandbox.InitArgsWithShell(bash, req.Command, call.Env), call.Env, call.Workdir),
+		policy.WithProcess(sandbox.InitArgsWithShell(bash, req, call.Env), call.Env, call.Workdir),
 		policy.WithAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
-		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
+		policy.WithCgroupsPath(containerCgroupsPath(e.instance, call.ID)),
 	)
 	if e.rt.name == RuntimeRunsc {
 		all = append(all, withRunscPids())
@@ -438,6 +436,12 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
 		}
 	}
+	oom, err := e.layout.prepareOOMAccounting(cgroupsPath(e.instance, call.ID), spec)
+	if err != nil {
+		return nil, internal(err)
+	}
+	b.oom = oom
+	cu.add("oom watch", func(context.Context) error { return oom.close() })
 	if img.Host {
 		if err := b.mountPoints(spec.Mounts); err != nil {
 			return nil, internal(err)
@@ -526,6 +530,9 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	res.ExitCode, res.Signal = decodeStatus(ws)
 	res.StoppedBy(lastSig)
+	// The call's cgroups (the container's parents) still exist: teardown
+	// removes them. See prepareOOMAccounting.
+	res.OOMKilled = b.oom.fired() || oomKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
 	return nil
 }
 

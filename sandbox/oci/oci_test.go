@@ -140,6 +140,8 @@ func TestConformance(t *testing.T) {
 				ImageEnv:  hostImageEnv(t),
 				Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
 				Isolated:  true,
+				// gVisor serves system calls from its own kernel.
+				OwnKernel: rt == RuntimeRunsc,
 			})
 		})
 	}

@@ -46,4 +46,16 @@ type Config struct {
 	// capabilities, seccomp, read-only root, mounts, limits) are skipped
 	// with a message, and everything else runs unchanged.
 	Isolated bool
+
+	// OwnKernel is true when calls run on a kernel the runtime
+	// implements in user space (gVisor's Sentry under runsc) instead of
+	// the host's. The hardening cases then expect that kernel's answers
+	// where it differs by nature from the host's: a socket family it does
+	// not implement (AF_VSOCK) fails with EAFNOSUPPORT as well as with
+	// the seccomp profile's EPERM, and /proc/cmdline may show the
+	// runtime's own synthetic boot line instead of being masked, as long
+	// as it is not the host's. False means the host kernel (runc, crun,
+	// the Docker engine, containerd), where only EPERM and a masked,
+	// empty file pass.
+	OwnKernel bool
 }

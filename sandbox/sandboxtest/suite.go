@@ -41,10 +41,12 @@ func cases() []testCase {
 		envCases(),
 		invalidCases(),
 		processCases(),
+		argvCases(),
 		timeoutCases(),
 		outputCases(),
 		mountCases(),
 		isolationCases(),
+		hardeningCases(), oomCases(),
 		concurrencyCases(),
 		leftoverCases(),
 	} {
