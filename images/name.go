@@ -5,25 +5,54 @@ import (
 	"strings"
 )
 
+// Image names follow the Docker engine's reference grammar, so that one
+// name means one image on every backend (the local store, the engine,
+// containerd):
+//
+//	name       := [domain "/"] component ("/" component)* [":" tag]
+//	domain     := host [":" port]   host: labels of [A-Za-z0-9-] joined by "."
+//	component  := [a-z0-9]+ ((("." | "_" | "__" | "-"+) [a-z0-9]+))*
+//	tag        := [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
+//
+// The first part is a domain when it holds "." or ":" or is "localhost".
+// The repository (everything before the tag) is at most 255 bytes.
+// Digests ("name@sha256:…") are refused: images are imported locally
+// and named by tag, never pulled by content address.
+//
+// The canonical form, which stores, lists and lookups use, has a tag
+// ("latest" when none is given) and drops the Docker Hub prefixes the
+// engine drops too: "docker.io/library/bb2" and "bb2" are both
+// "bb2:latest", "docker.io/myorg/tools:1" is "myorg/tools:1".
+
 // defaultTag is the tag of a name given without one.
 const defaultTag = "latest"
 
-// maxNamePart bounds the repository and the tag, each.
-const maxNamePart = 128
+// maxTag bounds the tag; maxRepository the repository with its domain.
+const (
+	maxTag        = 128
+	maxRepository = 255
+)
 
-// ValidateName checks an image name: a repository matching
-// [a-z0-9][a-z0-9._-]{0,127}, optionally followed by ":" and a tag
-// matching [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}. "host" is a valid name (it
-// names the host image); a stored image may not use it. The error wraps
-// [ErrInvalid] and quotes the name.
+// hubDomains are the prefixes that name Docker Hub, which the canonical
+// form leaves out; officialPrefix is Docker Hub's namespace of official
+// images, also left out.
+var hubDomains = []string{"docker.io/", "index.docker.io/", "registry-1.docker.io/"}
+
+const officialPrefix = "library/"
+
+// ValidateName checks an image name against the grammar above. "host" is
+// a valid name (it names the host image); a stored image may not use
+// it. The error wraps [ErrInvalid], quotes the name and says which part
+// is wrong.
 func ValidateName(name string) error {
 	_, _, err := splitName(name)
 	return err
 }
 
-// CanonicalName returns name in the form stored images are known by:
-// "repository:tag", with the tag "latest" when name has none. The host
-// image's name "host" is returned unchanged.
+// CanonicalName returns name in the form images are stored and listed by
+// on every backend: "repository:tag", with the tag "latest" when name
+// has none and without the Docker Hub prefixes. The host image's name
+// "host" is returned unchanged.
 func CanonicalName(name string) (string, error) {
 	repo, tag, err := splitName(name)
 	if err != nil {
@@ -38,37 +67,123 @@ func CanonicalName(name string) (string, error) {
 	return repo + ":" + tag, nil
 }
 
-// splitName validates name and returns its repository and tag ("" when
-// absent).
+// splitName validates name and returns its repository, in canonical form
+// (without Docker Hub prefixes), and its tag ("" when absent).
 func splitName(name string) (repo, tag string, err error) {
-	repo, tag, hasTag := strings.Cut(name, ":")
-	if !validRepository(repo) {
-		return "", "", fmt.Errorf("%w: name %q: repository must match [a-z0-9][a-z0-9._-]{0,127}", ErrInvalid, name)
+	bad := func(format string, args ...any) (string, string, error) {
+		return "", "", fmt.Errorf("%w: name %q: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
 	}
-	if hasTag && !validTag(tag) {
-		return "", "", fmt.Errorf("%w: name %q: tag must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", ErrInvalid, name)
+	if strings.Contains(name, "@") {
+		return bad("digest references are not supported; images are imported locally and named by repository[:tag]")
 	}
-	return repo, tag, nil
+	repo = name
+	// The tag follows the last ":" after the last "/" (a ":" before a
+	// "/" is a registry port).
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		repo, tag = name[:i], name[i+1:]
+		if !validTag(tag) {
+			return bad("tag must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+		}
+	}
+	if repo == "" {
+		return bad("the repository is empty")
+	}
+	if len(repo) > maxRepository {
+		return bad("the repository is %d bytes, more than %d", len(repo), maxRepository)
+	}
+	parts := strings.Split(repo, "/")
+	path := parts
+	if len(parts) > 1 && isDomain(parts[0]) {
+		if !validDomain(parts[0]) {
+			return bad("registry %q must be a host name of letters, digits, '-' and '.', optionally with :PORT", parts[0])
+		}
+		path = parts[1:]
+	}
+	for _, c := range path {
+		if !validComponent(c) {
+			return bad("repository part %q must be lowercase letters and digits, separated by '.', '_', '__' or '-'", c)
+		}
+	}
+	return familiar(repo), tag, nil
 }
 
-func validRepository(s string) bool {
-	if len(s) == 0 || len(s) > maxNamePart {
+// familiar drops the Docker Hub domain and its official-images namespace
+// from a valid repository, unless what remains would read as another
+// registry ("docker.io/foo.bar/x" stays).
+func familiar(repo string) string {
+	for _, d := range hubDomains {
+		rest, ok := strings.CutPrefix(repo, d)
+		if !ok {
+			continue
+		}
+		if first, _, nested := strings.Cut(rest, "/"); nested && isDomain(first) {
+			return repo
+		}
+		repo = rest
+		break
+	}
+	// A repository whose first part is not a registry is on Docker Hub.
+	if rest, ok := strings.CutPrefix(repo, officialPrefix); ok && !strings.Contains(rest, "/") {
+		repo = rest
+	}
+	return repo
+}
+
+// isDomain reports whether the first part of a repository names a
+// registry rather than a namespace.
+func isDomain(s string) bool {
+	return strings.ContainsAny(s, ".:") || s == "localhost" || strings.ToLower(s) != s
+}
+
+// validDomain checks host[:port].
+func validDomain(s string) bool {
+	host, port, hasPort := strings.Cut(s, ":")
+	if hasPort && (port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "") {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
 			return false
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !isAlnum(c) && !('A' <= c && c <= 'Z') && c != '-' {
+				return false
+			}
 		}
 	}
 	return true
 }
 
+// validComponent checks one path component of a repository.
+func validComponent(s string) bool {
+	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); {
+		if isAlnum(s[i]) {
+			i++
+			continue
+		}
+		// A separator: ".", "_", "__" or a run of "-", between
+		// alphanumerics (the ends are checked above).
+		j := i
+		for j < len(s) && !isAlnum(s[j]) {
+			j++
+		}
+		switch sep := s[i:j]; {
+		case sep == ".", sep == "_", sep == "__", strings.Trim(sep, "-") == "":
+		default:
+			return false
+		}
+		i = j
+	}
+	return true
+}
+
+func isAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
 func validTag(s string) bool {
-	if len(s) == 0 || len(s) > maxNamePart {
+	if len(s) == 0 || len(s) > maxTag {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -81,4 +196,29 @@ func validTag(s string) bool {
 		}
 	}
 	return true
+}
+
+// Directory names of repositories in a [Store]: "/" and ":" (a registry
+// port) cannot appear in one directory name, and ":" not in an overlay
+// lower directory either, so they are replaced by characters no valid
+// name holds.
+const (
+	dirSlash = "+"
+	dirColon = "~"
+)
+
+// repoDir is the directory name of a canonical repository.
+func repoDir(repo string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(repo, "/", dirSlash), ":", dirColon)
+}
+
+// dirRepo is the canonical repository a directory name of the store
+// stands for; false when it stands for none.
+func dirRepo(dir string) (string, bool) {
+	repo := strings.ReplaceAll(strings.ReplaceAll(dir, dirSlash, "/"), dirColon, ":")
+	r, tag, err := splitName(repo)
+	if err != nil || tag != "" || r != repo || repoDir(repo) != dir {
+		return "", false
+	}
+	return repo, true
 }

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,10 @@ import (
 //	<root>/<repository>/<tag>/image.json   the record (name, digest, env, …)
 //	<root>/<repository>/<tag>/rootfs/      the unpacked root filesystem
 //	<root>/.tmp/                           imports and removals in progress
+//
+// where <repository> is the canonical repository with "/" written as
+// "+" and ":" as "~" (see repoDir): "myorg/tools:1" lives in
+// <root>/myorg+tools/1.
 const (
 	recordFile = "image.json"
 	rootfsDir  = "rootfs"
@@ -104,7 +110,8 @@ func (s *Store) List() ([]Image, error) {
 	}
 	var out []Image
 	for _, r := range repos {
-		if !r.IsDir() || !validRepository(r.Name()) || r.Name() == HostName {
+		repo, ok := dirRepo(r.Name())
+		if !r.IsDir() || !ok || repo == HostName {
 			continue
 		}
 		tags, err := os.ReadDir(filepath.Join(s.root, r.Name()))
@@ -115,7 +122,7 @@ func (s *Store) List() ([]Image, error) {
 			if !t.IsDir() || !validTag(t.Name()) {
 				continue
 			}
-			img, err := s.load(r.Name(), t.Name())
+			img, err := s.load(repo, t.Name())
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // retired between ReadDir and load
 			}
@@ -129,8 +136,16 @@ func (s *Store) List() ([]Image, error) {
 	return out, nil
 }
 
-// Remove deletes the stored image called name. A missing image is an
-// error wrapping [ErrNotFound].
+// ErrInUse is the class of errors of [Store.Remove] for an image whose
+// root filesystem a running container has mounted.
+var ErrInUse = errors.New("image in use")
+
+// Remove deletes the stored image called name (a name without a tag
+// means ":latest"). A missing image is an error wrapping [ErrNotFound];
+// an image whose root filesystem is the lower directory of an overlay
+// mount in any mount namespace of the host (a running call of the oci
+// backend) is refused with an error wrapping [ErrInUse]. Mount
+// namespaces of processes the caller may not inspect are not seen.
 func (s *Store) Remove(name string) error {
 	repo, tag, err := s.storedName(name)
 	if err != nil {
@@ -138,6 +153,10 @@ func (s *Store) Remove(name string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	rootfs := filepath.Join(s.root, repoDir(repo), tag, rootfsDir)
+	if pid := overlayUser(rootfs); pid != 0 {
+		return fmt.Errorf("%w: %q: a running container (process %d) has its root filesystem mounted", ErrInUse, repo+":"+tag, pid)
+	}
 	old, err := s.retire(repo, tag)
 	if err != nil {
 		return err
@@ -145,7 +164,7 @@ func (s *Store) Remove(name string) error {
 	if old == "" {
 		return fmt.Errorf("%w: %q in %s", ErrNotFound, repo+":"+tag, s.root)
 	}
-	_ = os.Remove(filepath.Join(s.root, repo)) // only when empty
+	_ = os.Remove(filepath.Join(s.root, repoDir(repo))) // only when empty
 	return removeTree(old)
 }
 
@@ -167,7 +186,7 @@ func (s *Store) storedName(name string) (repo, tag string, err error) {
 // load reads one image's record. A missing record is returned as is
 // (fs.ErrNotExist).
 func (s *Store) load(repo, tag string) (*Image, error) {
-	dir := filepath.Join(s.root, repo, tag)
+	dir := filepath.Join(s.root, repoDir(repo), tag)
 	data, err := os.ReadFile(filepath.Join(dir, recordFile))
 	if err != nil {
 		return nil, err
@@ -199,10 +218,10 @@ func (s *Store) load(repo, tag string) (*Image, error) {
 func (s *Store) publish(src, repo, tag string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := os.MkdirAll(filepath.Join(s.root, repo), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.root, repoDir(repo)), 0o700); err != nil {
 		return fmt.Errorf("image store %s: %w", s.root, err)
 	}
-	dst := filepath.Join(s.root, repo, tag)
+	dst := filepath.Join(s.root, repoDir(repo), tag)
 	// Another process may publish the same name between retire and
 	// rename; try a few times, last writer wins.
 	for attempt := 0; ; attempt++ {
@@ -226,7 +245,7 @@ func (s *Store) publish(src, repo, tag string) error {
 // retire moves an existing image directory out of the way and returns
 // where it went ("" when there was none). The caller removes it.
 func (s *Store) retire(repo, tag string) (string, error) {
-	dst := filepath.Join(s.root, repo, tag)
+	dst := filepath.Join(s.root, repoDir(repo), tag)
 	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -260,6 +279,54 @@ func (s *Store) removeStale(cutoff time.Time) {
 		}
 		_ = removeTree(filepath.Join(dir, e.Name()))
 	}
+}
+
+// overlayUser returns a process in whose mount namespace an overlay
+// mount has lower as one of its lower directories, 0 when none is seen.
+// Each mount namespace is read once.
+func overlayUser(lower string) int {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	seen := map[string]bool{}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "mnt"))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		data, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		if hasOverlayLower(string(data), lower) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// hasOverlayLower reports whether the mountinfo text lists an overlay
+// mount with lower among its lower directories.
+func hasOverlayLower(mountinfo, lower string) bool {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		_, after, ok := strings.Cut(line, " - ")
+		f := strings.Fields(after)
+		if !ok || len(f) < 3 || f[0] != "overlay" {
+			continue
+		}
+		for _, opt := range strings.Split(f[2], ",") {
+			if dirs, ok := strings.CutPrefix(opt, "lowerdir="); ok && slices.Contains(strings.Split(dirs, ":"), lower) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // removeTree removes dir and everything below it, making read-only

@@ -410,7 +410,7 @@ func TestImportHostileCases(t *testing.T) {
 func TestImportNameCases(t *testing.T) {
 	file := writeFile(t, makeTar(t, reg("x", "y")))
 	s := openStore(t)
-	for _, n := range []string{"host", "host:latest", "Bad", "", "a/b", "../x"} {
+	for _, n := range []string{"host", "host:latest", "Bad", "", "a//b", "../x", "x@sha256:" + strings.Repeat("0", 64)} {
 		if _, err := s.Import(context.Background(), file, n, nil); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Import(name %q) = %v, want an error wrapping ErrInvalid", n, err)
 		}

@@ -16,6 +16,21 @@
 #                              directory) and remove the private
 #                              containerd's files.
 #   scripts/daemons.sh env     print the assignments again.
+#   scripts/daemons.sh start-private
+#                              for tests that stop or kill an engine: start
+#                              a containerd and a dockerd that are both
+#                              the test's own (the dockerd uses that
+#                              containerd through --containerd, its own
+#                              socket, data-root, exec-root and pidfile),
+#                              never touching a daemon that already runs;
+#                              print DOCKER_HOST for them. Needs
+#                              DSH_SANDBOX_DAEMONS_DIR set to a directory
+#                              of the caller's own. Run again after the
+#                              dockerd was stopped, it starts it again.
+#   scripts/daemons.sh stop-private
+#                              stop what start-private started (dockerd
+#                              first, then its containerd, their shims
+#                              and mounts) and remove their files.
 #
 # Naming daemons limits start and stop to them (default: both). A dockerd
 # this script starts has gVisor's runsc registered as runtime "runsc" when runsc is installed,
@@ -29,6 +44,7 @@
 set -euo pipefail
 
 dir=${DSH_SANDBOX_DAEMONS_DIR:-/tmp/dsh-sandbox-daemons}
+dir=${dir%/}
 docker_sock=/var/run/docker.sock
 private_docker_sock=$dir/docker/docker.sock
 ctrd_sock=$dir/containerd/containerd.sock
@@ -72,7 +88,15 @@ print_env() {
 
 start_docker() {
 	local sock=$docker_sock private=
-	if docker_ready "$docker_sock" >/dev/null 2>&1; then
+	if [ -n "${private_only:-}" ]; then
+		# start-private: never the engine on the default socket.
+		sock=$private_docker_sock private=1
+		if alive "$dir/dockerd.started" && docker_ready "$sock" >/dev/null 2>&1; then
+			log "private dockerd already runs on $sock; using it"
+			echo "$sock" >"$dir/docker.host"
+			return 0
+		fi
+	elif docker_ready "$docker_sock" >/dev/null 2>&1; then
 		if ! command -v runsc >/dev/null 2>&1 || has_runsc "$docker_sock"; then
 			log "dockerd already answers on $docker_sock; using it"
 			echo "$docker_sock" >"$dir/docker.host"
@@ -111,6 +135,11 @@ start_docker() {
 		chmod 0700 "$dir/docker"
 		extra=(--data-root "$dir/docker/root" --exec-root "$dir/docker/exec"
 			--containerd-namespace dsh-sandbox-moby --containerd-plugins-namespace dsh-sandbox-moby-plugins)
+	fi
+	if [ -n "${private_only:-}" ]; then
+		# Without --containerd, dockerd would use a system containerd
+		# on /run/containerd/containerd.sock when one runs.
+		extra+=(--containerd "$ctrd_sock")
 	fi
 	log "starting dockerd on $sock"
 	# The backends need no bridge: every call runs with network none.
@@ -186,6 +215,14 @@ stop_pid() {
 	local f=$dir/$1.started pid i
 	[ -s "$f" ] || return 0
 	pid=$(cat "$f")
+	# Every daemon this script starts names a file of $dir on its command
+	# line; a recorded PID whose process does not is no longer ours (the
+	# daemon died and the PID was reused): never signal it.
+	if kill -0 "$pid" 2>/dev/null && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " $dir/"; then
+		log "pid $pid recorded for $1 is not a daemon this script started (its command line names nothing in $dir); leaving it alone"
+		rm -f "$f"
+		return 0
+	fi
 	if kill -0 "$pid" 2>/dev/null; then
 		log "stopping $1 (pid $pid)"
 		kill -TERM "$pid" 2>/dev/null || true
@@ -268,8 +305,32 @@ stop)
 env)
 	print_env
 	;;
+start-private | stop-private)
+	if [ -z "${DSH_SANDBOX_DAEMONS_DIR:-}" ] || [ "$dir" = /tmp/dsh-sandbox-daemons ] || [ ${#daemons[@]} -ne 0 ]; then
+		echo "usage: DSH_SANDBOX_DAEMONS_DIR=DIR $0 $cmd: DIR must be the caller's own directory" >&2
+		exit 2
+	fi
+	if [ "$cmd" = stop-private ]; then
+		# dockerd first: it stops its containers through its containerd.
+		status=0
+		bash "${BASH_SOURCE[0]}" stop docker || status=1
+		bash "${BASH_SOURCE[0]}" stop containerd || status=1
+		rm -f "$dir/dockerd.json" "$dir/dockerd.pid"
+		exit $status
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		log "must run as root"
+		exit 1
+	fi
+	mkdir -p "$dir"
+	chmod 0700 "$dir"
+	private_only=1
+	start_containerd
+	start_docker
+	echo "export DOCKER_HOST=unix://$(docker_sock_in_use)"
+	;;
 *)
-	echo "usage: $0 start|stop|env" >&2
+	echo "usage: $0 start|stop|env|start-private|stop-private" >&2
 	exit 2
 	;;
 esac

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func imagesCommand() *cli.Command {
@@ -30,12 +34,18 @@ refuses path traversal, links that leave the root filesystem and device nodes, a
 setuid bits; a daemon then receives the checked root filesystem. Shows progress on a
 terminal. Policies name the image by NAME (policy.image, or exec --image).
 
+NAME is [REGISTRY[:PORT]/][NAMESPACE/]REPOSITORY[:TAG], as the Docker engine spells
+names; every backend stores it in the same canonical form, with the tag "latest" when
+none is given and without Docker Hub's "docker.io/library/" (so "bb2", "bb2:latest"
+and "docker.io/library/bb2" are one image). Digests (NAME@sha256:…) are refused.
+
 Examples:
    dsh-sandbox images import --name busybox:1 busybox.tar
    dsh-sandbox images import --name busybox:1 --backend docker busybox.tar
+   dsh-sandbox images import --name registry.example:5000/myorg/tools:1 tools.tar
    dsh-sandbox exec --backend docker --image busybox:1 -- id`,
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "name", Required: true, Usage: "image `NAME[:TAG]`"},
+					nameFlag,
 					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci, docker or containerd"},
 					jsonFlag,
 				},
@@ -43,47 +53,11 @@ Examples:
 					if c.NArg() != 1 {
 						return usageError("images import takes one FILE, got %d arguments", c.NArg())
 					}
-					backend := c.String("backend")
-					switch backend {
-					case "oci", "docker", "containerd":
-					default:
-						return usageError("--backend: %q is not a backend that takes images (oci, docker or containerd)", backend)
-					}
-					s, err := loadSettings(c)
-					if err != nil {
-						return err
-					}
-					progress := progressBar(c.App.ErrWriter)
-					var img *images.Image
-					if backend == "oci" {
-						var st *images.Store
-						if st, err = s.openImages(); err != nil {
-							return err
-						}
-						var unpack func(done, total int64)
-						if progress != nil {
-							unpack = func(done, total int64) { progress("importing", done, total) }
-						}
-						img, err = st.Import(c.Context, c.Args().First(), c.String("name"), unpack)
-					} else {
-						img, err = s.importIntoDaemon(c.Context, backend, c.Args().First(), c.String("name"), progress)
-					}
-					if progress != nil {
-						fmt.Fprintln(c.App.ErrWriter)
-					}
-					if err != nil {
-						return err
-					}
-					if c.Bool("json") {
-						return writeJSON(c.App.Writer, struct {
-							Backend string `json:"backend"`
-							*images.Image
-						}{backend, img})
-					}
-					fmt.Fprintf(c.App.Writer, "imported %s into %s (%s, %d bytes)\n", img.Name, backend, img.Digest, img.Size)
-					return nil
+					return importImage(c, c.Args().First())
 				},
 			},
+			imagesBuildCommand(),
+			imagesRemoveCommand(),
 			{
 				Name:  "list",
 				Usage: "list the images a backend has (oci: the local store, where host is always there)",
@@ -99,11 +73,9 @@ Examples:
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
-					backend := c.String("backend")
-					switch backend {
-					case "oci", "docker", "containerd":
-					default:
-						return usageError("--backend: %q is not a backend with images (oci, docker or containerd)", backend)
+					backend, err := imageBackend(c)
+					if err != nil {
+						return err
 					}
 					s, err := loadSettings(c)
 					if err != nil {
@@ -130,6 +102,241 @@ Examples:
 					return tw.Flush()
 				},
 			},
+		},
+	}
+}
+
+// nameFlag is the --name of images import and build.
+var nameFlag = &cli.StringFlag{Name: "name", Required: true, Usage: "image `NAME[:TAG]` ([REGISTRY/][NAMESPACE/]REPOSITORY[:TAG])"}
+
+// imageBackend checks --backend of an images subcommand.
+func imageBackend(c *cli.Context) (string, error) {
+	backend := c.String("backend")
+	switch backend {
+	case "oci", "docker", "containerd":
+		return backend, nil
+	}
+	return "", usageError("--backend: %q is not a backend with images (oci, docker or containerd)", backend)
+}
+
+// imageName checks and canonicalizes the image name of flag (or
+// argument) what.
+func imageName(what, name string) (string, error) {
+	canon, err := images.CanonicalName(name)
+	if err == nil && canon == images.HostName {
+		err = fmt.Errorf("name %q is reserved for the generated host image", name)
+	}
+	if err != nil {
+		return "", usageError("%s: %v", what, err)
+	}
+	return canon, nil
+}
+
+// storeError gives an error of the local image store its class.
+func storeError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, images.ErrInvalid):
+		return sandbox.Errorf(sandbox.ErrInvalid, "%w", err)
+	case errors.Is(err, images.ErrNotFound):
+		return sandbox.Errorf(sandbox.ErrNotFound, "%w", err)
+	case errors.Is(err, images.ErrInUse):
+		return sandbox.Errorf(sandbox.ErrUnavailable, "%w", err)
+	}
+	return err
+}
+
+// importImage imports file as --name into --backend and reports it.
+func importImage(c *cli.Context, file string) error {
+	backend, err := imageBackend(c)
+	if err != nil {
+		return err
+	}
+	name, err := imageName("--name", c.String("name"))
+	if err != nil {
+		return err
+	}
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	progress := progressBar(c.App.ErrWriter)
+	var img *images.Image
+	if backend == "oci" {
+		var st *images.Store
+		if st, err = s.openImages(); err != nil {
+			return err
+		}
+		var unpack func(done, total int64)
+		if progress != nil {
+			unpack = func(done, total int64) { progress("importing", done, total) }
+		}
+		img, err = st.Import(c.Context, file, name, unpack)
+		err = storeError(err)
+	} else {
+		img, err = s.importIntoDaemon(c.Context, backend, file, name, progress)
+		if !errors.Is(err, sandbox.ErrInvalid) && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrUnavailable) && !errors.Is(err, sandbox.ErrInternal) {
+			err = storeError(err) // from the staging store
+		}
+	}
+	if progress != nil {
+		fmt.Fprintln(c.App.ErrWriter)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, struct {
+			Backend string `json:"backend"`
+			*images.Image
+		}{backend, img})
+	}
+	fmt.Fprintf(c.App.Writer, "imported %s into %s (%s, %d bytes)\n", img.Name, backend, img.Digest, img.Size)
+	return nil
+}
+
+func imagesBuildCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "build",
+		Usage: "build an image from busybox-static plus chosen host programs, and import it",
+		Description: `Writes a root filesystem of the host's static busybox (--busybox; sh, env, cat, ls,
+id, sleep and the other common applets, an /etc naming root and nobody, /tmp) plus each
+program named by --add, looked up in PATH and stored as /bin/NAME with the shared
+libraries ldd lists for it, and imports it as --name into --backend like images import.
+Nothing is downloaded: it needs busybox-static (apt-get install busybox-static).
+
+Examples:
+   dsh-sandbox images build --name tools:1 --add bash --add jq
+   dsh-sandbox images build --name tools:1 --add bash --backend containerd
+   dsh-sandbox exec --image tools:1 -- 'jq --version'`,
+		Flags: []cli.Flag{
+			nameFlag,
+			&cli.StringSliceFlag{Name: "add", Usage: "host `PROGRAM` to add (a command name looked up in PATH; repeatable)"},
+			&cli.StringFlag{Name: "busybox", Value: images.DefaultBusyboxPath, Usage: "`PATH` of a statically linked busybox"},
+			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci, docker or containerd"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageError("images build takes no arguments, got %d", c.NArg())
+			}
+			if _, err := imageBackend(c); err != nil {
+				return err
+			}
+			if _, err := imageName("--name", c.String("name")); err != nil {
+				return err
+			}
+			for _, p := range c.StringSlice("add") {
+				if p == "" || strings.Contains(p, "/") {
+					return usageError("--add: %q: want a command name found in PATH, not a path", p)
+				}
+			}
+			file, cleanup, err := buildRootfs(c.String("busybox"), c.StringSlice("add"))
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			return importImage(c, file)
+		},
+	}
+}
+
+// buildRootfs writes busybox plus the host programs add as a
+// root-filesystem tarball in a temporary file, removed by cleanup.
+func buildRootfs(busybox string, add []string) (file string, cleanup func(), err error) {
+	f, err := os.CreateTemp("", "dsh-sandbox-build-*.tar")
+	if err != nil {
+		return "", nil, sandbox.Errorf(sandbox.ErrUnavailable, "images build: %v", err)
+	}
+	cleanup = func() { os.Remove(f.Name()) }
+	var base bytes.Buffer
+	if err := images.BusyboxRootfsTar(&base, busybox); err != nil {
+		f.Close()
+		cleanup()
+		return "", nil, sandbox.Errorf(sandbox.ErrNotFound, "--busybox: %v (apt-get install busybox-static)", err)
+	}
+	err = images.AddHostBinaries(f, &base, add...)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, sandbox.Errorf(sandbox.ErrNotFound, "--add: %v", err)
+	}
+	return f.Name(), cleanup, nil
+}
+
+// imageRemover is a daemon backend's executor that removes images.
+type imageRemover interface {
+	RemoveImage(ctx context.Context, name string) (string, error)
+}
+
+func imagesRemoveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "rm",
+		Usage:     "remove an image from a backend",
+		ArgsUsage: "NAME",
+		Description: `Removes the image NAME (any spelling: "bb2" is "bb2:latest") from the local store
+(--backend oci, the default) or from what dsh-sandbox imported into the Docker engine or
+containerd's namespace (--backend docker, containerd). Images dsh-sandbox did not import
+are left alone. An image a running call uses is refused (exit 125): on oci, one whose
+root filesystem a container has mounted; on docker and containerd, one a container uses.
+
+Examples:
+   dsh-sandbox images rm bb2
+   dsh-sandbox images rm --backend containerd --json myorg/tools:1`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to remove the image from: oci, docker or containerd"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError("images rm takes one NAME, got %d arguments", c.NArg())
+			}
+			backend, err := imageBackend(c)
+			if err != nil {
+				return err
+			}
+			name, err := imageName("NAME", c.Args().First())
+			if err != nil {
+				return err
+			}
+			s, err := loadSettings(c)
+			if err != nil {
+				return err
+			}
+			if backend == "oci" {
+				st, err := s.openImages()
+				if err != nil {
+					return err
+				}
+				if err := storeError(st.Remove(name)); err != nil {
+					return err
+				}
+			} else {
+				ex, err := s.openDaemon(c.Context, backend)
+				if err != nil {
+					return err
+				}
+				defer ex.Close()
+				rm, ok := ex.(imageRemover)
+				if !ok {
+					return sandbox.Errorf(sandbox.ErrInternal, "backend %s cannot remove images", backend)
+				}
+				if name, err = rm.RemoveImage(c.Context, name); err != nil {
+					return err
+				}
+			}
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, struct {
+					Backend string `json:"backend"`
+					Name    string `json:"name"`
+					Removed bool   `json:"removed"`
+				}{backend, name, true})
+			}
+			fmt.Fprintf(c.App.Writer, "removed %s from %s\n", name, backend)
+			return nil
 		},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -23,15 +24,17 @@ import (
 )
 
 // ImportRootfs stores the uncompressed root-filesystem tarball r in the
-// executor's namespace as a one-layer image called name (a canonical
-// as images.ValidateName accepts it, e.g. "example:latest"; policies
-// name it the same way) whose environment is env, and
-// unpacks it into the snapshotter. An image of that name is replaced.
+// executor's namespace as a one-layer image whose environment is env,
+// and unpacks it into the snapshotter. The image is called by the
+// canonical form of name (images.CanonicalName: "bb2" is stored as
+// "bb2:latest", "docker.io/myorg/tools:1" as "myorg/tools:1"), as every
+// backend names it; policies may use any spelling. An image of that name
+// is replaced.
 func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error {
-	if err := dshimages.ValidateName(name); err != nil {
-		return sandbox.Errorf(sandbox.ErrInvalid, "containerd: image name %q: %v", name, err)
+	canon, err := canonicalImage("image name", name)
+	if err != nil {
+		return err
 	}
-	canon := name
 	ctx = e.ctx(ctx)
 	// The lease keeps the blobs from the garbage collector until the
 	// image record points at them.
@@ -142,4 +145,94 @@ func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
 		out = append(out, dshimages.Image{Name: rec.Name, Digest: rec.Target.Digest.String(), Size: size, Imported: rec.CreatedAt.UTC()})
 	}
 	return out, nil
+}
+
+// canonicalImage returns name in its canonical form
+// (images.CanonicalName); an invalid name, or the host image's, is an
+// error wrapping sandbox.ErrInvalid that names field.
+func canonicalImage(field, name string) (string, error) {
+	canon, err := dshimages.CanonicalName(name)
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s: %w", field, err)
+	}
+	if canon == dshimages.HostName {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s %q: the host image exists only for the oci backend", field, name)
+	}
+	return canon, nil
+}
+
+// qualifiedName is the fully qualified form ctr and the CRI use for a
+// canonical name on Docker Hub ("bb2:latest" is
+// "docker.io/library/bb2:latest"); "" for a name with a registry.
+func qualifiedName(canon string) string {
+	first, _, nested := strings.Cut(canon, "/")
+	switch {
+	case !nested:
+		return "docker.io/library/" + canon
+	case strings.ContainsAny(first, ".:") || first == "localhost" || strings.ToLower(first) != first:
+		return ""
+	default:
+		return "docker.io/" + canon
+	}
+}
+
+// policyImage finds the image a policy names, by any spelling of it: the
+// canonical name dsh-sandbox imports under, else the fully qualified
+// Docker Hub name other clients of the namespace use.
+func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Image, error) {
+	canon, err := canonicalImage("policy.image", name)
+	if err != nil {
+		return nil, err
+	}
+	img, err := e.cli.GetImage(ctx, canon)
+	if q := qualifiedName(canon); cerrdefs.IsNotFound(err) && q != "" {
+		if qimg, qerr := e.cli.GetImage(ctx, q); qerr == nil {
+			return qimg, nil
+		}
+	}
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, sandbox.Errorf(sandbox.ErrNotFound, "containerd: policy.image %q: %q is not in namespace %q; import it with `dsh-sandbox images import --backend containerd`: %w", name, canon, e.opts.Namespace, err)
+		}
+		return nil, classify(err, "policy.image %q", name)
+	}
+	return img, nil
+}
+
+// RemoveImage removes the image called name (any spelling of it: "bb2"
+// is "bb2:latest") that dsh-sandbox imported into the executor's
+// namespace, with its content and snapshots once nothing else refers to
+// them, and returns its canonical name. An image without the owner label
+// is not dsh-sandbox's to remove (sandbox.ErrInvalid); a missing one is
+// sandbox.ErrNotFound; one that a container of the namespace still uses
+// (a running call, or one a crash left behind) is refused with
+// sandbox.ErrUnavailable naming the container.
+func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
+	canon, err := canonicalImage("image name", name)
+	if err != nil {
+		return "", err
+	}
+	ctx = e.ctx(ctx)
+	is := e.cli.ImageService()
+	rec, err := is.Get(ctx, canon)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", sandbox.Errorf(sandbox.ErrNotFound, "containerd: image %q is not in namespace %q: %w", canon, e.opts.Namespace, err)
+		}
+		return "", classify(err, "image %q", canon)
+	}
+	if rec.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: image %q: not imported by dsh-sandbox (no label %s=%s); remove it with ctr images rm", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
+	}
+	users, err := e.cli.ContainerService().List(ctx, "image=="+canon)
+	if err != nil {
+		return "", classify(err, "image %q: list its containers", canon)
+	}
+	if len(users) > 0 {
+		return "", sandbox.Errorf(sandbox.ErrUnavailable, "containerd: image %q: in use by container %s; remove it when the call has ended", canon, users[0].ID)
+	}
+	if err := is.Delete(ctx, canon, images.SynchronousDelete()); err != nil {
+		return "", classify(err, "remove image %q", canon)
+	}
+	return canon, nil
 }

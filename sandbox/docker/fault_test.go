@@ -1,101 +1,222 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"net"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
-// stopWait bounds how long the test waits for the engine to stop or to
+// stopWait bounds how long the test waits for its engine to stop or to
 // answer again; it is a safety net, not an assertion on speed.
 const stopWait = 90 * time.Second
 
-// enginePID returns the PID of the process serving the engine's Unix
-// socket, from the socket's peer credentials.
-func enginePID(t *testing.T, e *Executor) int {
+// privateEngine is a dockerd of the test's own with a containerd of its
+// own (scripts/daemons.sh start-private): own sockets, data-root,
+// exec-root and pidfile in a temporary directory. The fault tests stop
+// and kill only this engine, never the one behind $DOCKER_HOST.
+type privateEngine struct {
+	script, dir, host string
+}
+
+// startPrivateEngine starts a private engine (skipping without root,
+// dockerd or containerd, failing under CI=true), stopped and removed
+// with its shims and mounts when the test ends.
+func startPrivateEngine(t *testing.T) *privateEngine {
 	t.Helper()
-	host := e.cli.DaemonHost()
-	path, ok := strings.CutPrefix(host, "unix://")
-	if !ok {
-		t.Skipf("engine at %q is not on a Unix socket; cannot find its process", host)
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = fmt.Sprintf("the docker fault tests need root (running as uid %d)", os.Geteuid())
 	}
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatalf("dial %s: %v", path, err)
+	for _, bin := range []string{"dockerd", "containerd", "docker", "ctr"} {
+		if _, err := exec.LookPath(bin); err != nil && missing == "" {
+			missing = bin + " is not installed (apt-get install docker.io containerd)"
+		}
 	}
-	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
+	if missing != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %s", missing)
+		}
+		t.Skip(missing)
+	}
+	// Not t.TempDir: the sockets below it must stay short.
+	dir, err := os.MkdirTemp("", "dshd-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		t.Fatalf("SO_PEERCRED on %s: %v %v", path, err, cerr)
-	}
-	return int(cred.Pid)
+	d := &privateEngine{script: fixtures.DaemonsScript(t), dir: dir}
+	t.Cleanup(func() {
+		pids := d.recordedPIDs()
+		if out, err := d.command("stop-private").CombinedOutput(); err != nil {
+			t.Errorf("daemons.sh stop-private: %v\n%s", err, out)
+		}
+		for name, pid := range pids {
+			if processAlive(pid) {
+				t.Errorf("daemons.sh stop-private left the private %s (pid %d) running", name, pid)
+			}
+		}
+		if m := mountsBelow(dir); len(m) != 0 {
+			t.Errorf("daemons.sh stop-private left mounts below %s: %q", dir, m)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	d.start(t)
+	return d
 }
 
-// startEngine starts the engine again with scripts/daemons.sh, which
-// starts dockerd only when none answers and reuses its other daemon.
-func startEngine(t *testing.T, script string) {
+func (d *privateEngine) command(verb string) *exec.Cmd {
+	cmd := exec.Command("bash", d.script, verb)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DSH_SANDBOX_DAEMONS_DIR=" + d.dir}
+	return cmd
+}
+
+// start starts the private engine, or starts its dockerd again after
+// stop (its containerd and data stay).
+func (d *privateEngine) start(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command("bash", script, "start", "docker").CombinedOutput()
+	out, err := d.command("start-private").Output()
 	if err != nil {
-		t.Fatalf("%s start: %v\n%s", script, err, out)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("daemons.sh start-private: %v\n%s", err, stderr)
 	}
+	host, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "export DOCKER_HOST=")
+	if !ok || !strings.HasPrefix(host, "unix://"+d.dir+"/") {
+		t.Fatalf("daemons.sh start-private printed %q, want DOCKER_HOST on a socket below %s", out, d.dir)
+	}
+	d.host = host
 }
 
-// stopEngine sends sig to the engine and waits for it to exit. SIGTERM
-// is what `systemctl stop docker` and scripts/daemons.sh stop send: the
-// engine stops its containers on the way down. SIGKILL is a crash: the
-// containers outlive it.
-func stopEngine(t *testing.T, pid int, sig syscall.Signal) {
+// recordedPIDs returns the PIDs daemons.sh recorded for the private
+// daemons, by name.
+func (d *privateEngine) recordedPIDs() map[string]int {
+	out := map[string]int{}
+	for _, name := range []string{"dockerd", "containerd"} {
+		data, err := os.ReadFile(filepath.Join(d.dir, name+".started"))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			out[name] = pid
+		}
+	}
+	return out
+}
+
+// stop sends sig to the private dockerd and waits until it is gone.
+// SIGTERM is what `systemctl stop docker` sends: the engine stops its
+// containers on the way down. SIGKILL is a crash: the containers outlive
+// it.
+func (d *privateEngine) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
+	pid, ok := d.recordedPIDs()["dockerd"]
+	if !ok {
+		t.Fatalf("daemons.sh recorded no private dockerd in %s", d.dir)
+	}
+	// The engine must be the one on the private socket, not another.
+	if got := enginePID(t, d.host); got != pid {
+		t.Fatalf("the process serving %s is pid %d, want the private dockerd %d", d.host, got, pid)
+	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatalf("kill(%d, %v) = %v", pid, sig, err)
 	}
-	for deadline := time.Now().Add(stopWait); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(stopWait); processAlive(pid); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the engine (pid %d) did not exit within %v of %v", pid, stopWait, sig)
+			t.Fatalf("the private engine (pid %d) did not exit within %v of %v", pid, stopWait, sig)
 		}
 	}
 }
 
-// TestRunEngineStopsUnavailable stops the engine while a call runs: the
-// call must fail as unavailable (exit code 125), not report the SIGKILL
-// the engine gave the container on its way down; a call while the engine
-// is down fails the same way; once the engine is back, Reap leaves no
-// container of the executor behind.
+// enginePID returns the PID of the process serving the engine's Unix
+// socket host, from the socket's peer credentials.
+func enginePID(t *testing.T, host string) int {
+	t.Helper()
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		t.Fatalf("engine at %q is not on a Unix socket", host)
+	}
+	d := socketPeer(path)
+	if d.pid == 0 {
+		t.Fatalf("no process serves %s", path)
+	}
+	return d.pid
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	f := procStat(pid)
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// mountsBelow lists the mount points below dir.
+func mountsBelow(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"read mountinfo: " + err.Error()}
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// TestRunEngineStopsUnavailable stops an engine of the test's own while
+// a call runs: the call must fail as unavailable (exit code 125), not
+// report the SIGKILL the engine gave the container on its way down; a
+// call while the engine is down fails the same way; once the engine is
+// back, Reap leaves no container of the executor behind. The engine
+// behind $DOCKER_HOST is never touched (TestMain checks it).
 func TestRunEngineStopsUnavailable(t *testing.T) {
+	d := startPrivateEngine(t)
+	shared := sharedDaemons()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		t.Run(sandbox.SignalName(sig), func(t *testing.T) { testRunEngineStops(t, sig) })
+		t.Run(sandbox.SignalName(sig), func(t *testing.T) { testRunEngineStops(t, d, sig) })
+	}
+	if diff := compareDaemons(shared, sharedDaemons()); diff != "" {
+		t.Errorf("stopping the private engine changed a shared daemon: %s", diff)
 	}
 }
 
-func testRunEngineStops(t *testing.T, sig syscall.Signal) {
-	e := newTestExecutor(t)
-	pid := enginePID(t, e)
-	script := fixtures.DaemonsScript(t)
+func testRunEngineStops(t *testing.T, d *privateEngine, sig syscall.Signal) {
+	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatalf("New(private engine) = %v", err)
+	}
+	defer e.Close()
+	var tar bytes.Buffer
+	if err := testRootfsTar(&tar); err != nil {
+		t.Fatalf("the busybox test image: %v (install busybox-static and bash)", err)
+	}
+	if err := e.ImportRootfs(t.Context(), &tar, testImage, testImageEnv); err != nil {
+		t.Fatalf("ImportRootfs(%q) into the private engine = %v", testImage, err)
+	}
 	restarted := false
-	t.Cleanup(func() {
+	defer func() {
 		if !restarted {
-			startEngine(t, script)
+			d.start(t)
 		}
-	})
+	}()
 
 	ws := t.TempDir()
 	req := &sandbox.Request{
@@ -109,7 +230,7 @@ func testRunEngineStops(t *testing.T, sig syscall.Signal) {
 	done := sandboxtest.StartRun(context.Background(), t, e, req)
 
 	t0 := time.Now()
-	stopEngine(t, pid, sig)
+	d.stop(t, sig)
 	o := <-done
 	t.Logf("Run(%q) returned %v after %v: %v", req.Command, sig, time.Since(t0).Round(time.Millisecond), o.Err)
 	if !errors.Is(o.Err, sandbox.ErrUnavailable) {
@@ -128,7 +249,7 @@ func testRunEngineStops(t *testing.T, sig syscall.Signal) {
 		t.Errorf("Run(%q) with the engine down = %v, %v; want nil, an error wrapping %v", down.Command, res, err, sandbox.ErrUnavailable)
 	}
 
-	startEngine(t, script)
+	d.start(t)
 	restarted = true
 	rep, err := e.Reap(context.Background())
 	if err != nil {
@@ -185,5 +306,45 @@ func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 	}
 	if left := leftovers(t, first); len(left) != 0 {
 		t.Errorf("after both calls: %v, want none", left)
+	}
+}
+
+// TestDaemonsScriptLeavesRecycledPID gives scripts/daemons.sh stop a
+// recorded dockerd PID that now belongs to another process (the daemon
+// died and its PID was reused): the script must not signal that
+// process, and forgets the record. (That it does stop a daemon it
+// started is what TestRunEngineStopsUnavailable's cleanup checks.)
+func TestDaemonsScriptLeavesRecycledPID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		msg := "scripts/daemons.sh needs root"
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but " + msg)
+		}
+		t.Skip(msg)
+	}
+	other := exec.Command("sleep", "600")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = other.Process.Kill()
+		_ = other.Wait()
+	}()
+	d := &privateEngine{script: fixtures.DaemonsScript(t), dir: t.TempDir()}
+	record := filepath.Join(d.dir, "dockerd.started")
+	if err := os.WriteFile(record, []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", d.script, "stop", "docker")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DSH_SANDBOX_DAEMONS_DIR=" + d.dir}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("daemons.sh stop docker: %v\n%s", err, out)
+	}
+	if !processAlive(other.Process.Pid) {
+		t.Errorf("daemons.sh stop docker signalled pid %d, which it did not start (output %q)", other.Process.Pid, out)
+	}
+	if _, err := os.Stat(record); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("daemons.sh stop docker kept the stale record %s: %v", record, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
@@ -26,12 +27,15 @@ import (
 // as its environment (KEY=VALUE; nil means PATH=images.DefaultPath) and
 // the label sandbox.LabelOwner=sandbox.LabelOwnerValue, by which Doctor
 // and Reap know the images dsh-sandbox imported. name is checked with
-// images.ValidateName. It replaces an image of that name and removes the
-// replaced one unless a container still uses it; Reap removes that one
-// once it is unused. Imports through one Executor run one at a time.
+// images.CanonicalName and the image is named in that canonical form
+// ("bb2" becomes "bb2:latest"), as every backend names it. It replaces an
+// image of that name and removes the replaced one unless a container
+// still uses it; Reap removes that one once it is unused. Imports
+// through one Executor run one at a time.
 func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string, env []string) error {
-	if err := images.ValidateName(name); err != nil {
-		return sandbox.Errorf(sandbox.ErrInvalid, "docker: image name %q: %w", name, err)
+	name, err := canonicalImage("image name", name)
+	if err != nil {
+		return err
 	}
 	if env == nil {
 		env = []string{"PATH=" + images.DefaultPath}
@@ -152,4 +156,65 @@ func (e *Executor) Images(ctx context.Context) ([]images.Image, error) {
 		}
 	}
 	return out, nil
+}
+
+// canonicalImage returns name in its canonical form
+// (images.CanonicalName); an invalid name, or the host image's, is an
+// error wrapping sandbox.ErrInvalid that names field.
+func canonicalImage(field, name string) (string, error) {
+	canon, err := images.CanonicalName(name)
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s: %w", field, err)
+	}
+	if canon == images.HostName {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s %q: the host image exists only for the oci backend", field, name)
+	}
+	return canon, nil
+}
+
+// RemoveImage removes the image called name (any spelling of it:
+// "bb2" is "bb2:latest") that dsh-sandbox imported into the engine, and
+// returns its canonical name. An image without the owner label is not
+// dsh-sandbox's to remove (sandbox.ErrInvalid); a missing one is
+// sandbox.ErrNotFound; one that a container still uses (a running call,
+// or the container of a call an engine crash left behind) is refused
+// with sandbox.ErrUnavailable naming the container. When the image has
+// other names too, only this name goes.
+func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
+	canon, err := canonicalImage("image name", name)
+	if err != nil {
+		return "", err
+	}
+	img, err := e.cli.ImageInspect(ctx, canon)
+	if err != nil {
+		return "", unavailable(err, "image %q", canon)
+	}
+	if img.Config == nil || img.Config.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: image %q: not imported by dsh-sandbox (no label %s=%s); remove it with docker rmi", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
+	}
+	users, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", img.ID))})
+	if err != nil {
+		return "", unavailable(err, "image %q: list its containers", canon)
+	}
+	for _, c := range users {
+		if c.ImageID == img.ID {
+			return "", sandbox.Errorf(sandbox.ErrUnavailable, "docker: image %q: in use by container %s (%s); remove it when the call has ended", canon, strings.TrimPrefix(firstName(c.Names), "/"), c.State)
+		}
+	}
+	if _, err := e.cli.ImageRemove(ctx, canon, image.RemoveOptions{PruneChildren: true}); err != nil {
+		if cerrdefs.IsConflict(err) {
+			return "", sandbox.Errorf(sandbox.ErrUnavailable, "docker: image %q: in use: %w", canon, err)
+		}
+		return "", unavailable(err, "remove image %q", canon)
+	}
+	return canon, nil
+}
+
+// firstName returns the first of a container's names, "" when it has
+// none.
+func firstName(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
