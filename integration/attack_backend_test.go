@@ -161,7 +161,11 @@ func TestAttackBackendOOMReported(t *testing.T) {
 			{`x=$(head -c 1000000 /dev/zero | tr '\0' a); echo "held ${#x}"`, 0, false},
 		} {
 			args := append(append([]string{"exec", "--json", "--policy", pol}, e.flags("s1")...), daemonFlags()...)
-			r := run(t, nil, append(args, "--backend", b, "--image", name, "--", tc.command)...)
+			args = append(args, "--backend", target[0])
+			if len(target) > 1 {
+				args = append(args, "--runtime", target[1])
+			}
+			r := run(t, nil, append(args, "--image", name, "--", tc.command)...)
 			var res outcome
 			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.OOMKilled == nil {
 				t.Errorf("exec --backend %s --json printed %q (%v), want a result with oomKilled", b, r.stdout, err)
