@@ -220,37 +220,3 @@ func cgroupInstances() []string {
 	}
 	return out
 }
-
-// oomKilled reports whether the out-of-memory killer killed a process of
-// cgroup path p: the "oom_kill" count of cgroup v1's memory.oom_control
-// or cgroup v2's memory.events is above zero in a hierarchy that has p.
-// Read it after the task exited and before it is deleted (the shim
-// removes the cgroup then).
-func oomKilled(p string) bool {
-	for _, d := range cgroupDirs(p) {
-		for _, name := range []string{"memory.oom_control", "memory.events"} {
-			if oomKillCount(filepath.Join(d, name)) > 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// oomKillCount returns the value of the "oom_kill" line of a memory
-// cgroup file, or 0 when the file or the line is missing.
-func oomKillCount(file string) uint64 {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return 0
-}

@@ -572,7 +572,7 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(code))
 	res.StoppedBy(lastSig)
 	// The task has exited but is not deleted: its cgroup still exists.
-	res.OOMKilled = oomKilled(cgroupsPath(e.instance, call.ID))
+	res.OOMKilled = sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID)))
 	return nil
 }
 

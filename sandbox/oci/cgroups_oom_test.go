@@ -9,30 +9,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func TestOOMKillCountCases(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		content string
-		want    uint64
-	}{
-		{"oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", 3}, // cgroup v1 memory.oom_control
-		{"low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n", 1},    // cgroup v2 memory.events
-		{"oom_kill_disable 0\nunder_oom 0\n", 0},             // a kernel without the count
-		{"oom_kill x\n", 0},
-	} {
-		f := filepath.Join(dir, "f")
-		if err := os.WriteFile(f, []byte(tc.content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if got := oomKillCount(f); got != tc.want {
-			t.Errorf("oomKillCount(%q) = %d, want %d", tc.content, got, tc.want)
-		}
-	}
-	if got := oomKillCount(filepath.Join(dir, "missing")); got != 0 {
-		t.Errorf("oomKillCount(missing file) = %d, want 0", got)
-	}
-}
-
 // TestPrepareOOMAccountingV1: on cgroup v1 the call's memory cgroup gets
 // the policy's limits and the container's own limits are raised by the
 // headroom, so the call's cgroup (which outlives the container) is the

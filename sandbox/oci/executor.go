@@ -532,7 +532,7 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	res.StoppedBy(lastSig)
 	// The call's cgroups (the container's parents) still exist: teardown
 	// removes them. See prepareOOMAccounting.
-	res.OOMKilled = b.oom.fired() || oomKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
+	res.OOMKilled = b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
 	return nil
 }
 
