@@ -46,43 +46,7 @@ type service struct {
 // it answers its health check. Cleanup stops it with SIGTERM.
 func startServe(t *testing.T, e env, args ...string) *service {
 	t.Helper()
-	sv := &service{
-		sock:   filepath.Join(e.home, "run", "sandbox.sock"),
-		audit:  filepath.Join(e.data, "audit.jsonl"),
-		stderr: &bytes.Buffer{},
-		done:   make(chan struct{}),
-	}
-	full := append(append([]string{"serve"}, e.flags("")...), args...)
-	sv.cmd = exec.Command(binary, full...)
-	sv.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	sv.cmd.Stderr = &lockedWriter{w: sv.stderr}
-	if err := sv.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { sv.cmd.Wait(); close(sv.done) }()
-	t.Cleanup(func() { sv.stop(t) })
-	var err error
-	if sv.cl, err = client.New("unix://"+sv.sock, client.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := sv.cl.Health(ctx)
-		cancel()
-		if err == nil {
-			return sv
-		}
-		select {
-		case <-sv.done:
-			t.Fatalf("serve exited early: %s", sv.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not come up: %v; %s", err, sv.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return startServeAt(t, e, filepath.Join(e.home, "run", "sandbox.sock"), args...)
 }
 
 func (sv *service) stop(t *testing.T) {
