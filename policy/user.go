@@ -143,35 +143,59 @@ var transcriptFiles = []string{"session.jsonl", "session.jsonl.zstd"}
 
 // Warnings says, one sentence each, where a call under p for session s
 // running as uid:gid will not be able to do what the policy grants: read
-// the transcript directory or transcript file (another owner, mode 0700
-// or 0600), read the workspace, or write it when it is mounted
-// read-write; and when the workspace is missing, or the transcript
-// directory is missing and will be created 0700 by the service under a
-// different uid. It stats the paths and reads nothing else; nil means
-// nothing to report. `dsh-sandbox policy check` and `doctor` print these.
+// the transcript (the session directory belongs to the harness user,
+// s.Owner or else this process's effective uid, and the service lets the
+// call read it and its spill files through an ACL entry, but dsh writes
+// the transcript file itself with mode 0600, which no directory ACL
+// reaches, so a call running as another uid cannot read it unless the
+// file's own mode or ACL allows), read the workspace, or write it when
+// it is mounted read-write; when the session directory belongs to a
+// third user (the service refuses such calls); and when the workspace is
+// missing. It stats the paths and reads their ACLs, nothing else; nil
+// means nothing to report. `dsh-sandbox policy check` prints these.
 func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 	var ws []string
 	who := fmt.Sprintf("user %d:%d", uid, gid)
 	if p.Transcript == "ro" && s.TranscriptDir != "" {
+		harness := sandbox.EffectiveOwner(s.Owner)
+		self := uint32(os.Geteuid())
 		info, err := os.Stat(s.TranscriptDir)
+		exists := err == nil && info.IsDir()
 		switch {
 		case notExist(err):
-			if euid := os.Geteuid(); euid >= 0 && uint32(euid) != uid {
-				ws = append(ws, fmt.Sprintf("transcript directory %s does not exist yet; the service creates it with mode 0700 as uid %d, so %s will not be able to read it",
-					s.TranscriptDir, euid, who))
-			}
 		case err != nil:
 			ws = append(ws, fmt.Sprintf("transcript directory %s cannot be inspected: %v", s.TranscriptDir, unwrapPathError(err)))
 		case !info.IsDir():
 			ws = append(ws, fmt.Sprintf("transcript directory %s is not a directory", s.TranscriptDir))
-		case !may(info, uid, gid, permRead|permExec):
-			ws = append(ws, fmt.Sprintf("%s cannot read the transcript directory %s (%s)", who, s.TranscriptDir, describe(info)))
 		default:
+			st, ok := info.Sys().(*syscall.Stat_t)
+			switch {
+			case !ok || st.Uid == harness.UID || st.Uid == self:
+			case harness.UID == 0:
+				// Root acts for the directory's owner (sandbox.MakeSessionDir).
+				harness = sandbox.Owner{UID: st.Uid, GID: st.Gid, Set: true}
+			default:
+				ws = append(ws, fmt.Sprintf("transcript directory %s belongs to uid %d, neither the harness user (uid %d) nor the service (uid %d); the service refuses calls of this session",
+					s.TranscriptDir, st.Uid, harness.UID, self))
+			}
+		}
+		if uid != harness.UID && (exists || notExist(err)) {
+			seen := false
 			for _, name := range transcriptFiles {
 				path := filepath.Join(s.TranscriptDir, name)
-				if fi, err := os.Stat(path); err == nil && !may(fi, uid, gid, permRead) {
-					ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s)", who, path, describe(fi)))
+				fi, err := os.Stat(path)
+				if err != nil {
+					continue
 				}
+				seen = true
+				if ok, err := sandbox.MayAccess(path, uid, gid, sandbox.ACLRead); err == nil && !ok {
+					ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s): dsh writes it as the harness user (uid %d) and no directory ACL reaches a file created 0600; run calls as uid %d or grant read on the file (setfacl -m u:%d:r)",
+						who, path, describe(fi), harness.UID, harness.UID, uid))
+				}
+			}
+			if !seen {
+				ws = append(ws, fmt.Sprintf("the transcript in %s will be written by the harness user (uid %d) with mode 0600, which %s cannot read (the service's ACL entry covers the directory and spill files, not a file dsh creates); run calls as uid %d to read it",
+					s.TranscriptDir, harness.UID, who, harness.UID))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
@@ -130,7 +131,9 @@ func TestWarningsCase(t *testing.T) {
 		want     []string // one substring per expected warning, in order
 	}{
 		{"owner reads everything", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, me, myGID, nil},
-		{"other user, private transcript dir", ww, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript directory " + private + " (owner"}},
+		// The service lets the call read the directory (an ACL entry), not
+		// the 0600 file dsh writes as the harness user.
+		{"other user, private transcript dir", ww, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(private, "session.jsonl") + " (owner"}},
 		{"other user, private transcript file mode", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"mode 0600)"}},
 		{"other user, private transcript file", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(openDir, "session.jsonl") + " (owner"}},
 		{"group member reads shared transcript", ww, sandbox.Session{TranscriptDir: shared}, other, myGID, nil},
@@ -141,9 +144,10 @@ func TestWarningsCase(t *testing.T) {
 		{"group writes shared workspace", ww, sandbox.Session{Cwd: wsShared}, other, myGID, nil},
 		{"other user, private workspace", ro, sandbox.Session{Cwd: wsPrivate}, other, otherGID, []string{"cannot read the workspace " + wsPrivate}},
 		{"missing workspace", ww, sandbox.Session{Cwd: filepath.Join(tmp, "gone")}, me, myGID, []string{"workspace " + filepath.Join(tmp, "gone") + " does not exist"}},
-		{"missing transcript dir, other user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, []string{"does not exist yet; the service creates it with mode 0700"}},
+		{"missing transcript dir, other user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, []string{"will be written by the harness user (uid " + fmt.Sprint(me) + ") with mode 0600"}},
 		{"missing transcript dir, service user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, me, myGID, nil},
-		{"both unreadable", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, other, otherGID, []string{"transcript directory", "workspace"}},
+		{"both unreadable", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript", "workspace"}},
+		{"harness is the call's user", ww, sandbox.Session{TranscriptDir: private, Owner: sandbox.Owner{UID: other, GID: otherGID, Set: true}}, other, otherGID, nil},
 	}
 	for _, tt := range tests {
 		got := Warnings(tt.p, tt.s, tt.uid, tt.gid)
@@ -156,5 +160,35 @@ func TestWarningsCase(t *testing.T) {
 				t.Errorf("%s: Warnings(…)[%d] = %q, want it to contain %q", tt.name, i, got[i], w)
 			}
 		}
+	}
+}
+
+func TestWarningsThirdUserTranscriptDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		missing := fmt.Sprintf("giving a directory to another user needs root (running as uid %d)", os.Geteuid())
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %s", missing)
+		}
+		t.Skip(missing)
+	}
+	ww := builtin(t, WorkspaceWrite)
+	dir := sessionDir(t, 0o755, 0o644)
+	if err := os.Chown(dir, 4321, 4321); err != nil {
+		t.Fatal(err)
+	}
+	got := Warnings(ww, sandbox.Session{TranscriptDir: dir, Owner: sandbox.Owner{UID: 1000, GID: 1000, Set: true}}, 1000, 1000)
+	if len(got) != 1 || !strings.Contains(got[0], "belongs to uid 4321, neither the harness user (uid 1000)") {
+		t.Errorf("Warnings(dir of uid 4321, harness 1000) = %q, want one warning that it belongs to uid 4321", got)
+	}
+	// Root acting for the directory's owner (sudo) is no third user.
+	if got := Warnings(ww, sandbox.Session{TranscriptDir: dir, Owner: sandbox.Owner{UID: 0, GID: 0, Set: true}}, 4321, 4321); got != nil {
+		t.Errorf("Warnings(dir of uid 4321, root harness) = %q, want none", got)
+	}
+	// The legitimate variant: the harness owns it.
+	if err := os.Chown(dir, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if got := Warnings(ww, sandbox.Session{TranscriptDir: dir, Owner: sandbox.Owner{UID: 1000, GID: 1000, Set: true}}, 1000, 1000); got != nil {
+		t.Errorf("Warnings(dir of the harness uid 1000) = %q, want none", got)
 	}
 }

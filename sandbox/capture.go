@@ -28,6 +28,12 @@ type CaptureOptions struct {
 	SpillPath string
 	// SpillMax caps the spill file; ≤ 0 means DefaultSpillMaxBytes.
 	SpillMax int64
+	// SpillOwner, when set, is given the spill file (fchown) once it is
+	// created; unset, it belongs to the running process. SpillReader,
+	// when set, gets read access to it through an ACL entry
+	// user:<uid>:r--, written before the file changes hands. A file
+	// system without POSIX ACLs gets no entry.
+	SpillOwner, SpillReader Owner
 	// Live, when set, receives every write as it happens. Its errors are
 	// ignored and stop further live writes; they never fail the capture.
 	Live io.Writer
@@ -188,6 +194,26 @@ func (c *Capture) openSpill() {
 		return
 	}
 	c.spill = f
+	if err := c.handOver(f); err != nil {
+		c.failSpill(err)
+	}
+}
+
+// handOver lets SpillReader read the new spill file f and gives it to
+// SpillOwner.
+func (c *Capture) handOver(f *os.File) error {
+	owner := EffectiveOwner(c.opts.SpillOwner)
+	if r := c.opts.SpillReader; r.Set && r.UID != owner.UID {
+		if err := grantUser(f, owner.UID, r.UID, ACLRead); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+			return fmt.Errorf("grant read access to uid %d: %w", r.UID, err)
+		}
+	}
+	if owner.UID != uint32(os.Geteuid()) {
+		if err := syscall.Fchown(int(f.Fd()), int(owner.UID), int(owner.GID)); err != nil {
+			return fmt.Errorf("give it to the harness user %d:%d: %w", owner.UID, owner.GID, err)
+		}
+	}
+	return nil
 }
 
 // writeSpill appends p to the spill file up to SpillMax. Called with
@@ -302,7 +328,9 @@ func (t *tailBuffer) reset() {
 // to stdout and stderr (either may be nil). Spill files go to
 // c.SpillDir, or, for a call without a session directory, to
 // stateDir/spill (links in stateDir, which the operator chose, are
-// resolved first): <dir>/<ID>.stdout and <dir>/<ID>.stderr.
+// resolved first): <dir>/<ID>.stdout and <dir>/<ID>.stderr. Spill files
+// in c.SpillDir belong to c.SpillOwner and c.SpillReader may read them
+// (CaptureOptions).
 //
 // Call it right before the runtime starts: it bounds the spill
 // directory first (PruneSpill with c.SpillTotal and c.SpillRetention,
@@ -323,6 +351,10 @@ func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *C
 		left = 0
 	}
 	budget := NewSpillBudget(left)
+	var owner, reader Owner
+	if dir == c.SpillDir {
+		owner, reader = c.SpillOwner, c.SpillReader
+	}
 	capture := func(suffix string, live io.Writer) *Capture {
 		return NewCapture(CaptureOptions{
 			TailBytes:   c.TailBytes,
@@ -331,6 +363,8 @@ func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *C
 			Live:        live,
 			SpillInside: c.SpillInside,
 			Budget:      budget,
+			SpillOwner:  owner,
+			SpillReader: reader,
 		})
 	}
 	return capture(".stdout", stdout), capture(".stderr", stderr)

@@ -290,7 +290,7 @@ func TestPreparePaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := PreparePaths(req, call); err != nil {
+	if err := PreparePaths(req, call, 0); err != nil {
 		t.Fatalf("PreparePaths(legitimate) = %v", err)
 	}
 	if call.Workspace != ws || call.TranscriptDir != req.Session.TranscriptDir {
@@ -336,7 +336,7 @@ func TestPreparePaths(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Prepare(%s) = %v", tt.name, err)
 		}
-		err = PreparePaths(req, call)
+		err = PreparePaths(req, call, 0)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
 			t.Errorf("PreparePaths(%s) = %v, want ErrInvalid naming %q", tt.name, err, tt.mention)
 		}
@@ -354,7 +354,7 @@ func TestPreparePaths(t *testing.T) {
 	ro.Policy.Workspace, ro.Session.TranscriptDir = "ro", ws+"/sub/s"
 	if call, err := Prepare(ro, nil, nil); err != nil {
 		t.Fatal(err)
-	} else if err := PreparePaths(ro, call); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
+	} else if err := PreparePaths(ro, call, 0); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
 		t.Errorf("PreparePaths(ro workspace holding the transcript dir) = %v, want ErrInvalid naming session.transcriptDir", err)
 	}
 	// An unmounted cwd is not resolved; a workdir not yet there is fine.
@@ -368,7 +368,7 @@ func TestPreparePaths(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := PreparePaths(req, call); err != nil {
+		if err := PreparePaths(req, call, 0); err != nil {
 			t.Errorf("PreparePaths(%+v) = %v, want nil", req.Session, err)
 		}
 	}

@@ -67,6 +67,13 @@ type Call struct {
 	// TranscriptDir is the session directory as PreparePaths resolved
 	// and created it; "" before PreparePaths or without one.
 	TranscriptDir string
+	// SpillOwner is who owns the spill files of SpillDir: the harness
+	// user (Session.Owner, or the running process). SpillReader, when
+	// set, is the call's identity, which gets read access to them through
+	// an ACL entry (the transcript is mounted and the call is not the
+	// owner). PreparePaths fills both; unset, spill files belong to the
+	// running process alone.
+	SpillOwner, SpillReader Owner
 }
 
 // Prepare validates req and resolves it against req.Policy, the image's
@@ -314,8 +321,12 @@ func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, 
 //   - session.transcriptDir: not a system directory, not inside a
 //     mounted workspace, read-write or read-only (nor containing it):
 //     the call would see, or forge, other sessions' transcripts; it and its
-//     spill/ subdirectory are created 0700 without following links
-//     (MkdirNoFollow), so a link anywhere in the chain is refused;
+//     spill/ subdirectory are created 0700 without following links and
+//     belong to the harness user (req.Session.Owner), and the call's
+//     identity callUID (from policy.ResolveUser; the service's own uid for
+//     the local backend) may read them through an ACL entry when the
+//     policy mounts the transcript (MakeSessionDir, which also refuses a
+//     directory a third user owns); a link anywhere in the chain is refused;
 //   - policy.mounts[i].source: no symbolic link in any component
 //     (ResolvePath); a read-write mount of a system directory is refused.
 //
@@ -333,7 +344,7 @@ func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, 
 // workspaces), or to a host user who owns the parents anyway. The
 // session directory's parents lie in the sessions root, which no call
 // can write once CheckDeployment keeps it out of every workspace.
-func PreparePaths(req *Request, call *Call) error {
+func PreparePaths(req *Request, call *Call, callUID uint32) error {
 	if req == nil || call == nil {
 		return Errorf(ErrInvalid, "sandbox: PreparePaths: request or call is nil")
 	}
@@ -376,11 +387,20 @@ func PreparePaths(req *Request, call *Call) error {
 			return err
 		}
 	}
-	d, err := MkdirNoFollow("session.transcriptDir", filepath.Join(td, "spill"), 0o700)
+	var reader Owner
+	if req.Policy.Transcript == "ro" {
+		reader = Owner{UID: callUID, Set: true}
+	}
+	owner, err := MakeSessionDir(td, req.Session.Owner, reader)
 	if err != nil {
 		return err
 	}
-	_ = d.Close()
+	if reader.UID == owner.UID {
+		reader = Owner{}
+	}
 	call.TranscriptDir = td
+	if call.SpillDir != "" && Within(call.SpillDir, td) {
+		call.SpillOwner, call.SpillReader = owner, reader
+	}
 	return nil
 }

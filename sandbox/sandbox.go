@@ -100,6 +100,23 @@ type Session struct {
 	// per Policy.Transcript and created 0700 when missing; empty means
 	// none. Spill files go to TranscriptDir/spill.
 	TranscriptDir string `json:"transcriptDir,omitempty"`
+	// Owner is the harness user, who owns the session directory: the
+	// service fills it from the client's peer credentials (SO_PEERCRED),
+	// or with its own uid for a token client; the CLI with its real
+	// uid:gid. PreparePaths gives the session directory, its spill/
+	// subdirectory and the spill files to this user (mode 0700/0600)
+	// and lets the call's identity read them through a POSIX ACL entry
+	// (MakeSessionDir says how existing directories are treated).
+	// The zero value (Set false) means the running process's own
+	// effective uid:gid. It is never read from a client's JSON.
+	Owner Owner `json:"-"`
+}
+
+// Owner is a host user and group that owns files; Set false means none
+// was given. It is a plain value, safe to copy.
+type Owner struct {
+	UID, GID uint32
+	Set      bool
 }
 
 // Policy is a resolved sandbox policy in machine units, as the policy

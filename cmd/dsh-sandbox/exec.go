@@ -180,7 +180,14 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	} else {
 		req.Session.Cwd = s.cwd // a call with no agent still works in its directory
 	}
+	req.Session.Owner = harnessOwner()
 	return req, nil
+}
+
+// harnessOwner is the user who runs the CLI, by its real uid:gid: it owns
+// the session directory. SUDO_UID and SUDO_GID are not trusted.
+func harnessOwner() sandbox.Owner {
+	return sandbox.Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Set: true}
 }
 
 // execPolicy loads --policy (a built-in, or an operator-owned file

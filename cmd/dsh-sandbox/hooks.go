@@ -147,6 +147,7 @@ func runHooks(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		return printPlan(c, plan)
 	}
+	plan.Session.Owner = harnessOwner()
 	pol, err := hooksPolicy(cfg, base, plan.Session, pluginRoot)
 	if err != nil {
 		return err

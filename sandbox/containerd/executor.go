@@ -324,7 +324,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			Policy:  req.Policy.Name,
 		},
 	}
-	if err := sandbox.PreparePaths(req, call); err != nil {
+	if err := sandbox.PreparePaths(req, call, uid); err != nil {
 		return nil, err
 	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)

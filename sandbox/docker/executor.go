@@ -299,7 +299,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			Policy:  req.Policy.Name,
 		},
 	}
-	if err := sandbox.PreparePaths(req, call); err != nil {
+	if err := sandbox.PreparePaths(req, call, uid); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -104,7 +104,8 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 	if err != nil {
 		return nil, err
 	}
-	if err := sandbox.PreparePaths(req, call); err != nil {
+	// The call runs on the host as this process.
+	if err := sandbox.PreparePaths(req, call, uint32(os.Geteuid())); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -285,7 +285,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	}()
 
 	t1 := time.Now()
-	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts)
+	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +351,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt) (_ *bundle, _ *cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, uid uint32) (_ *bundle, _ *cleanup, err error) {
 	var cu cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
@@ -360,7 +360,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 			e.log.Error().Str("call", call.ID).Err(cerr).Msg("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them")
 		}
 	}()
-	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts)
+	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts, uid)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -368,7 +368,9 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 }
 
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
-func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt) (*bundle, error) {
+// uid is the host uid the call runs as, which PreparePaths lets read the
+// session directory.
+func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, uid uint32) (*bundle, error) {
 	internal := func(err error) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
 	}
@@ -414,7 +416,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 
-	if err := sandbox.PreparePaths(req, call); err != nil {
+	if err := sandbox.PreparePaths(req, call, uid); err != nil {
 		return nil, err
 	}
 

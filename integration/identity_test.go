@@ -1,0 +1,385 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/session"
+)
+
+// The identity tests serve as root and send every call from a harness
+// client running as the workspace owner (exec --server with the child's
+// credentials set), so the service sees that uid through SO_PEERCRED and
+// gives it the session directory (DESIGN §3.8 identity, docs/identity.md).
+
+// idBackend is one backend of the identity matrix.
+type idBackend struct{ name, backend, runtime string }
+
+var idBackends = []idBackend{
+	{"oci-runc", "oci", "runc"},
+	{"oci-crun", "oci", "crun"},
+	{"oci-runsc", "oci", "runsc"},
+	{"docker", "docker", ""},
+	{"containerd", "containerd", ""},
+}
+
+// idImage is the image every backend runs (busybox and bash).
+const idImage = "dsh-itest-busybox:1"
+
+// idWorld is one service (as root) that knows a policy file per backend
+// and profile, on a socket every test uid may reach.
+type idWorld struct {
+	e        env
+	base     string
+	sock     string
+	bin      string            // the binary, where every test uid may run it
+	policies map[string]string // "<backend>-<rw|ro>[-<user>]" → policy file
+}
+
+func newIDWorld(t *testing.T) *idWorld {
+	t.Helper()
+	requireDaemons(t)
+	e := newEnv(t)
+	importEverywhere(t, e, testImageTar(t), idImage)
+	w := &idWorld{e: e, base: filepath.Dir(e.home), policies: map[string]string{}}
+	// The test's temporary directories are 0700 root: let the harness
+	// uids traverse them (and list nothing).
+	for _, d := range []string{filepath.Dir(w.base), w.base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.bin = filepath.Join(w.base, "dsh-sandbox")
+	if err := os.WriteFile(w.bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	polDir := filepath.Join(w.base, "policies")
+	if err := os.Mkdir(polDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	serveArgs := []string{}
+	for _, b := range idBackends {
+		for _, v := range []struct{ key, workspace, user string }{
+			{b.name + "-rw", "rw", ""},
+			{b.name + "-ro", "ro", ""},
+			{b.name + "-ro-4321", "ro", "4321:4321"},
+		} {
+			doc := map[string]any{
+				"name": "id-" + v.key, "backend": b.backend, "image": idImage,
+				"workspace": v.workspace, "transcript": "ro",
+				"limits": map[string]any{"stdoutMaxBytes": 256},
+			}
+			if b.runtime != "" {
+				doc["runtime"] = b.runtime
+			}
+			if v.user != "" {
+				doc["user"] = v.user
+			}
+			data, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(polDir, "id-"+v.key+".json")
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			w.policies[v.key] = file
+			serveArgs = append(serveArgs, "--policy-file", file)
+		}
+	}
+	sockDir := filepath.Join(w.base, "sock")
+	if err := os.Mkdir(sockDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	w.sock = filepath.Join(sockDir, "sandbox.sock")
+	startServeAt(t, e, w.sock, append(append([]string{"--listen", "unix://" + w.sock}, daemonFlags()...), serveArgs...)...)
+	// The operator lets every local user talk to this service.
+	if err := os.Chmod(w.sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// workspace makes a workspace directory owned by uid.
+func (w *idWorld) workspace(t *testing.T, name string, uid int) string {
+	t.Helper()
+	ws := filepath.Join(w.base, name)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// seed writes the transcript of session id in workspace ws as the harness
+// uid would: its directories 0700 and the file 0600, all owned by uid.
+// It returns the transcript's path and bytes.
+func (w *idWorld) seed(t *testing.T, ws, id string, uid int) (string, []byte) {
+	t.Helper()
+	h := session.Header{ID: id, CreatedAt: 1, Cwd: ws}
+	path := jsonl.Path(w.e.root, h, jsonl.CompressionZstd)
+	line, err := h.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append(line, '\n')
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path), path} {
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path, data
+}
+
+// callAs sends command to the service as a harness client running as
+// uid:uid, for session id in workspace ws under the policy file pol, and
+// returns the call's result.
+func (w *idWorld) callAs(t *testing.T, uid int, ws, id, pol string, env []string, command string) *sandbox.Result {
+	t.Helper()
+	args := []string{"exec", "--server", "unix://" + w.sock, "--json", "--policy", pol,
+		"--home", w.e.home, "--sessions-root", w.e.root, "--cwd", ws, "--session-id", id}
+	for _, kv := range env {
+		args = append(args, "--env", kv)
+	}
+	cmd := exec.Command(w.bin, append(args, "--", command)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/tmp"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("exec --server as uid %d: %v", uid, err)
+	}
+	var res sandbox.Result
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		t.Fatalf("exec --server as uid %d: %v; stdout %q, stderr %q", uid, err, out, stderr.String())
+	}
+	return &res
+}
+
+// owned is path's uid and gid on the host, and its permission bits.
+func owned(t *testing.T, path string) (int, int, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return int(st.Uid), int(st.Gid), fi.Mode().Perm()
+}
+
+// probeScript prints NAME=1 or NAME=0 for each access it tries, then the
+// call's uid.
+const probeScript = `c() { n=$1; shift; if "$@" >/dev/null 2>&1; then echo "$n=1"; else echo "$n=0"; fi; }
+c transcript-read cat "$DSH_SESSION_JSONL"
+c dir-list ls "$(dirname "$DSH_SESSION_JSONL")"
+c spill-read cat "$SPILL"
+c transcript-write sh -c 'echo x >> "$DSH_SESSION_JSONL"'
+c spill-write sh -c 'echo x >> "$SPILL"'
+c other-list ls "$OTHER"
+c workspace-write touch "$PWD/by-call"
+echo "uid=$(id -u)"`
+
+// probe parses probeScript's output.
+func probe(t *testing.T, res *sandbox.Result) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout.Text), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if len(got) != 8 || res.Stdout.Truncated {
+		t.Fatalf("probe printed %q (stderr %q), want 8 lines", res.Stdout.Text, res.Stderr.Text)
+	}
+	return got
+}
+
+// spillOf runs a call that outgrows the tail and returns its spill file.
+func (w *idWorld) spillOf(t *testing.T, uid int, ws, id, pol string) string {
+	t.Helper()
+	res := w.callAs(t, uid, ws, id, pol, nil, `head -c 5000 /dev/zero | tr '\0' a`)
+	if res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.SpillPath == "" {
+		t.Fatalf("spilling call = exit %v, stdout %+v, stderr %q; want exit 0 and a spill file", res.ExitCode, res.Stdout, res.Stderr.Text)
+	}
+	if fi, err := os.Stat(res.Stdout.SpillPath); err != nil || fi.Size() != 5000 {
+		t.Fatalf("spill file %s: %v, %v; want 5000 bytes", res.Stdout.SpillPath, fi, err)
+	}
+	return res.Stdout.SpillPath
+}
+
+func TestIdentityMatrix(t *testing.T) {
+	w := newIDWorld(t)
+	for _, b := range idBackends {
+		for _, owner := range []int{0, 1000, 4321} {
+			for _, prof := range []string{"rw", "ro"} {
+				t.Run(fmt.Sprintf("%s/uid-%d/%s", b.name, owner, prof), func(t *testing.T) {
+					cell := fmt.Sprintf("%s-%d-%s", b.name, owner, prof)
+					ws := w.workspace(t, "ws-"+cell, owner)
+					id := "s-" + cell
+					path, before := w.seed(t, ws, id, owner)
+					other, _ := w.seed(t, ws, "other-"+cell, owner)
+					pol := w.policies[b.name+"-"+prof]
+					spill := w.spillOf(t, owner, ws, id, pol)
+
+					dir := filepath.Dir(path)
+					if !sandbox.Within(spill, dir) {
+						t.Fatalf("spill file %s is not in the session directory %s", spill, dir)
+					}
+					for _, p := range []string{dir, filepath.Join(dir, "spill"), spill} {
+						if uid, gid, _ := owned(t, p); uid != owner || gid != owner {
+							t.Errorf("%s is owned by %d:%d on the host, want the harness %d:%d", p, uid, gid, owner, owner)
+						}
+					}
+					if _, _, perm := owned(t, spill); perm != 0o600 {
+						t.Errorf("spill file mode %o, want 0600 (the call runs as the harness uid: no ACL)", perm)
+					}
+
+					res := w.callAs(t, owner, ws, id, pol, []string{"SPILL=" + spill, "OTHER=" + filepath.Dir(other)}, probeScript)
+					got := probe(t, res)
+					want := map[string]string{
+						"transcript-read": "1", "dir-list": "1", "spill-read": "1",
+						"transcript-write": "0", "spill-write": "0", "other-list": "0",
+						"workspace-write": map[string]string{"rw": "1", "ro": "0"}[prof],
+						"uid":             fmt.Sprint(owner),
+					}
+					for k, v := range want {
+						if got[k] != v {
+							t.Errorf("%s = %s inside, want %s (probe %q)", k, got[k], v, res.Stdout.Text)
+						}
+					}
+					if owner == 0 {
+						// Known gap (issue 11, user namespaces): a root-owned
+						// workspace runs the call as host uid 0 today.
+						t.Logf("known gap: the call of a root-owned workspace runs as host uid %s", got["uid"])
+					}
+					created := filepath.Join(ws, "by-call")
+					if prof == "rw" {
+						if uid, _, _ := owned(t, created); uid != owner {
+							t.Errorf("a file the call created is owned by uid %d on the host, want the workspace owner %d", uid, owner)
+						}
+					} else if _, err := os.Lstat(created); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("read-only workspace: the call created %s (%v)", created, err)
+					}
+					if after, _ := os.ReadFile(path); string(after) != string(before) {
+						t.Errorf("transcript changed to %q", after)
+					}
+					if fi, err := os.Stat(spill); err != nil || fi.Size() != 5000 {
+						t.Errorf("spill file changed: %v, %v", fi, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestIdentityCallReadsThroughACL runs the call as another uid than the
+// harness (policy user 4321 for a harness and workspace of uid 1000): it
+// reads the session directory and its spill files through the service's
+// ACL entry, writes neither, and cannot read the 0600 transcript dsh
+// wrote (docs/identity.md) nor another session. gVisor (runsc) checks
+// permissions in its own kernel from the mode bits and ignores the host's
+// ACLs on bind mounts: there the call reads neither (a known limit,
+// asserted as it is).
+func TestIdentityCallReadsThroughACL(t *testing.T) {
+	w := newIDWorld(t)
+	for _, b := range idBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ws := w.workspace(t, "acl-ws-"+b.name, 1000)
+			id := "acl-" + b.name
+			path, _ := w.seed(t, ws, id, 1000)
+			other, _ := w.seed(t, ws, "acl-other-"+b.name, 1000)
+			pol := w.policies[b.name+"-ro-4321"]
+			spill := w.spillOf(t, 1000, ws, id, pol)
+			if uid, _, perm := owned(t, spill); uid != 1000 || perm != 0o640 {
+				t.Errorf("spill file owner %d mode %o, want 1000 and 0640 (0600 plus the ACL mask r--)", uid, perm)
+			}
+			res := w.callAs(t, 1000, ws, id, pol, []string{"SPILL=" + spill, "OTHER=" + filepath.Dir(other)}, probeScript)
+			got := probe(t, res)
+			want := map[string]string{
+				"transcript-read": "0", // dsh's own 0600 file: no directory ACL reaches it
+				"dir-list":        "1", "spill-read": "1",
+				"transcript-write": "0", "spill-write": "0", "other-list": "0",
+				"workspace-write": "0", "uid": "4321",
+			}
+			if b.runtime == "runsc" {
+				want["dir-list"], want["spill-read"] = "0", "0"
+				t.Logf("known limit: gVisor ignores host ACLs on bind mounts; a call under runsc reads the session directory only as the harness uid")
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %s inside, want %s (probe %q)", k, got[k], v, res.Stdout.Text)
+				}
+			}
+			// On the host, only the call's uid gained read access: an
+			// unrelated user still cannot list the session directory.
+			if ok, err := sandbox.MayAccess(filepath.Dir(path), 5555, 5555, sandbox.ACLRead); ok || err != nil {
+				t.Errorf("MayAccess(session dir, uid 5555) = %v, %v; want false", ok, err)
+			}
+			if ok, err := sandbox.MayAccess(filepath.Dir(other), 4321, 4321, sandbox.ACLRead); ok || err != nil {
+				t.Errorf("MayAccess(other session dir, uid 4321) = %v, %v; want false", ok, err)
+			}
+		})
+	}
+}
+
+// TestIdentityHarnessAppends: a session directory the service created for
+// a call of a harness running as uid 1000 stays writable by that harness.
+func TestIdentityHarnessAppends(t *testing.T) {
+	w := newIDWorld(t)
+	ws := w.workspace(t, "append-ws", 1000)
+	pol := w.policies["oci-runc-rw"]
+	res := w.callAs(t, 1000, ws, "fresh", pol, nil, `echo "$DSH_SESSION_JSONL"`)
+	transcript := strings.TrimSpace(res.Stdout.Text)
+	if !filepath.IsAbs(transcript) {
+		t.Fatalf("DSH_SESSION_JSONL inside = %q (stderr %q), want a path", transcript, res.Stderr.Text)
+	}
+	dir := filepath.Dir(transcript)
+	if uid, _, perm := owned(t, dir); uid != 1000 || perm != 0o700 {
+		t.Errorf("the session directory the service made is uid %d mode %o, want 1000 and 0700", uid, perm)
+	}
+	// The harness, as uid 1000, appends to its transcript there.
+	line := `{"type":"note","text":"appended by the harness"}`
+	app := exec.Command("sh", "-c", `printf '%s\n' "$1" >> "$2"`, "sh", line, transcript)
+	app.Env = []string{"PATH=" + os.Getenv("PATH")}
+	app.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{}}}
+	if out, err := app.CombinedOutput(); err != nil {
+		t.Fatalf("the harness (uid 1000) could not append to %s: %v %s", transcript, err, out)
+	}
+	// And a later call reads what it wrote.
+	res = w.callAs(t, 1000, ws, "fresh", pol, nil, `cat "$DSH_SESSION_JSONL"`)
+	if !strings.Contains(res.Stdout.Text, "appended by the harness") {
+		t.Errorf("the next call read %q (stderr %q), want the harness's line", res.Stdout.Text, res.Stderr.Text)
+	}
+	// The legitimate refusal: another uid cannot append.
+	app = exec.Command("sh", "-c", `printf x >> "$1"`, "sh", transcript)
+	app.Env = []string{"PATH=" + os.Getenv("PATH")}
+	app.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4321, Gid: 4321, Groups: []uint32{}}}
+	if err := app.Run(); err == nil {
+		t.Errorf("uid 4321 appended to the transcript of uid 1000")
+	}
+}
