@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
+	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -23,6 +27,13 @@ const (
 	MaxCommandBytes = 256 << 10
 	// MaxCallIDBytes bounds RunRequest.CallID.
 	MaxCallIDBytes = 128
+	// MaxDSHEnvKeys bounds the entries of RunRequest.DSHEnv.
+	MaxDSHEnvKeys = 64
+	// MaxDSHEnvKeyBytes bounds one key of RunRequest.DSHEnv.
+	MaxDSHEnvKeyBytes = 128
+	// MaxDSHEnvValueBytes bounds one value of RunRequest.DSHEnv (a path
+	// of PATH_MAX fits).
+	MaxDSHEnvValueBytes = 4096
 )
 
 // DecodeRun strictly decodes and validates one RunRequest from r: exactly
@@ -175,6 +186,34 @@ func (r *RunRequest) validate() error {
 	}
 	if len(r.CallID) > MaxCallIDBytes || !utf8.ValidString(r.CallID) || strings.ContainsAny(r.CallID, "\x00\n") {
 		return fieldErrorf("callId", "must be at most %d bytes of text", MaxCallIDBytes)
+	}
+	return checkDSHEnv(r.DSHEnv)
+}
+
+// checkDSHEnv validates the form of a harness's DSH_* snapshot: the
+// number of entries, each key's syntax (overlay.ValidKey) and each
+// value's size and text. Whether the client may send a key is the
+// server's decision (harnessEnv). Errors name "dshEnv.KEY"; a key that
+// is not printable text is named by its position in sorted order, and a
+// value never appears in a message.
+func checkDSHEnv(env map[string]string) error {
+	if len(env) > MaxDSHEnvKeys {
+		return fieldErrorf("dshEnv", "has %d entries, more than %d", len(env), MaxDSHEnvKeys)
+	}
+	for i, k := range slices.Sorted(maps.Keys(env)) {
+		if len(k) > MaxDSHEnvKeyBytes || !utf8.ValidString(k) || strings.ContainsFunc(k, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			return fieldErrorf(fmt.Sprintf("dshEnv[%d]", i), "key is not a DSH_* name")
+		}
+		field := "dshEnv." + k
+		v := env[k]
+		switch {
+		case !overlay.ValidKey(k):
+			return fieldErrorf(field, "is not a DSH_* name (%s followed by [A-Z][A-Z0-9_]*)", overlay.EnvPrefix)
+		case strings.IndexByte(v, 0) >= 0:
+			return fieldErrorf(field, "value contains a NUL byte")
+		case len(v) > MaxDSHEnvValueBytes:
+			return fieldErrorf(field, "value is longer than %d bytes", MaxDSHEnvValueBytes)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,7 +17,17 @@ func TestDecodeRunBadInput(t *testing.T) {
 		{"NotAnObject", `[1,2]`, "body"},
 		{"Empty", ``, "body"},
 		{"Trailing", `{"policy":"ci","command":"true"} {}`, "body"},
-		{"UnknownField", `{"policy":"ci","command":"true","dshEnv":["DSH_HOME=/x"]}`, "dshEnv"},
+		{"UnknownField", `{"policy":"ci","command":"true","transcriptDir":"/x"}`, "transcriptDir"},
+		{"DSHEnvList", `{"policy":"ci","command":"true","dshEnv":["DSH_HOME=/x"]}`, "dshEnv"},
+		{"DSHEnvNumber", `{"policy":"ci","command":"true","dshEnv":{"DSH_HOME":1}}`, "dshEnv"},
+		{"DSHEnvLowerKey", `{"policy":"ci","command":"true","dshEnv":{"dsh_home":"/x"}}`, "dshEnv.dsh_home"},
+		{"DSHEnvNoPrefix", `{"policy":"ci","command":"true","dshEnv":{"PATH":"/x"}}`, "dshEnv.PATH"},
+		{"DSHEnvBarePrefix", `{"policy":"ci","command":"true","dshEnv":{"DSH_":"x"}}`, "dshEnv.DSH_"},
+		{"DSHEnvEqualsInKey", `{"policy":"ci","command":"true","dshEnv":{"DSH_A=B":"x"}}`, "dshEnv.DSH_A=B"},
+		{"DSHEnvNulKey", `{"policy":"ci","command":"true","dshEnv":{"DSH_A\u0000":"x"}}`, "dshEnv[0]"},
+		{"DSHEnvNulValue", `{"policy":"ci","command":"true","dshEnv":{"DSH_HOME":"/x\u0000"}}`, "dshEnv.DSH_HOME"},
+		{"DSHEnvLongValue", `{"policy":"ci","command":"true","dshEnv":{"DSH_X":"` + strings.Repeat("v", MaxDSHEnvValueBytes+1) + `"}}`, "dshEnv.DSH_X"},
+		{"DSHEnvTooMany", `{"policy":"ci","command":"true","dshEnv":{` + manyDSHKeys(MaxDSHEnvKeys+1) + `}}`, "dshEnv"},
 		{"WrongType", `{"policy":"ci","command":"true","timeoutMs":"5"}`, "timeoutMs"},
 		{"NegativeTimeout", `{"policy":"ci","command":"true","timeoutMs":-1}`, "timeoutMs"},
 		{"NoPolicy", `{"command":"true"}`, "policy"},
@@ -57,15 +68,32 @@ func TestDecodeRunBadInput(t *testing.T) {
 	}
 }
 
+// manyDSHKeys is n JSON members "DSH_K<i>":"v".
+func manyDSHKeys(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"DSH_K%d":"v"`, i)
+	}
+	return strings.Join(parts, ",")
+}
+
 func TestDecodeRunValid(t *testing.T) {
 	body := `{"policy":"ci","command":"echo hi","timeoutMs":5000,"env":["A=1"],"stdin":"aGk=",
-		"session":{"type":"session","version":0,"id":"s1","createdAt":5,"cwd":"/w","futureKey":1}}`
+		"session":{"type":"session","version":0,"id":"s1","createdAt":5,"cwd":"/w","futureKey":1},
+		"dshEnv":{"DSH_HOME":"/h","DSH_X_2":"a=b\nc"}}`
 	req, err := DecodeRun(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("DecodeRun(%q) = %v, want nil", body, err)
 	}
 	if req.Session == nil || req.Session.ID != "s1" || req.Session.Cwd != "/w" || string(req.Stdin) != "hi" || req.TimeoutMs != 5000 {
 		t.Errorf("DecodeRun(%q) = %+v, want session s1 in /w, stdin hi, timeout 5000", body, req)
+	}
+	if len(req.DSHEnv) != 2 || req.DSHEnv["DSH_HOME"] != "/h" || req.DSHEnv["DSH_X_2"] != "a=b\nc" {
+		t.Errorf("DecodeRun(%q).DSHEnv = %q, want DSH_HOME and DSH_X_2", body, req.DSHEnv)
+	}
+	full := `{"policy":"ci","command":"true","dshEnv":{` + manyDSHKeys(MaxDSHEnvKeys) + `}}`
+	if _, err := DecodeRun(strings.NewReader(full)); err != nil {
+		t.Errorf("DecodeRun(%d dshEnv keys) = %v, want nil", MaxDSHEnvKeys, err)
 	}
 }
 

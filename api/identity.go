@@ -36,6 +36,13 @@ type Client struct {
 	// Roots are the client's own workspace roots (token clients); nil
 	// means none beyond the service's.
 	Roots []string
+	// Harness marks an authenticated harness client, which may add DSH_*
+	// keys beyond the service's own to a call's snapshot
+	// (RunRequest.DSHEnv): every Unix-socket peer (identified by
+	// SO_PEERCRED; a sandboxed call is refused before this) and every
+	// token client whose token file line says "harness". Anonymous
+	// clients and a one-word (legacy) token are not.
+	Harness bool
 }
 
 // Key is the client's identity for ownership of sessions and jobs: the
@@ -94,9 +101,9 @@ func identify(tokens []TokenClient, h http.Handler) http.Handler {
 				return
 			}
 			tc := tokens[found]
-			cl = Client{Kind: ClientToken, Name: tc.Name, UID: -1, GID: -1, PID: -1, Roots: tc.Roots}
+			cl = Client{Kind: ClientToken, Name: tc.Name, UID: -1, GID: -1, PID: -1, Roots: tc.Roots, Harness: tc.Harness}
 		case isSocket:
-			cl = Client{Kind: ClientSocket, Name: "uid " + strconv.Itoa(p.uid), UID: p.uid, GID: p.gid, PID: p.pid}
+			cl = Client{Kind: ClientSocket, Name: "uid " + strconv.Itoa(p.uid), UID: p.uid, GID: p.gid, PID: p.pid, Harness: true}
 		default:
 			cl = Client{Kind: ClientAnonymous, Name: "anonymous", UID: -1, GID: -1, PID: -1}
 		}

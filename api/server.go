@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,11 @@ type Options struct {
 	Locator func() contributors.Locator
 	// Home is the absolute dsh home of every execution. Required.
 	Home string
+	// SessionsRoot is the absolute JSONL sessions root the Locator's
+	// transcripts lie in. When set, a call whose located transcript
+	// directory is not strictly inside it is refused (403) and nothing is
+	// mounted; empty means no such check.
+	SessionsRoot string
 	// MaxConcurrent bounds concurrent executions, foreground calls and
 	// background jobs alike; 0 means DefaultMaxConcurrent.
 	MaxConcurrent int
@@ -125,6 +131,11 @@ func NewServer(opts Options) (*Server, error) {
 		return nil, errors.New("api: Options.Registry is required")
 	case opts.Home == "":
 		return nil, errors.New("api: Options.Home is required")
+	case opts.SessionsRoot != "" && !filepath.IsAbs(opts.SessionsRoot):
+		return nil, fmt.Errorf("api: Options.SessionsRoot %q is not an absolute path", opts.SessionsRoot)
+	}
+	if opts.SessionsRoot != "" {
+		opts.SessionsRoot = filepath.Clean(opts.SessionsRoot)
 	}
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
@@ -356,8 +367,12 @@ func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) 
 // request turns a decoded RunRequest of client cl into a sandbox.Request:
 // the named policy, the client's workspace and workdir checked against
 // its scope (checkDir), the session claimed for the client, the
-// service's own DSH_* snapshot, the session's mounts and a new execution
-// id.
+// service's own DSH_* snapshot checked against the harness's
+// (harnessEnv), the session's mounts derived from the service's own
+// Locate (checkTranscript) and a new execution id.
+//
+// The snapshot and Locate see the header as the client sent it, cwd as
+// written, as dsh computes them; the workspace is the resolved cwd.
 func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandbox.Request, error) {
 	pol, ok := s.opts.Policies[rr.Policy]
 	if !ok {
@@ -367,18 +382,13 @@ func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandb
 	if rr.Session != nil {
 		field, cwd = "session.cwd", rr.Session.Cwd
 	}
+	workspace := cwd
 	if cwd != "" {
 		resolved, err := s.checkDir(cl, field, cwd)
 		if err != nil {
 			return nil, err
 		}
-		if rr.Session != nil {
-			h := *rr.Session
-			h.Cwd = resolved
-			rr.Session = &h
-		} else {
-			rr.Cwd = resolved
-		}
+		workspace = resolved
 	}
 	if rr.Workdir != "" {
 		if _, err := s.checkDir(cl, "workdir", rr.Workdir); err != nil {
@@ -390,9 +400,24 @@ func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandb
 			return nil, err
 		}
 	}
+	var transcriptDir string
+	if loc, ok := s.locate(*rr); ok && loc.Kind == persistence.KindJSONL {
+		blame := "session.cwd"
+		if rr.DSHEnv != nil {
+			blame = "dshEnv." + overlay.KeySessionJSONL
+		}
+		if err := s.checkTranscript(blame, loc.Path); err != nil {
+			return nil, err
+		}
+		transcriptDir = dirOf(loc.Path)
+	}
 	snap, err := s.opts.Registry.Collect(ctx, overlay.Execution{Home: s.opts.Home, Session: rr.Session})
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "DSH_* snapshot: %v", err)
+	}
+	dshEnv, err := s.harnessEnv(cl, rr.DSHEnv, snap)
+	if err != nil {
+		return nil, err
 	}
 	req := &sandbox.Request{
 		Command:        rr.Command,
@@ -401,17 +426,19 @@ func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandb
 		StdoutMaxBytes: rr.StdoutMaxBytes,
 		Stdin:          rr.Stdin,
 		Env:            rr.Env,
-		DSHEnv:         snap.Environ(),
+		DSHEnv:         dshEnv,
 		Policy:         pol,
 		CallID:         sandbox.NewCallID(),
 	}
+	req.Session.Cwd = workspace
 	if h := rr.Session; h != nil {
-		req.Session.ID, req.Session.Cwd = h.ID, h.Cwd
-		if loc, ok := s.locate(*rr); ok && loc.Kind == persistence.KindJSONL {
-			req.Session.TranscriptDir = dirOf(loc.Path)
-		}
-	} else {
-		req.Session.Cwd = rr.Cwd
+		req.Session.ID = h.ID
+		req.Session.TranscriptDir = transcriptDir
+	}
+	// The harness user owns the session directory: a socket peer by its
+	// credentials; a token or anonymous client leaves it to the service.
+	if cl.Kind == ClientSocket && cl.UID >= 0 && cl.GID >= 0 {
+		req.Session.Owner = sandbox.Owner{UID: uint32(cl.UID), GID: uint32(cl.GID), Set: true}
 	}
 	return req, nil
 }

@@ -163,6 +163,11 @@ func TestServerRunBuildsSnapshotItself(t *testing.T) {
 	if req.Session.TranscriptDir != "/sessions/s1" || req.Session.Cwd != f.work || req.CallID != resp.ExecutionID {
 		t.Errorf("executor got session %+v call %q, want transcript /sessions/s1, cwd %s, call %q", req.Session, req.CallID, f.work, resp.ExecutionID)
 	}
+	// The socket peer (this process) is the harness user who owns the
+	// session directory.
+	if want := (sandbox.Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Set: true}); req.Session.Owner != want {
+		t.Errorf("executor got session owner %+v, want the peer's credentials %+v", req.Session.Owner, want)
+	}
 }
 
 func TestServerStream(t *testing.T) {

@@ -9,11 +9,13 @@ import (
 )
 
 // TokenFileHelp describes the token file format, for flag help and docs.
-const TokenFileHelp = `one client per line, NAME TOKEN [ROOTS] separated by blanks:
+const TokenFileHelp = `one client per line, NAME TOKEN [ROOTS] [harness] separated by blanks:
 NAME is 1–64 of [A-Za-z0-9._-], TOKEN has no blanks, ROOTS is a colon-separated list of
 absolute directories the client's workspaces must lie in (absent: only --workspace-roots
-apply); '#' starts a comment line. A file holding one word is the token of a single
-client named "token". The file must have mode 0600 (no group or other bits).`
+apply), the word harness makes the client an authenticated harness that may add its own
+DSH_* keys (beyond the service's) to a call's environment; '#' starts a comment line. A file
+holding one word is the token of a single client named "token" (not a harness). The file
+must have mode 0600 (no group or other bits).`
 
 // MaxTokenFileBytes bounds a token file.
 const MaxTokenFileBytes = 64 << 10
@@ -30,7 +32,13 @@ type TokenClient struct {
 	// must lie in, on top of the service's; nil means no roots of its
 	// own.
 	Roots []string
+	// Harness makes the client an authenticated harness (Client.Harness);
+	// false means it may not send DSH_* keys beyond the service's.
+	Harness bool
 }
+
+// HarnessWord marks a harness client in a token file line.
+const HarnessWord = "harness"
 
 // LegacyTokenName is the client name of a token file holding one word.
 const LegacyTokenName = "token"
@@ -60,8 +68,8 @@ func ParseTokens(data []byte) ([]TokenClient, error) {
 	out := make([]TokenClient, 0, len(lines))
 	for i, f := range lines {
 		n := numbers[i]
-		if len(f) < 2 || len(f) > 3 {
-			return nil, fmt.Errorf("line %d: want NAME TOKEN [ROOTS], got %d fields", n, len(f))
+		if len(f) < 2 || len(f) > 4 {
+			return nil, fmt.Errorf("line %d: want NAME TOKEN [ROOTS] [%s], got %d fields", n, HarnessWord, len(f))
 		}
 		tc := TokenClient{Name: f[0], Token: f[1]}
 		if !tokenName.MatchString(tc.Name) {
@@ -74,6 +82,13 @@ func ParseTokens(data []byte) ([]TokenClient, error) {
 			return nil, fmt.Errorf("line %d: client %q has the token of an earlier line", n, tc.Name)
 		}
 		names[tc.Name], tokens[tc.Token] = true, true
+		if f[len(f)-1] == HarnessWord && len(f) > 2 {
+			tc.Harness = true
+			f = f[:len(f)-1]
+		}
+		if len(f) == 4 {
+			return nil, fmt.Errorf("line %d: client %q: the fourth field may only be %q", n, tc.Name, HarnessWord)
+		}
 		if len(f) == 3 {
 			for _, r := range strings.Split(f[2], ":") {
 				if !filepath.IsAbs(r) || strings.ContainsRune(r, 0) {

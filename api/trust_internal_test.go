@@ -168,6 +168,11 @@ func TestParseTokensCases(t *testing.T) {
 		{"DuplicateToken", "a Zt1\nb Zt1\n", nil, true},
 		{"RelativeRoot", "a Zt1 work\n", nil, true},
 		{"TooManyFields", "a Zt1 /w extra\n", nil, true},
+		{"Harness", "dsh Zt1 harness\nci Zt2\n", []TokenClient{{Name: "dsh", Token: "Zt1", Harness: true}, {Name: "ci", Token: "Zt2"}}, false},
+		{"HarnessWithRoots", "dsh Zt1 /w harness\n", []TokenClient{{Name: "dsh", Token: "Zt1", Roots: []string{"/w"}, Harness: true}}, false},
+		{"HarnessBeforeRoots", "dsh Zt1 harness /w\n", nil, true},
+		{"HarnessTwice", "dsh Zt1 harness harness\n", nil, true},
+		{"LegacyIsNoHarness", "harness\n", []TokenClient{{Name: LegacyTokenName, Token: "harness"}}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,7 +190,7 @@ func TestParseTokensCases(t *testing.T) {
 				t.Fatalf("ParseTokens(%q) = %+v, want %+v", tc.data, got, tc.want)
 			}
 			for i := range got {
-				if got[i].Name != tc.want[i].Name || got[i].Token != tc.want[i].Token || strings.Join(got[i].Roots, ":") != strings.Join(tc.want[i].Roots, ":") {
+				if got[i].Name != tc.want[i].Name || got[i].Token != tc.want[i].Token || strings.Join(got[i].Roots, ":") != strings.Join(tc.want[i].Roots, ":") || got[i].Harness != tc.want[i].Harness {
 					t.Errorf("ParseTokens(%q)[%d] = %+v, want %+v", tc.data, i, got[i], tc.want[i])
 				}
 			}

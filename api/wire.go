@@ -8,8 +8,9 @@ import (
 )
 
 // RunRequest is the body of POST /v1/run and POST /v1/jobs. It names the
-// session and the policy; the service builds the DSH_* snapshot itself, so
-// there is no field for DSH_* values and any unknown field is refused.
+// session and the policy; the service builds the DSH_* snapshot itself
+// and only checks the harness's copy of it (DSHEnv, DESIGN §3.12). Any
+// unknown field is refused.
 type RunRequest struct {
 	// Session is the header of the agent session making the call; nil is
 	// a call with no agent. It is validated as dsh validates a header
@@ -33,6 +34,17 @@ type RunRequest struct {
 	Env []string `json:"env,omitempty"`
 	// Stdin is fed to the command (base64 in JSON); nil means empty.
 	Stdin []byte `json:"stdin,omitempty"`
+	// DSHEnv is the harness's own DSH_* snapshot of the call (dsh's
+	// dshEnv), KEY → value; nil means the harness sent none. The service
+	// never takes a built-in key from it: DSH_HOME, DSH_SHELL,
+	// DSH_SESSION_ID, DSH_SESSION_JSONL and every key the service's own
+	// registry declares must equal the service's snapshot, present or
+	// absent alike, or the request is refused (403 naming
+	// "dshEnv.KEY"). Other keys are accepted only from a harness client
+	// (Client.Harness) and are added to the snapshot, which is applied
+	// last. Keys are DSH_[A-Z][A-Z0-9_]*; at most MaxDSHEnvKeys entries,
+	// values NUL-free and at most MaxDSHEnvValueBytes.
+	DSHEnv map[string]string `json:"dshEnv,omitempty"`
 	// CallID is the caller's id for the call (a tool-use id), recorded
 	// in the audit log; at most 128 bytes. The service makes its own
 	// execution id.

@@ -46,7 +46,7 @@ Examples:
    dsh-sandbox exec --server unix:///run/dsh/sandbox.sock --session-id s1 -- ls`,
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Usage: "`ADDR` to serve: unix:///PATH or tcp://HOST:PORT (repeatable; default unix://<home>/run/sandbox.sock)"},
-			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer tokens of TCP clients: one token, or lines NAME TOKEN [ROOTS] (see the description)"},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer tokens of TCP clients: one token, or lines NAME TOKEN [ROOTS] [harness] (see the description)"},
 			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
 			&cli.IntFlag{Name: "max-concurrent", Value: api.DefaultMaxConcurrent, Usage: "executions at once (foreground calls and background jobs)"},
 			&cli.IntFlag{Name: "max-queue", Value: api.DefaultMaxQueue, Usage: "executions waiting for a slot before 429 (0: none wait)"},
@@ -150,6 +150,7 @@ func runServe(c *cli.Context) error {
 		Registry:          reg,
 		Locator:           s.locator,
 		Home:              s.home,
+		SessionsRoot:      s.sessionsRoot,
 		MaxConcurrent:     c.Int("max-concurrent"),
 		MaxQueue:          queueFlag(c.Int("max-queue")),
 		MaxJobsPerSession: queueFlag(c.Int("max-jobs-per-session")),

@@ -8,9 +8,13 @@
 // runs on the host.
 //
 // What it sends: the command, workdir, timeout, the policy name from its
-// configuration, and the calling session's header (from ctx.agents, by
-// the DSH_SESSION_ID of the trusted dshEnv snapshot). The service derives
-// the DSH_* snapshot and every mount itself. Model-supplied env and stdin
+// configuration, the calling session's header (from ctx.agents, by the
+// DSH_SESSION_ID of the trusted dshEnv snapshot) and that dshEnv snapshot
+// itself. The service derives the DSH_* snapshot and every mount itself
+// and only compares: it refuses a dshEnv whose built-ins (DSH_HOME,
+// DSH_SHELL, DSH_SESSION_ID, DSH_SESSION_JSONL) differ from its own, and
+// takes other DSH_* keys of dsh's registry only from a harness client (a
+// socket peer, or a token marked "harness"). Model-supplied env and stdin
 // never reach the model-facing path (dsh-tool-bash does not expose them);
 // a trusted in-process caller's stdin and ordinary env are forwarded.
 
@@ -163,6 +167,7 @@ export class SandboxServiceExecutor extends ShellExecutor {
     };
     if (header !== undefined) body.session = header;
     else body.cwd = spec.workdir; // a call with no agent works in its directory
+    if (spec.dshEnv !== undefined) body.dshEnv = snapshot(spec.dshEnv);
     if (spec.env !== undefined) {
       const env: string[] = [];
       for (const [k, v] of Object.entries(spec.env)) {
@@ -229,6 +234,19 @@ export class SandboxServiceExecutor extends ShellExecutor {
 }
 
 export default SandboxServiceExecutor;
+
+/**
+ * dsh's dshEnv as the service's wire takes it: every entry with a string
+ * value, unchanged (the service validates names and compares values; a
+ * bad one is refused there, never dropped here).
+ */
+function snapshot(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (typeof v === 'string') out[k] = v;
+  }
+  return out;
+}
 
 /** The service's Stream as dsh's CollectedOutput. A spill file outside the sandbox is not offered. */
 function collected(s: any): CollectedOutput {

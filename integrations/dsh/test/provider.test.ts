@@ -110,7 +110,7 @@ test('foreground run maps the service result and sends the session header', asyn
   assert.deepEqual(body.session, { type: 'session', ...header });
   assert.equal(body.cwd, undefined, 'a call of a session takes its cwd from the header');
   assert.deepEqual(body.env, ['GOFLAGS=-mod=mod'], 'a DSH_* entry of ordinary env is never sent');
-  assert.equal(body.dshEnv, undefined, 'the service builds the DSH_* snapshot itself');
+  assert.deepEqual(body.dshEnv, dshEnv, 'dsh\'s snapshot goes to the service, which compares it with its own');
   assert.equal(body.stdin, undefined);
 });
 
@@ -127,6 +127,28 @@ test('a call with no agent sends its directory and no header', async (t) => {
   assert.equal(body.session, undefined);
   assert.equal(body.cwd, '/srv/other');
   assert.equal(body.timeoutMs, 120000, 'the default timeout');
+  assert.deepEqual(body.dshEnv, { DSH_HOME: '/h', DSH_SHELL: '1' });
+});
+
+test('a snapshot the service refuses fails closed and names the field', async (t) => {
+  const fake = await fakeService(t, (req, res, body) => {
+    if (body?.dshEnv?.DSH_SESSION_JSONL !== dshEnv.DSH_SESSION_JSONL) {
+      json(res, 403, { error: { class: 'forbidden', field: 'dshEnv.DSH_SESSION_JSONL', message: "differs from the service's own value" } });
+      return;
+    }
+    res.writeHead(200);
+    event(res, { type: 'result', result: { exitCode: 0, stdout: { text: 'ran' }, stderr: { text: '' } } });
+    res.end();
+  });
+  const ex = executor(fake);
+  const tampered = { ...dshEnv, DSH_SESSION_JSONL: '/h/sessions/--srv-proj--/other/session.jsonl.zstd' };
+  await assert.rejects(ex.run(ex.resolve({ command: 'id', dshEnv: tampered })), (err: any) => err.code === SANDBOX_UNAVAILABLE && err.message.includes('dshEnv.DSH_SESSION_JSONL') && err.message.includes('403'));
+  const proc = ex.start(ex.resolve({ command: 'id', dshEnv: tampered }));
+  await proc.done;
+  assert.equal(proc.status, 'killed', 'a refused background job never runs');
+  assert.match(proc.readOutput().delta, /dshEnv\.DSH_SESSION_JSONL/);
+  // The legitimate snapshot runs.
+  assert.equal((await ex.run(ex.resolve({ command: 'id', dshEnv }))).stdout.text, 'ran');
 });
 
 test('resolve clamps the timeout and fills the defaults', async (t) => {
@@ -270,6 +292,7 @@ test('background: incremental reads, kill, settle', async (t) => {
   assert.equal(start?.body.command, 'long');
   assert.equal(start?.body.stream, undefined);
   assert.deepEqual(start?.body.session, { type: 'session', ...header });
+  assert.deepEqual(start?.body.dshEnv, dshEnv);
   assert.ok(fake.requests.some((r) => r.method === 'POST' && r.url === '/v1/jobs/bash-00000000000000aa/kill?session=s1'));
 });
 

@@ -12,6 +12,7 @@ import { hostname, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Context } from '@deepseek-ai/cordis';
+import { SANDBOX_UNAVAILABLE } from '@deepseek-ai/dsh-sandbox';
 import { SandboxServiceExecutor } from '../src/index.ts';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -30,6 +31,8 @@ const skip = lacking.length > 0 ? `needs ${lacking.join(', ')}; run scripts/setu
 let dir = '';
 let serve: ChildProcess | undefined;
 let socket = '';
+/** The transcript dsh would compute for the session (`dsh-sandbox locate`, checked against dsh's own Locate in interop/dsh). */
+let transcript = '';
 const ws = () => join(dir, 'work space');
 
 before(async () => {
@@ -43,6 +46,9 @@ before(async () => {
     const b = spawnSync(go, ['build', '-o', bin, './cmd/dsh-sandbox'], { cwd: repo, stdio: ['ignore', 'inherit', 'inherit'] });
     if (b.status !== 0) throw new Error(`building dsh-sandbox failed (exit ${b.status})`);
   }
+  const where = spawnSync(bin, ['locate', '--home', join(dir, 'home'), '--compression', 'none', '--cwd', ws(), '--session-id', 'e2e-1'], { encoding: 'utf8' });
+  if (where.status !== 0) throw new Error(`dsh-sandbox locate failed: ${where.stderr}`);
+  transcript = JSON.parse(where.stdout).path;
   socket = join(dir, 'run', 'sandbox.sock');
   serve = spawn(bin, ['serve', '--home', join(dir, 'home'), '--state-dir', join(dir, 'state'), '--data-dir', join(dir, 'data'),
     '--compression', 'none', '--listen', `unix://${socket}`], {
@@ -72,7 +78,7 @@ function executor(): SandboxServiceExecutor {
   return new SandboxServiceExecutor(ctx as any, { server: `unix://${socket}`, cwd: ws(), pollMs: 20 });
 }
 
-const dshEnv = () => ({ DSH_HOME: join(dir, 'home'), DSH_SHELL: '1', DSH_SESSION_ID: 'e2e-1' }) as const;
+const dshEnv = () => ({ DSH_HOME: join(dir, 'home'), DSH_SHELL: '1', DSH_SESSION_ID: 'e2e-1', DSH_SESSION_JSONL: transcript }) as const;
 
 test('foreground call runs in a container with the current facts', { skip }, async () => {
   const ex = executor();
@@ -85,7 +91,8 @@ test('foreground call runs in a container with the current facts', { skip }, asy
   assert.equal(r.stderr.text, 'err\n');
   const lines = r.stdout.text.trim().split('\n');
   assert.equal(lines[0], 'id=e2e-1');
-  assert.ok(lines[1].startsWith(`jsonl=${join(dir, 'home', 'sessions')}/`) && lines[1].endsWith('/e2e-1/session.jsonl'), lines[1]);
+  assert.equal(lines[1], `jsonl=${transcript}`);
+  assert.ok(transcript.startsWith(`${join(dir, 'home', 'sessions')}/`) && transcript.endsWith('/e2e-1/session.jsonl'), transcript);
   assert.equal(lines[2], 'stale=absent');
   assert.equal(lines[3], `pwd=${ws()}`);
   assert.notEqual(lines[4], hostname(), 'the command ran in its own container (hostname)');
@@ -105,4 +112,17 @@ test('background job: output, kill', { skip }, async () => {
   assert.equal(proc.status, 'killed');
   assert.equal(proc.exitCode, null);
   assert.ok(proc.signal === 'SIGTERM' || proc.signal === 'SIGKILL', `signal ${proc.signal}`);
+});
+
+test('a tampered DSH_SESSION_JSONL is refused by the service and nothing runs', { skip }, async () => {
+  const ex = executor();
+  const marker = join(ws(), 'tampered-ran');
+  const other = join(dir, 'home', 'sessions', '--elsewhere--', 'victim', 'session.jsonl');
+  await assert.rejects(
+    ex.run(ex.resolve({ command: `touch '${marker}'`, dshEnv: { ...dshEnv(), DSH_SESSION_JSONL: other } })),
+    (err: any) => err.code === SANDBOX_UNAVAILABLE && err.message.includes('403') && err.message.includes('dshEnv.DSH_SESSION_JSONL'),
+  );
+  assert.equal(existsSync(marker), false, 'the refused call ran nothing');
+  const r = await ex.run(ex.resolve({ command: `touch '${marker}' && echo ran`, dshEnv: dshEnv() }));
+  assert.equal(r.stdout.text, 'ran\n', 'the same call with dsh\'s own snapshot runs');
 });
