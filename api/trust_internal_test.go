@@ -159,8 +159,8 @@ func TestParseTokensCases(t *testing.T) {
 	}{
 		{"Legacy", "s3cret\n", []TokenClient{{Name: LegacyTokenName, Token: "s3cret"}}, false},
 		{"LegacyWithComment", "# the token\n  s3cret  \n", []TokenClient{{Name: LegacyTokenName, Token: "s3cret"}}, false},
-		{"Named", "# clients\ndsh tok-a /work/a:/work/b/\nci tok-b\n", []TokenClient{
-			{Name: "dsh", Token: "tok-a", Roots: []string{"/work/a", "/work/b"}}, {Name: "ci", Token: "tok-b"}}, false},
+		{"Named", "# clients\ndsh tok-a /srv/a:/srv/b/\nci tok-b\n", []TokenClient{
+			{Name: "dsh", Token: "tok-a", Roots: []string{"/srv/a", "/srv/b"}}, {Name: "ci", Token: "tok-b"}}, false},
 		{"Empty", "\n# nothing\n", nil, true},
 		{"TwoLegacyLines", "a\nb\n", nil, true},
 		{"BadName", "a/b Zt1\n", nil, true},
