@@ -49,7 +49,7 @@ fi
 # lock file changed since. No package script runs (--ignore-scripts): the
 # Node binary ships in its package.
 top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-for pkg in "$top/interop/dsh" "$top/integrations/dsh"; do
+for pkg in "$top/interop/dsh" "$top/integrations/dsh" "$top/integrations/mcp-inspector"; do
 	if [ -f "$pkg/package-lock.json" ] && ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"; then
 		echo "setup: installing npm packages for ${pkg#"$top"/} (npm ci)" >&2
 		(cd "$pkg" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
