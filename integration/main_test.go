@@ -65,6 +65,13 @@ type env struct {
 func newEnv(t *testing.T) env {
 	t.Helper()
 	base := t.TempDir()
+	// The oci backend's mapped container root must search the state
+	// directory's ancestors (t.TempDir makes them 0700).
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e := env{
 		home:      filepath.Join(base, "home"),
 		root:      filepath.Join(base, "sessions"),

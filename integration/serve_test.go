@@ -375,23 +375,36 @@ func TestServeCrashLeavesNothingAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
+	early := make(chan error, 8) // calls that ended before the kill
+	var killed atomic.Bool
 	for range 8 {
 		wg.Go(func() {
-			sv.cl.Run(ctx, api.RunRequest{Policy: "workspace-write", Command: "sleep 600"})
+			_, err := sv.cl.Run(ctx, api.RunRequest{Policy: "workspace-write", Command: "sleep 600"})
+			if !killed.Load() {
+				early <- err
+			}
 		})
 	}
-	for !strings.Contains(sv.metrics(t), "dsh_sandbox_in_flight 8") {
-		time.Sleep(50 * time.Millisecond)
-	}
-	// Wait until all 8 containers run, then kill the service outright.
+	// Wait (60 s at most) until all 8 calls are in flight and their 8
+	// containers run, then kill the service outright.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
+		select {
+		case err := <-early:
+			t.Fatalf("a sleep 600 call ended before the service was killed: %v; %s", err, sv.stderr)
+		default:
+		}
 		list, _ := exec.Command("runc", "--root", filepath.Join(e.state, "runtime", "runc"), "list", "-q").Output()
-		if len(strings.Fields(string(list))) >= 8 {
+		if strings.Contains(sv.metrics(t), "dsh_sandbox_in_flight 8") && len(strings.Fields(string(list))) >= 8 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("8 calls not running after 60 s (runc list: %q); %s", list, sv.stderr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	dead := instances(e)
+	killed.Store(true) // the calls' ends below are the kill's doing
 	sv.cmd.Process.Kill()
 	<-sv.done
 	wg.Wait()
@@ -438,6 +451,11 @@ func BenchmarkServiceOverhead(b *testing.B) {
 		b.Skip("needs root and runc")
 	}
 	base := b.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} { // searchable for the mapped root
+		if err := os.Chmod(d, 0o711); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ex, err := oci.New(oci.Options{StateDir: filepath.Join(base, "state")})
 	if err != nil {
 		b.Fatal(err)

@@ -57,6 +57,10 @@ func explainUser(user string, line func(string, ...any)) {
 		line("user: auto: the owner of the session's workspace; else of the nearest existing parent of its transcript directory; else nobody (65534:65534); no supplementary groups")
 		return
 	}
+	if user == UserHostRoot {
+		line("WARNING: user: host-root runs every call as host uid 0:0 without a user namespace (no capabilities, but uid 0 on every host file its mounts expose: it can rewrite root-owned files and leave setuid-root programs there); use it only for trusted work")
+		return
+	}
 	if uid, _, _, err := parseUser(user); err == nil && uid == 0 {
 		line("user: %s; no supplementary groups; uid 0 without capabilities cannot override file permissions", user)
 		return

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -392,3 +393,78 @@ func bind(source, target string, readOnly bool) specs.Mount {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// WithUserNamespace gives the call a new user namespace with the maps of
+// m (see CallIDMapping), replacing any user namespace entry in the spec.
+// The process's uid and gid (WithUser) are container ids.
+func WithUserNamespace(m IDMapping) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		if len(m.UIDs) == 0 || len(m.GIDs) == 0 {
+			return invalidf("user namespace: empty uid or gid map")
+		}
+		l := ensureLinux(s)
+		l.Namespaces = slices.DeleteFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool {
+			return ns.Type == specs.UserNamespace
+		})
+		l.Namespaces = append(l.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		l.UIDMappings = slices.Clone(m.UIDs)
+		l.GIDMappings = slices.Clone(m.GIDs)
+		return nil
+	}
+}
+
+// modeArgs are the system calls that set a file's mode, with the index
+// of their mode argument.
+var modeArgs = map[string]uint{
+	"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2,
+	"creat": 1, "open": 2, "openat": 3, "mknod": 1, "mknodat": 2,
+}
+
+// setidBits are S_ISUID and S_ISGID.
+const setidBits = 0o6000
+
+// WithoutSetidModes narrows the seccomp profile (apply it after
+// WithDefaultSeccomp) so that no file gets a set-user-ID or
+// set-group-ID bit: chmod, fchmod, fchmodat, fchmodat2, creat, open,
+// openat, mknod and mknodat fail with EPERM when their mode has S_ISUID or
+// S_ISGID, and openat2, whose mode the filter cannot see, fails with
+// ENOSYS (C libraries then use openat). A call whose files land on the
+// host owned by root (an id-mapped root-owned workspace) must not be able
+// to leave a setuid-root program there. It fails with sandbox.ErrInvalid
+// when the spec has no seccomp profile.
+func WithoutSetidModes() sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return invalidf("seccomp: no profile to narrow (apply WithDefaultSeccomp first)")
+		}
+		sc := s.Linux.Seccomp
+		var out []specs.LinuxSyscall
+		for _, rule := range sc.Syscalls {
+			if rule.Action == specs.ActAllow {
+				rule.Names = slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool {
+					_, ok := modeArgs[n]
+					return ok || n == "openat2"
+				})
+				if len(rule.Names) == 0 {
+					continue
+				}
+			}
+			out = append(out, rule)
+		}
+		names := make([]string, 0, len(modeArgs))
+		for n := range modeArgs {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			out = append(out, specs.LinuxSyscall{
+				Names:  []string{n},
+				Action: specs.ActAllow,
+				Args:   []specs.LinuxSeccompArg{{Index: modeArgs[n], Value: setidBits, ValueTwo: 0, Op: specs.OpMaskedEqual}},
+			})
+		}
+		out = append(out, specs.LinuxSyscall{Names: []string{"openat2"}, Action: specs.ActErrno, ErrnoRet: ptr(uint(syscall.ENOSYS))})
+		sc.Syscalls = out
+		return nil
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -155,6 +157,12 @@ var transcriptFiles = []string{"session.jsonl", "session.jsonl.zstd"}
 // means nothing to report. `dsh-sandbox policy check` prints these.
 func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 	var ws []string
+	switch {
+	case HostRoot(p):
+		ws = append(ws, "user: host-root runs calls as host uid 0 without a user namespace: a call can rewrite root-owned files its mounts expose and leave setuid-root programs there")
+	case uid == 0 && p.Backend == "oci" && p.Runtime == "runsc":
+		ws = append(ws, "the call runs as uid 0 and runtime runsc gives it no user namespace (runc and crun do): its files on the host mounts are created and changed as host uid 0, without capabilities; see docs/identity.md")
+	}
 	who := fmt.Sprintf("user %d:%d", uid, gid)
 	if p.Transcript == "ro" && s.TranscriptDir != "" {
 		harness := sandbox.EffectiveOwner(s.Owner)
@@ -215,4 +223,88 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 		}
 	}
 	return ws
+}
+
+// UserHostRoot is the policy user that runs a call as host uid 0 (gid
+// 0), without a user namespace, on the backends that otherwise give every
+// call one (oci with runc or crun). It is never implied: "auto" and
+// "0:0" run a root-owned workspace's call as container uid 0, which is a
+// mapped unprivileged host uid. Warnings and Explain flag it.
+const UserHostRoot = "host-root"
+
+// HostRoot reports whether p asks for UserHostRoot.
+func HostRoot(p sandbox.Policy) bool { return p.User == UserHostRoot }
+
+// The host ids a call's user namespace maps the container's ids to:
+// container ids 0 … MappedIDCount-1 are host ids MappedIDBase +
+// (0 … MappedIDCount-1), except the call's own uid and gid, which map to
+// themselves when they are not 0. The range starts at 2^31, above every
+// id a user database hands out (useradd stops at 60000, systemd's
+// dynamic and container ranges end below 2^31), and is the same for
+// every call and instance: calls never share files (each has its own
+// /tmp and rootfs) and cannot see each other's processes (own pid
+// namespace), so distinct ranges would buy nothing.
+const (
+	MappedIDBase  uint32 = 1 << 31
+	MappedIDCount uint32 = 1 << 16
+)
+
+// IDMapping is the uid and gid map of one call's user namespace, in the
+// runtime-spec's form (container id, host id, size).
+type IDMapping struct {
+	UIDs, GIDs []specs.LinuxIDMapping
+}
+
+// CallIDMapping returns the user namespace maps of a call that runs as
+// container uid:gid (from ResolveUser): the range MappedIDBase …, with
+// uid and gid mapped 1:1 when they are not 0, so that the files the call
+// creates on a plain bind mount belong on the host to that uid and gid.
+// uid or gid inside the mapped range is refused (it would be mapped
+// twice), with an error wrapping sandbox.ErrInvalid naming "user".
+func CallIDMapping(uid, gid uint32) (IDMapping, error) {
+	um, err := idRanges(uid)
+	if err != nil {
+		return IDMapping{}, invalidf("user: uid %d: %v", uid, err)
+	}
+	gm, err := idRanges(gid)
+	if err != nil {
+		return IDMapping{}, invalidf("user: gid %d: %v", gid, err)
+	}
+	return IDMapping{UIDs: um, GIDs: gm}, nil
+}
+
+// idRanges is the map of MappedIDBase … with own punched out and mapped
+// to itself (unless it is 0).
+func idRanges(own uint32) ([]specs.LinuxIDMapping, error) {
+	if own >= MappedIDBase && own-MappedIDBase < MappedIDCount {
+		return nil, fmt.Errorf("lies in the range %d-%d that user namespaces map container ids to", MappedIDBase, MappedIDBase+MappedIDCount-1)
+	}
+	if own == 0 {
+		return []specs.LinuxIDMapping{{ContainerID: 0, HostID: MappedIDBase, Size: MappedIDCount}}, nil
+	}
+	if own >= MappedIDCount {
+		return []specs.LinuxIDMapping{
+			{ContainerID: 0, HostID: MappedIDBase, Size: MappedIDCount},
+			{ContainerID: own, HostID: own, Size: 1},
+		}, nil
+	}
+	m := []specs.LinuxIDMapping{
+		{ContainerID: 0, HostID: MappedIDBase, Size: own},
+		{ContainerID: own, HostID: own, Size: 1},
+	}
+	if rest := MappedIDCount - own - 1; rest > 0 {
+		m = append(m, specs.LinuxIDMapping{ContainerID: own + 1, HostID: MappedIDBase + own + 1, Size: rest})
+	}
+	return m, nil
+}
+
+// HostID returns the host id that m maps container id c to; ok is false
+// when m does not map c.
+func HostID(m []specs.LinuxIDMapping, c uint32) (host uint32, ok bool) {
+	for _, e := range m {
+		if c >= e.ContainerID && c-e.ContainerID < e.Size {
+			return e.HostID + (c - e.ContainerID), true
+		}
+	}
+	return 0, false
 }

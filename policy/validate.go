@@ -111,17 +111,20 @@ func checkImage(image string, ps *problems) {
 	}
 }
 
-// parseUser reads "auto" (auto is true) or "uid:gid" with decimal ids
-// below 4294967295 (which means "no id" to the kernel).
+// parseUser reads "auto" (auto is true), "host-root" (0:0) or "uid:gid"
+// with decimal ids below 4294967295 (which means "no id" to the kernel).
 func parseUser(s string) (uid, gid uint32, auto bool, err error) {
-	if s == "auto" {
+	switch s {
+	case "auto":
 		return 0, 0, true, nil
+	case UserHostRoot:
+		return 0, 0, false, nil
 	}
 	u, g, ok := strings.Cut(s, ":")
 	uid, uerr := parseID(u)
 	gid, gerr := parseID(g)
 	if !ok || uerr != nil || gerr != nil {
-		return 0, 0, false, fmt.Errorf("%q is not allowed; want \"auto\" or \"uid:gid\" with numeric ids, e.g. \"1000:1000\"", s)
+		return 0, 0, false, fmt.Errorf("%q is not allowed; want \"auto\" or \"uid:gid\" with numeric ids, e.g. \"1000:1000\" (or \"host-root\")", s)
 	}
 	return uid, gid, false, nil
 }

@@ -12,6 +12,7 @@ go build -o bin/dsh-sandbox ./cmd/dsh-sandbox
 
 demo=$(mktemp -d /tmp/dsh-sandbox-demo.XXXXXX)
 trap 'rm -rf "$demo"' EXIT
+chmod 0711 "$demo" # the oci backend's mapped container root walks to the state directory
 mkdir -p "$demo/home" "$demo/workspace"
 flags=(--home "$demo/home" --cwd "$demo/workspace" --session-id demo-session
 	--state-dir "$demo/state" --data-dir "$demo/data")

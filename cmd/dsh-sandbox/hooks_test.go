@@ -21,6 +21,13 @@ type hooksDirs struct{ conf, ws, root, state, data string }
 func newHooksDirs(t *testing.T) hooksDirs {
 	t.Helper()
 	base := t.TempDir()
+	// The oci backend's mapped container root must search the state
+	// directory's ancestors (t.TempDir makes them 0700).
+	for _, dir := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := hooksDirs{
 		conf: filepath.Join(base, "conf"), ws: filepath.Join(base, "ws"), root: filepath.Join(base, "sessions"),
 		state: filepath.Join(base, "state"), data: filepath.Join(base, "data"),

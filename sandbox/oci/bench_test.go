@@ -74,7 +74,7 @@ func TestBenchRawLeavesNothing(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			path, _ := exec.LookPath(rt)
-			state := t.TempDir()
+			state := testStateDir(t)
 			d, err := BenchRaw(context.Background(), path, state)
 			if err != nil || d <= 0 {
 				t.Fatalf("BenchRaw(%s) = %v, %v", rt, d, err)

@@ -45,6 +45,9 @@ type bundle struct {
 	// oom, when set, tells whether the call ran out of memory (see
 	// prepareOOMAccounting); the cleanup stack closes it.
 	oom *oomWatch
+	// staged are the id-mapped staging mounts in the bundle (see
+	// stageIdmapped); unmount removes them.
+	staged []string
 }
 
 // inNamespace runs f in the runtime's mount namespace.
@@ -57,13 +60,14 @@ func (b *bundle) inNamespace(f func() error) error {
 
 func (b *bundle) path(name string) string { return filepath.Join(b.dir, name) }
 
-// createBundle makes dir (0700, which must not exist yet) and writes the
-// marker into it.
+// createBundle makes dir (0711, which must not exist yet: the mapped
+// root of a user namespace walks through it to the rootfs; the files in
+// it are 0600) and writes the marker into it.
 func createBundle(dir string, m marker) (*bundle, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, fmt.Errorf("bundle parent: %w", err)
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", dir, err)
 	}
 	b := &bundle{dir: dir}
@@ -216,8 +220,21 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 	return nil
 }
 
-// unmount unmounts the overlay, lazily when it is busy.
+// unmount unmounts the id-mapped staging mounts and the overlay, lazily
+// when they are busy.
 func (b *bundle) unmount() error {
+	for len(b.staged) > 0 {
+		p := b.staged[len(b.staged)-1]
+		if err := b.inNamespace(func() error {
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("unmount %s: %w", p, err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		b.staged = b.staged[:len(b.staged)-1]
+	}
 	if !b.mounted {
 		return nil
 	}

@@ -37,8 +37,8 @@ func captureConfig(t *testing.T, e *Executor, req *sandbox.Request) (*specs.Spec
 		if fi, err := os.Stat(paths[0]); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("config.json mode = %v (%v), want 0600", fi.Mode().Perm(), err)
 		}
-		if fi, err := os.Stat(filepath.Dir(paths[0])); err != nil || fi.Mode().Perm() != 0o700 {
-			t.Errorf("bundle mode = %v (%v), want 0700", fi.Mode().Perm(), err)
+		if fi, err := os.Stat(filepath.Dir(paths[0])); err != nil || fi.Mode().Perm() != 0o711 {
+			t.Errorf("bundle mode = %v (%v), want 0711 (search only, for the mapped root)", fi.Mode().Perm(), err)
 		}
 		spec = new(specs.Spec)
 		if err := json.Unmarshal(data, spec); err != nil {
@@ -133,20 +133,27 @@ func TestConfigJSON(t *testing.T) {
 		ns = append(ns, string(n.Type))
 	}
 	slices.Sort(ns)
-	if want := []string{"cgroup", "ipc", "mount", "network", "pid", "uts"}; !slices.Equal(ns, want) {
+	if want := []string{"cgroup", "ipc", "mount", "network", "pid", "user", "uts"}; !slices.Equal(ns, want) {
 		t.Errorf("namespaces = %q, want %q", ns, want)
+	}
+	// The workspace is root's (t.TempDir): the call is container root,
+	// host uid MappedIDBase, and sees its binds through id-mapped
+	// staging mounts in the bundle.
+	if h, ok := policy.HostID(l.UIDMappings, p.User.UID); p.User.UID != 0 || !ok || h != policy.MappedIDBase {
+		t.Errorf("user %d maps to host %d (%v) by %+v, want 0 → %d", p.User.UID, h, ok, l.UIDMappings, policy.MappedIDBase)
 	}
 	if l.Seccomp == nil || len(l.Seccomp.Syscalls) == 0 || l.Resources == nil || l.Resources.Memory == nil || l.Resources.Pids == nil {
 		t.Errorf("seccomp %v, resources %+v: want the policy's profile and limits", l.Seccomp != nil, l.Resources)
 	}
-	if m, ok := findMount(s, tr); !ok || !slices.Contains(m.Options, "ro") || m.Source != tr {
-		t.Errorf("transcript mount = %+v (%v), want %q read-only at its own path", m, ok, tr)
+	staged := filepath.Join(e.bundlesDir(), "cfg-1", bundleIdmap)
+	if m, ok := findMount(s, tr); !ok || !slices.Contains(m.Options, "ro") || filepath.Dir(m.Source) != staged {
+		t.Errorf("transcript mount = %+v (%v), want %q read-only at its own path from a staging mount in %s", m, ok, tr, staged)
 	}
 	if fi, err := os.Stat(tr); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("transcript dir created with %v (%v), want 0700", fi.Mode().Perm(), err)
 	}
-	if m, ok := findMount(s, ws); !ok || !slices.Contains(m.Options, "rw") {
-		t.Errorf("workspace mount = %+v (%v), want read-write", m, ok)
+	if m, ok := findMount(s, ws); !ok || !slices.Contains(m.Options, "rw") || filepath.Dir(m.Source) != staged {
+		t.Errorf("workspace mount = %+v (%v), want read-write from a staging mount in %s", m, ok, staged)
 	}
 	if m, ok := findMount(s, "/etc"); !ok || !slices.Contains(m.Options, "ro") || strings.HasPrefix(m.Source, "/etc") {
 		t.Errorf("/etc mount = %+v (%v), want the generated /etc read-only", m, ok)

@@ -4,12 +4,16 @@
 // (DESIGN §3.8, §3.11).
 //
 // A call goes: sandbox.Prepare (validation, environment, timeout) →
-// policy.ResolveUser → image (the generated `host` image or a stored one)
-// → bundle directory with a marker, rootfs and config.json built from a
-// base spec, the policy's spec options and this package's own → `runtime
+// policy.ResolveUser → the call's user namespace (runc and crun, unless
+// the policy says user: host-root; idmap.go) → image (the generated
+// `host` image or a stored one) → bundle directory with a marker, rootfs,
+// id-mapped staging mounts for a container-root call and config.json
+// built from a base spec, the policy's spec options and this package's
+// own → `runtime
 // run` supervised by sandbox.Supervise (SIGTERM to every process, then
 // SIGKILL) → teardown on a detached context: `runtime delete --force`,
-// cgroup directories in every hierarchy, overlay unmount, bundle removal.
+// cgroup directories in every hierarchy, staging and overlay unmounts,
+// bundle removal.
 // Reap removes what a crashed instance left; Doctor says whether a
 // runtime is usable here; BenchRaw times a raw runtime call for the
 // `dsh-sandbox bench` baseline.

@@ -12,7 +12,7 @@ func TestDoctorUsable(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
-			state := t.TempDir()
+			state := testStateDir(t)
 			checks := Doctor(context.Background(), Options{Runtime: rt, StateDir: state})
 			var names []string
 			for _, c := range checks {

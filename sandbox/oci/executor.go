@@ -135,6 +135,13 @@ func New(opts Options) (*Executor, error) {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 	}
+	if e.rt.usernsCapable() {
+		for _, d := range []string{opts.StateDir, e.bundlesDir()} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+			}
+		}
+	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
@@ -243,6 +250,19 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err != nil {
 		return nil, err
 	}
+	ids, err := e.userNamespace(req.Policy, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if ids.enabled {
+		if err := searchable(e.opts.StateDir); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+		}
+		opts = append(opts, policy.WithUserNamespace(ids.mapping))
+		if ids.idmapped {
+			opts = append(opts, policy.WithoutSetidModes())
+		}
+	}
 	bash, hasSh := findShell(imageRoot(img))
 	if !hasSh {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
@@ -285,7 +305,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	}()
 
 	t1 := time.Now()
-	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts, uid)
+	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +371,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, uid uint32) (_ *bundle, _ *cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids callIDs) (_ *bundle, _ *cleanup, err error) {
 	var cu cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
@@ -360,7 +380,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 			e.log.Error().Str("call", call.ID).Err(cerr).Msg("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them")
 		}
 	}()
-	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts, uid)
+	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -368,9 +388,9 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 }
 
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
-// uid is the host uid the call runs as, which PreparePaths lets read the
-// session directory.
-func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, uid uint32) (*bundle, error) {
+// ids.diskUID is the uid the call's accesses to its binds are checked
+// against, which PreparePaths lets read the session directory.
+func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids callIDs) (*bundle, error) {
 	internal := func(err error) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
 	}
@@ -416,7 +436,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 
-	if err := sandbox.PreparePaths(req, call, uid); err != nil {
+	if err := sandbox.PreparePaths(req, call, ids.diskUID); err != nil {
 		return nil, err
 	}
 
@@ -444,8 +464,23 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	}
 	b.oom = oom
 	cu.add("oom watch", func(context.Context) error { return oom.close() })
-	if img.Host {
-		if err := b.mountPoints(spec.Mounts); err != nil {
+	if ids.idmapped {
+		if err := e.step("idmap"); err != nil {
+			return nil, err
+		}
+		if err := b.stageIdmapped(spec, idmappedDests(req)); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if img.Host || ids.enabled {
+		// In a user namespace the runtime cannot create mount points
+		// in an image it does not own: make them as root here.
+		if err := b.inNamespace(func() error { return b.mountPoints(spec.Mounts) }); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if ids.enabled {
+		if err := b.ownRootfs(ids.rootUID, ids.rootGID, !img.Host); err != nil {
 			return nil, internal(err)
 		}
 	}

@@ -73,7 +73,7 @@ func TestStoredImageOverlay(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
-			e, err := New(Options{Runtime: rt, StateDir: t.TempDir(), Images: store, Logger: testLogger(t)})
+			e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Images: store, Logger: testLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

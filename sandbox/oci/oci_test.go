@@ -48,7 +48,7 @@ func testLogger(t testing.TB) zerolog.Logger {
 func newTestExecutor(t testing.TB, rt string) *Executor {
 	t.Helper()
 	requireRuntime(t, rt)
-	e, err := New(Options{Runtime: rt, StateDir: t.TempDir(), Logger: testLogger(t)})
+	e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("New(%s) = %v", rt, err)
 	}
@@ -130,7 +130,7 @@ func TestConformance(t *testing.T) {
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, StateDir: t.TempDir(), Logger: testLogger(t)})
+					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)
 					}
@@ -145,4 +145,18 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// testStateDir is a fresh state directory whose ancestors others may
+// search (t.TempDir's parent is 0700), as New requires for runc and crun,
+// whose containers run in user namespaces.
+func testStateDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }

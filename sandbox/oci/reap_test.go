@@ -84,7 +84,7 @@ func TestReapAfterCrash(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
-			state := t.TempDir()
+			state := testStateDir(t)
 			dead := "crashed-" + rt
 			marker := fmt.Sprintf("%d%d", 8100000, os.Getpid())
 			crashInstance(t, rt, state, dead, marker)

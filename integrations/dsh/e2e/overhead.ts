@@ -11,7 +11,7 @@
 // one, starts `serve` on a private socket and stops it at the end.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,6 +39,9 @@ async function shellOf(ctx: Context): Promise<any> {
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'dsh-overhead-'));
+  // Calls run in user namespaces: their mapped root must search the
+  // state directory's parents (mkdtemp makes them 0700).
+  chmodSync(dir, 0o711);
   const ws = join(dir, 'work');
   mkdirSync(ws);
   let bin = process.env.DSH_SANDBOX_BIN ?? '';

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,6 +38,9 @@ const ws = () => join(dir, 'work space');
 before(async () => {
   if (skip !== false) return;
   dir = mkdtempSync(join(tmpdir(), 'dsh-provider-e2e-'));
+  // Calls run in user namespaces: their mapped root must search the
+  // state directory's parents (mkdtemp makes them 0700).
+  chmodSync(dir, 0o711);
   mkdirSync(ws());
   let bin = process.env.DSH_SANDBOX_BIN ?? '';
   if (bin === '') {
