@@ -76,6 +76,7 @@ type AuditTimings struct {
 // which the next OpenAudit cuts off.
 type AuditLog struct {
 	mu   sync.Mutex
+	path string
 	f    *os.File
 	prev string
 }
@@ -109,7 +110,26 @@ func OpenAudit(path string) (*AuditLog, error) {
 		f.Close()
 		return nil, err
 	}
-	return &AuditLog{f: f, prev: head}, nil
+	return &AuditLog{path: path, f: f, prev: head}, nil
+}
+
+// Reopen opens the log's path again, for log rotation: after the file was
+// renamed, records go to a new file at the path, whose chain starts again
+// at GenesisHash (each file verifies on its own); when the path is still
+// the same file, its chain continues. It returns the head hash of the file
+// written so far, to link the two chains. On error the old file stays in
+// use.
+func (a *AuditLog) Reopen() (previousHead string, err error) {
+	a.mu.Lock() // appends wait: the new file must see every record
+	defer a.mu.Unlock()
+	next, err := OpenAudit(a.path)
+	if err != nil {
+		return "", err
+	}
+	old, head := a.f, a.prev
+	a.f, a.prev = next.f, next.prev
+	_ = old.Sync()
+	return head, old.Close()
 }
 
 // Append writes rec with Prev set to the chain's head.

@@ -131,7 +131,8 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, ticket: t})
+	ref := &jobRef{}
+	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, ticket: t, job: ref})
 	id, err := s.jobs.Start(ctx, jobOwner(cl, req.Session.ID), req)
 	if err != nil {
 		t.release()
@@ -140,6 +141,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
+	ref.set(id)
 	return writeJSON(w, http.StatusOK, StartResponse{ID: id})
 }
 

@@ -116,8 +116,10 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	servers []*http.Server
+	mu       sync.Mutex
+	servers  []*http.Server
+	policies map[string]sandbox.Policy
+	calls    map[string]*runningCall
 }
 
 // NewServer validates opts and returns a Server that is not yet serving.
@@ -161,7 +163,7 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.LeakedObjects == nil {
 		opts.LeakedObjects = func() float64 { return 0 }
 	}
-	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue)}
+	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue), policies: opts.Policies, calls: map[string]*runningCall{}}
 	s.metrics = newMetrics(s.limit, opts.LeakedObjects)
 	s.jobs = sandbox.NewJobsWith(observed{s: s, background: true}, sandbox.JobsOptions{
 		MaxLivePerOwner: opts.MaxJobsPerSession,
@@ -170,6 +172,25 @@ func NewServer(opts Options) (*Server, error) {
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	return s, nil
+}
+
+// SetPolicies replaces the policies requests may name (SIGHUP reloads
+// them); calls already running keep theirs. An empty map is refused.
+func (s *Server) SetPolicies(p map[string]sandbox.Policy) error {
+	if len(p) == 0 {
+		return errors.New("api: SetPolicies: no policies")
+	}
+	s.mu.Lock()
+	s.policies = p
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) policy(name string) (sandbox.Policy, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.policies[name]
+	return p, ok
 }
 
 // Handler returns the service's handler without tokens: a request that
@@ -254,6 +275,8 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v1/jobs/{id}", s.handleOutput)
 	handle("POST /v1/jobs/{id}/kill", s.handleKill)
 	handle("DELETE /v1/jobs/{id}", s.handleRemove)
+	handle("GET /v1/calls", s.handleCalls)
+	handle("DELETE /v1/calls/{id}", s.handleCancel)
 	handle("GET /v1/env", s.handleDeclarations)
 	handle("POST /v1/snapshot", s.handleSnapshot)
 	handle("POST /v1/locate", s.handleLocate)
@@ -374,7 +397,7 @@ func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) 
 // The snapshot and Locate see the header as the client sent it, cwd as
 // written, as dsh computes them; the workspace is the resolved cwd.
 func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandbox.Request, error) {
-	pol, ok := s.opts.Policies[rr.Policy]
+	pol, ok := s.policy(rr.Policy)
 	if !ok {
 		return nil, fieldErrorf("policy", "%q is not a policy this service knows", rr.Policy)
 	}
@@ -472,6 +495,9 @@ type callMeta struct {
 	// and releases it when it ends. nil for foreground calls, which hold
 	// their slot in the handler.
 	ticket *ticket
+	// job receives a background job's id once Start returned it; nil
+	// for foreground calls.
+	job *jobRef
 }
 
 // observed wraps the executor with the audit log and metrics; foreground
@@ -483,6 +509,9 @@ type observed struct {
 
 func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	meta, _ := ctx.Value(callMetaKey{}).(callMeta)
+	cl := clientOf(ctx)
+	ctx, done := o.s.track(ctx, cl, req, o.background, meta.job)
+	defer done()
 	if t := meta.ticket; t != nil {
 		defer t.release()
 		queued := time.Now()
@@ -492,11 +521,18 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 		meta.queue = time.Since(queued)
 		o.s.metrics.queueWait.Observe(meta.queue.Seconds())
 	}
+	o.s.running(req.CallID)
 	start := time.Now()
 	res, err := o.s.opts.Executor.Run(ctx, req)
-	o.s.metrics.observe(req.Policy.Backend, time.Since(start), res, err)
-	o.s.opts.Logger.Debug().Str("call", req.CallID).Str("session", req.Session.ID).
-		Str("backend", req.Policy.Backend).Str("outcome", outcome(res, err)).Msg("execution")
+	took := time.Since(start)
+	o.s.metrics.observe(req.Policy.Backend, took, res, err)
+	ev := o.s.opts.Logger.Info().Str("call", req.CallID).Str("session", req.Session.ID).Str("client", cl.Key()).
+		Str("policy", req.Policy.Name).Str("backend", req.Policy.Backend).Bool("background", o.background).
+		Str("outcome", outcome(res, err)).Dur("duration", took)
+	if res != nil && res.ExitCode != nil {
+		ev = ev.Int("exitCode", *res.ExitCode)
+	}
+	ev.Msg("call")
 	if a := o.s.opts.Audit; a != nil {
 		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
 		if cl, ok := ClientFrom(ctx); ok {

@@ -434,6 +434,7 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 		"/v1/run": {"post"}, "/v1/jobs": {"post", "get"}, "/v1/jobs/{id}": {"get", "delete"},
 		"/v1/jobs/{id}/kill": {"post"}, "/v1/env": {"get"}, "/v1/snapshot": {"post"},
 		"/v1/locate": {"post"}, "/v1/health": {"get"}, "/v1/openapi.yaml": {"get"}, "/metrics": {"get"},
+		"/v1/calls": {"get"}, "/v1/calls/{id}": {"delete"},
 	}
 	for path, methods := range routes {
 		for _, m := range methods {

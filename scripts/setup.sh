@@ -20,6 +20,8 @@ have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd
 [ -x /usr/bin/python3 ] || need+=(python3)
 have unshare || need+=(util-linux)
 have git || need+=(git)
+# systemd-socket-activate drives the socket-activation test of `serve`.
+have systemd-socket-activate || need+=(systemd)
 # npm installs dsh's own packages for the differential test (interop/dsh).
 have npm || need+=(npm)
 

@@ -15,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
@@ -34,13 +36,30 @@ type Options struct {
 	// unix addresses); nil means a new one without timeouts (calls are
 	// bounded by their contexts).
 	HTTPClient *http.Client
+	// RetryFor bounds how long a request answered 429 (overloaded) is
+	// retried, honouring each answer's Retry-After (DefaultRetryFor is a
+	// good value); 0 or negative means no retry: the 429 is returned. A
+	// retry never waits past the request context's deadline, nor when the
+	// service asks for more than 10 s.
+	RetryFor time.Duration
 }
+
+// Retry bounds of Options.RetryFor.
+const (
+	// DefaultRetryFor is how long the CLI retries a 429.
+	DefaultRetryFor = 30 * time.Second
+	// maxRetryAfter caps one wait, whatever Retry-After says.
+	maxRetryAfter = 10 * time.Second
+	// defaultRetryAfter is the wait when a 429 has no usable Retry-After.
+	defaultRetryAfter = time.Second
+)
 
 // Client talks to one service. It is safe for concurrent use.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	base     string
+	token    string
+	hc       *http.Client
+	retryFor time.Duration
 }
 
 // New returns a client of the service at addr: "unix:///path.sock",
@@ -50,7 +69,7 @@ func New(addr string, opts Options) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	c := &Client{token: opts.Token, hc: hc}
+	c := &Client{token: opts.Token, hc: hc, retryFor: max(opts.RetryFor, 0)}
 	switch {
 	case strings.HasPrefix(addr, "unix://"):
 		_, path, err := api.ParseListen(addr)
@@ -79,20 +98,55 @@ func New(addr string, opts Options) (*Client, error) {
 	return c, nil
 }
 
+// do sends one request; an error answer becomes an error of its class.
+// A 429 is retried until c.retryFor has passed (retryWait), each time
+// after its Retry-After; the body is sent again from its bytes.
 func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
+	var data []byte
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "request: %v", err)
 		}
+	}
+	deadline := time.Now().Add(c.retryFor)
+	for {
+		resp, err := c.send(ctx, method, path, data)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode < 300 {
+			return resp, nil
+		}
+		wait, retry := time.Duration(0), false
+		if resp.StatusCode == http.StatusTooManyRequests {
+			wait, retry = retryWait(ctx, resp.Header.Get("Retry-After"), deadline, time.Now())
+		}
+		err = decodeError(resp)
+		resp.Body.Close()
+		if !retry {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) send(ctx context.Context, method, path string, data []byte) (*http.Response, error) {
+	var rd io.Reader
+	if data != nil {
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "request: %v", err)
 	}
-	if body != nil {
+	if data != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
@@ -102,21 +156,58 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "service: %w", err)
 	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		return nil, decodeError(resp)
-	}
 	return resp, nil
 }
 
-// decodeError turns an error answer into an error of the same class.
+// retryWait is how long to wait before retrying a 429 whose Retry-After
+// is header (delay-seconds or an HTTP date; absent or unreadable means
+// defaultRetryAfter), and whether to retry at all: not when the service
+// asks for more than maxRetryAfter, nor when the wait would end after the
+// retry deadline or ctx's deadline.
+func retryWait(ctx context.Context, header string, deadline, now time.Time) (time.Duration, bool) {
+	wait := defaultRetryAfter
+	header = strings.TrimSpace(header)
+	if n, err := strconv.ParseInt(header, 10, 64); err == nil && n >= 0 {
+		if n > int64(maxRetryAfter/time.Second) {
+			return 0, false
+		}
+		wait = time.Duration(n) * time.Second
+	} else if at, err := http.ParseTime(header); err == nil {
+		wait = max(at.Sub(now), 0)
+	}
+	if wait > maxRetryAfter {
+		return 0, false
+	}
+	end := now.Add(wait)
+	if end.After(deadline) {
+		return 0, false
+	}
+	if d, ok := ctx.Deadline(); ok && end.After(d) {
+		return 0, false
+	}
+	return wait, ctx.Err() == nil
+}
+
+// decodeError turns an error answer into an error of the same class; an
+// answer without an error body gets the class of its status.
 func decodeError(resp *http.Response) error {
 	var e api.ErrorResponse
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err := json.Unmarshal(data, &e); err != nil || e.Error.Class == "" {
-		return sandbox.Errorf(sandbox.ErrInternal, "service answered %s", resp.Status)
+	if err := json.Unmarshal(data, &e); err == nil && e.Error.Class != "" {
+		return e.Error.Err()
 	}
-	return e.Error.Err()
+	class := sandbox.ErrInternal
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		class = api.ErrUnauthorized
+	case http.StatusForbidden:
+		class = api.ErrForbidden
+	case http.StatusTooManyRequests:
+		class = api.ErrOverloaded
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		class = sandbox.ErrUnavailable
+	}
+	return fmt.Errorf("%w: service answered %s", class, resp.Status)
 }
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
@@ -276,4 +367,21 @@ func (c *Client) Health(ctx context.Context) error {
 		return errors.New("service health: " + out.Status)
 	}
 	return nil
+}
+
+// Calls lists this client's executions that have not ended: foreground
+// runs and background jobs, queued or running.
+func (c *Client) Calls(ctx context.Context) ([]api.CallInfo, error) {
+	var out api.CallsResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/calls", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Calls, nil
+}
+
+// CancelCall cancels one of this client's executions by its execution id
+// and waits until it has ended.
+func (c *Client) CancelCall(ctx context.Context, id string) error {
+	var out api.StartResponse
+	return c.call(ctx, http.MethodDelete, "/v1/calls/"+url.PathEscape(id), nil, &out)
 }

@@ -35,7 +35,9 @@ lie outside the workspace (--cwd) and the --workspace-roots: a policy a sandboxe
 have written is refused. It is opened without following links and must be a regular file.
 
 Exit codes: the child's; 128+N when killed by signal N; 124 on timeout; 125 when the
-sandbox itself failed (nothing ran); 2 for usage errors.
+sandbox itself failed, or --server refused or could not take the call (unauthorized,
+forbidden, still overloaded after retrying 429s per Retry-After for up to 30s, unreachable):
+nothing ran; 2 for usage errors.
 
 Examples:
    dsh-sandbox exec --session-id s1 --cwd /srv/proj -- 'ls -la; env | grep ^DSH_'

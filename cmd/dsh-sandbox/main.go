@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -20,7 +21,10 @@ var version = "0.1.0-dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp(os.Stdout, os.Stderr).RunContext(ctx, os.Args)
+	err := checkCompletion(os.Args)
+	if err == nil {
+		err = newApp(os.Stdout, os.Stderr).RunContext(ctx, os.Args)
+	}
 	stop()
 	code := exitCode(err)
 	if err != nil && !errors.As(err, new(*childExit)) {
@@ -36,8 +40,10 @@ type childExit struct{ code int }
 func (e *childExit) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // exitCode is the CLI's one mapping from an error to an exit status:
-// the child's code for a call that ran; the sandbox classes (2 for
-// invalid input, 125 for a sandbox failure); 1 for anything else.
+// the child's code for a call that ran; 125 when the service refused or
+// could not take the call (unauthorized, forbidden, overloaded: nothing
+// ran); the sandbox classes (2 for invalid input, 125 for a sandbox
+// failure, an unreachable service included); 1 for anything else.
 func exitCode(err error) int {
 	var ce *childExit
 	switch {
@@ -45,6 +51,8 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.Is(err, api.ErrUnauthorized), errors.Is(err, api.ErrForbidden), errors.Is(err, api.ErrOverloaded):
+		return sandbox.ExitSandbox
 	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrNotFound),
 		errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrInternal):
 		return sandbox.ExitCode(nil, err)

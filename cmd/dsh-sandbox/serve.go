@@ -7,10 +7,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
@@ -29,6 +33,16 @@ GET /metrics. A request names its session header and a policy by name; the servi
 the DSH_* snapshot itself. The socket is 0600 in a 0700 directory; a TCP listener needs
 --token-file (a 0600 file) and is loopback-only unless --allow-remote. On SIGTERM it stops
 accepting, lets calls finish for --shutdown-grace, then cancels and tears them down.
+GET /v1/calls lists the caller's running calls and jobs; DELETE /v1/calls/{id} cancels one.
+
+Operations: it logs at info (unless --log-level says otherwise) each address it serves and
+each call (id, session, client, policy, backend, outcome, duration; never command text or
+environment values). SIGHUP reopens the audit log at its path (rotate by renaming the file,
+then SIGHUP: the new file's hash chain starts again, and the log line "audit log reopened"
+names the old file's head hash) and reloads the policies (built-ins and --policy-file); what
+fails to reload keeps the old and is logged. Started by systemd with socket activation
+(LISTEN_PID, LISTEN_FDS), it serves the inherited sockets, plus any --listen; see
+contrib/systemd/.
 
 Every client is identified: a socket peer by its uid (SO_PEERCRED), a TCP client by the
 name of its token. A client may use as workspace only a directory that resolves without
@@ -61,16 +75,43 @@ Examples:
 }
 
 func runServe(c *cli.Context) error {
+	// SIGHUP reloads from the start; before this it would kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := loadSettings(c)
 	if err != nil {
 		return err
 	}
-	policies, err := s.servePolicies(c.StringSlice("policy-file"))
+	if f, err := newFlags(c); err == nil && !f.IsSet("log-level") {
+		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
+	}
+	policyFiles := c.StringSlice("policy-file")
+	policies, err := s.servePolicies(policyFiles)
 	if err != nil {
 		return err
 	}
+	type bound struct {
+		l         net.Listener
+		tokens    []api.TokenClient
+		inherited bool
+	}
+	var listeners []bound
+	closeAll := func() {
+		for _, b := range listeners {
+			b.l.Close()
+		}
+	}
+	defer closeAll()
+	inherited, err := api.InheritedListeners()
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "%v", err)
+	}
+	for _, l := range inherited {
+		listeners = append(listeners, bound{l: l, inherited: true})
+	}
 	listens := c.StringSlice("listen")
-	if len(listens) == 0 {
+	if len(listens) == 0 && len(inherited) == 0 {
 		listens = []string{"unix://" + filepath.Join(s.home, "run", "sandbox.sock")}
 	}
 	var tokens []api.TokenClient
@@ -79,28 +120,33 @@ func runServe(c *cli.Context) error {
 			return usageError("--token-file: %v", err)
 		}
 	}
+	for i, b := range listeners {
+		if _, ok := b.l.(*net.TCPListener); !ok {
+			continue
+		}
+		if len(tokens) == 0 {
+			return usageError("inherited listener %s: a TCP listener needs --token-file", b.l.Addr())
+		}
+		if err := api.CheckInheritedTCP(b.l, c.Bool("allow-remote")); err != nil {
+			return usageError("%v", err)
+		}
+		listeners[i].tokens = tokens
+	}
 	auditPath := c.String("audit-log")
 	if auditPath == "" {
 		auditPath = filepath.Join(s.dataDir, "audit.jsonl")
 	}
-	protected, err := checkDeployment(s, listens, auditPath)
+	deployed := slices.Clone(listens)
+	for _, l := range inherited {
+		deployed = append(deployed, api.ListenerAddress(l))
+	}
+	protected, err := checkDeployment(s, deployed, auditPath)
 	if err != nil {
 		return err
-	}
-	type bound struct {
-		l      net.Listener
-		tokens []api.TokenClient
-	}
-	var listeners []bound
-	closeAll := func() {
-		for _, b := range listeners {
-			b.l.Close()
-		}
 	}
 	for _, addr := range listens {
 		scheme, target, err := api.ParseListen(addr)
 		if err != nil {
-			closeAll()
 			return usageError("--listen: %v", err)
 		}
 		var l net.Listener
@@ -110,19 +156,16 @@ func runServe(c *cli.Context) error {
 			l, err = api.ListenUnix(target)
 		case api.SchemeTCP:
 			if len(tokens) == 0 {
-				closeAll()
 				return usageError("--listen %s: a TCP listener needs --token-file", addr)
 			}
 			toks = tokens
 			l, err = api.ListenTCP(target, c.Bool("allow-remote"))
 		}
 		if err != nil {
-			closeAll()
 			return sandbox.Errorf(sandbox.ErrUnavailable, "--listen: %v", err)
 		}
-		listeners = append(listeners, bound{l, toks})
+		listeners = append(listeners, bound{l: l, tokens: toks})
 	}
-	defer closeAll()
 
 	router := &executorRouter{s: s}
 	defer router.close()
@@ -167,12 +210,19 @@ func runServe(c *cli.Context) error {
 	errc := make(chan error, len(listeners))
 	for _, b := range listeners {
 		go func() { errc <- srv.ServeClients(b.l, b.tokens) }()
-		s.log.Info().Str("listen", b.l.Addr().String()).Int("tokens", len(b.tokens)).Msg("serving")
+		s.log.Info().Str("listen", api.ListenerAddress(b.l)).Bool("inherited", b.inherited).Int("tokens", len(b.tokens)).Msg("serving")
 	}
 	var serveErr error
-	select {
-	case <-c.Context.Done():
-	case serveErr = <-errc:
+serving:
+	for {
+		select {
+		case <-c.Context.Done():
+			break serving
+		case serveErr = <-errc:
+			break serving
+		case <-hup:
+			s.reload(srv, audit, auditPath, policyFiles)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), c.Duration("shutdown-grace"))
 	defer cancel()
@@ -183,6 +233,30 @@ func runServe(c *cli.Context) error {
 		return sandbox.Errorf(sandbox.ErrUnavailable, "serve: %v", serveErr)
 	}
 	return nil
+}
+
+// reload is SIGHUP: it reopens the audit log at its path (after a
+// rotation records go to a new file whose chain starts again; the old
+// file's head is logged to link them) and reloads the policies from the
+// built-ins and --policy-file. Whatever fails keeps the old one in use and
+// is logged at error; the service keeps serving.
+func (s *settings) reload(srv *api.Server, audit *api.AuditLog, auditPath string, policyFiles []string) {
+	if audit != nil {
+		if head, err := audit.Reopen(); err != nil {
+			s.log.Error().Err(err).Str("path", auditPath).Msg("SIGHUP: reopening the audit log failed; still writing the old file")
+		} else {
+			s.log.Info().Str("path", auditPath).Str("previousHead", head).Msg("SIGHUP: audit log reopened")
+		}
+	}
+	policies, err := s.servePolicies(policyFiles)
+	if err == nil {
+		err = srv.SetPolicies(policies)
+	}
+	if err != nil {
+		s.log.Error().Err(err).Msg("SIGHUP: reloading the policies failed; the old ones stay in use")
+		return
+	}
+	s.log.Info().Int("policies", len(policies)).Msg("SIGHUP: policies reloaded")
 }
 
 // queueFlag maps --max-queue and --max-jobs-per-session to their
@@ -362,7 +436,7 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 			return usageError("--token-file: %v", err)
 		}
 	}
-	cl, err := client.New(addr, client.Options{Token: token})
+	cl, err := client.New(addr, client.Options{Token: token, RetryFor: client.DefaultRetryFor})
 	if err != nil {
 		return usageError("--server: %v", err)
 	}
@@ -386,8 +460,28 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 		resp, err = cl.Stream(c.Context, rr, c.App.Writer, c.App.ErrWriter)
 	}
 	if err != nil {
-		return err
+		return remoteError(addr, err)
 	}
 	res := resp.Result
 	return finishExec(c, res, c.Bool("json"))
+}
+
+// remoteError says why the service at addr did not run the call when it
+// refused or could not take it (exit 125, as the class is kept); other
+// errors are returned as they are.
+func remoteError(addr string, err error) error {
+	var why string
+	switch {
+	case errors.Is(err, api.ErrUnauthorized):
+		why = "the service refused the credentials (check --token-file)"
+	case errors.Is(err, api.ErrForbidden):
+		why = "the service refused this client"
+	case errors.Is(err, api.ErrOverloaded):
+		why = "the service is overloaded and stayed so while retrying"
+	case errors.Is(err, sandbox.ErrUnavailable):
+		why = "the service is unreachable or cannot run the call now"
+	default:
+		return err
+	}
+	return fmt.Errorf("--server %s: %s; nothing ran: %w", addr, why, err)
 }
