@@ -18,11 +18,19 @@ func TestInheritedListenersServesPassedSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer orig.Close()
-	f, err := orig.(*net.UnixListener).File() // a duplicate descriptor, as systemd passes one
+	f, err := orig.(*net.UnixListener).File()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd := int(f.Fd())
+	// The protocol hands the descriptor over, and inheritedListeners
+	// closes it: pass a raw duplicate that no *os.File owns (f's
+	// finalizer would otherwise close the number a second time, maybe
+	// after another test reused it).
+	fd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "1", "LISTEN_FDNAMES": "dsh"}
 	ls, err := inheritedListeners(envOf(env), 4242, fd)
 	if err != nil || len(ls) != 1 {
