@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -169,6 +170,14 @@ func (r *RunRequest) validate() error {
 	if r.TimeoutMs < 0 {
 		return fieldErrorf("timeoutMs", "must not be negative, got %d", r.TimeoutMs)
 	}
+	switch {
+	case r.MemoryBytes < 0:
+		return fieldErrorf("memoryBytes", "must not be negative, got %d", r.MemoryBytes)
+	case r.CPUs < 0 || r.CPUs != r.CPUs:
+		return fieldErrorf("cpus", "must not be negative, got %v", r.CPUs)
+	case r.Pids < 0:
+		return fieldErrorf("pids", "must not be negative, got %d", r.Pids)
+	}
 	if r.StdoutMaxBytes < 0 || r.StdoutMaxBytes > sandbox.MaxTailBytes {
 		return fieldErrorf("stdoutMaxBytes", "must be 0–%d, got %d", sandbox.MaxTailBytes, r.StdoutMaxBytes)
 	}
@@ -188,6 +197,23 @@ func (r *RunRequest) validate() error {
 		return fieldErrorf("callId", "must be at most %d bytes of text", MaxCallIDBytes)
 	}
 	return checkDSHEnv(r.DSHEnv)
+}
+
+// narrowed is pol narrowed by the request's per-call fields
+// (policy.Narrow); a refusal is a *FieldError naming the request's field.
+// TimeoutMs is not part of it: the sandbox clamps it to the policy's
+// maximum.
+func (r *RunRequest) narrowed(pol sandbox.Policy) (sandbox.Policy, error) {
+	n := policy.Narrowing{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs, Pids: r.Pids, Network: r.Network, Mounts: r.Mounts}
+	if n.MemoryBytes == 0 && n.CPUs == 0 && n.Pids == 0 && n.Network == "" && len(n.Mounts) == 0 {
+		return pol, nil
+	}
+	q, err := policy.Narrow(pol, n)
+	var ne *policy.NarrowError
+	if errors.As(err, &ne) {
+		return sandbox.Policy{}, fieldErrorf(ne.Field, "%s", ne.Reason)
+	}
+	return q, err
 }
 
 // checkDSHEnv validates the form of a harness's DSH_* snapshot: the

@@ -245,7 +245,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleDeclarations(w http.ResponseWriter, _ *http.Request) error {
-	return writeJSON(w, http.StatusOK, DeclarationsResponse{Declarations: declarations(s.opts.Registry.List())})
+	return writeJSON(w, http.StatusOK, Declarations(s.opts.Registry.List()))
 }
 
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) error {

@@ -401,6 +401,10 @@ func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandb
 	if !ok {
 		return nil, fieldErrorf("policy", "%q is not a policy this service knows", rr.Policy)
 	}
+	pol, err := rr.narrowed(pol)
+	if err != nil {
+		return nil, err
+	}
 	field, cwd := "cwd", rr.Cwd
 	if rr.Session != nil {
 		field, cwd = "session.cwd", rr.Session.Cwd

@@ -26,8 +26,21 @@ type RunRequest struct {
 	// Workdir is the absolute working directory; empty means the
 	// session cwd when the workspace is mounted, else /tmp.
 	Workdir string `json:"workdir,omitempty"`
-	// TimeoutMs bounds the call; 0 means the policy's; negative is refused.
+	// TimeoutMs bounds the call; 0 means the policy's; negative is refused;
+	// a larger one than the policy's maximum is clamped to it (harnesses
+	// forward a model's timeout).
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MemoryBytes, CPUs, Pids and Network narrow the policy for this call
+	// (policy.Narrow): 0 or empty keeps the policy's value; asking more
+	// than the policy allows is refused (400 naming the field).
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	// Network is "none" or, under a loopback policy, "loopback".
+	Network string `json:"network,omitempty"`
+	// Mounts are extra bind mounts; a policy names no roots a call may
+	// mount from, so any entry is refused (400 naming "mounts").
+	Mounts []sandbox.Mount `json:"mounts,omitempty"`
 	// StdoutMaxBytes is the tail kept per stream; 0 means the policy's.
 	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
 	// Env is ordinary KEY=VALUE environment; DSH_* names are refused.
@@ -118,6 +131,12 @@ type Declaration struct {
 	BuiltIn     bool   `json:"builtIn"`
 }
 
+// Declarations is the body of GET /v1/env for ds; `env list --json`
+// prints the same.
+func Declarations(ds []overlay.Declaration) DeclarationsResponse {
+	return DeclarationsResponse{Declarations: declarations(ds)}
+}
+
 func declarations(ds []overlay.Declaration) []Declaration {
 	out := make([]Declaration, 0, len(ds))
 	for _, d := range ds {
@@ -127,7 +146,8 @@ func declarations(ds []overlay.Declaration) []Declaration {
 }
 
 // SnapshotResponse is the answer of POST /v1/snapshot: the DSH_* snapshot
-// a call of the session would get now, sorted KEY=VALUE.
+// a call of the session would get now, sorted KEY=VALUE. `env show
+// --json` prints the same.
 type SnapshotResponse struct {
 	Env []string `json:"env"`
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"time"
@@ -63,6 +64,13 @@ type Request struct {
 	// Stdin is fed to the command; only trusted in-process callers set it.
 	// Nil means an empty stdin.
 	Stdin []byte `json:"stdin,omitempty"`
+	// StdinReader, when set, is streamed to the command's stdin as it
+	// arrives, instead of Stdin, with bounded memory; the command sees EOF
+	// when it returns io.EOF. Only the CLI sets it (exec -i), for trusted
+	// in-process callers: it is never read from a client's JSON. A Read
+	// still blocked when the call ends is left to the caller (the
+	// backends stop copying; the CLI exits).
+	StdinReader io.Reader `json:"-"`
 	// Env is ordinary environment (layer 4 of DESIGN §3.6) as KEY=VALUE.
 	// DSH_* names are dropped; malformed entries are an error.
 	Env []string `json:"env,omitempty"`
@@ -85,6 +93,18 @@ type Request struct {
 	// block for long.
 	Stdout io.Writer `json:"-"`
 	Stderr io.Writer `json:"-"`
+}
+
+// StdinSource is the command's stdin: StdinReader when set, else Stdin;
+// nil means an empty stdin.
+func (r *Request) StdinSource() io.Reader {
+	switch {
+	case r.StdinReader != nil:
+		return r.StdinReader
+	case len(r.Stdin) > 0:
+		return bytes.NewReader(r.Stdin)
+	}
+	return nil
 }
 
 // Session is what a backend needs to know about the call's agent session.

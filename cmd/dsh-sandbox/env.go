@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 )
@@ -19,6 +20,9 @@ func envCommand() *cli.Command {
 				Name:  "list",
 				Usage: "list the declared DSH_* keys: key, owner, description, built-in or not",
 				Description: `Runs no resolver; it only reads the declarations.
+
+--json prints the body of the service's GET /v1/env:
+{"declarations":[{"key","owner","description","builtIn"}]}.
 
 Example:
    dsh-sandbox env list --json`,
@@ -34,7 +38,7 @@ Example:
 					}
 					decls := r.List()
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, decls)
+						return writeJSON(c.App.Writer, api.Declarations(decls))
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "KEY\tOWNER\tBUILT-IN\tDESCRIPTION")
@@ -48,7 +52,8 @@ Example:
 				Name:  "show",
 				Usage: "print the exact DSH_* snapshot a call of this session would get, KEY=VALUE sorted",
 				Description: `Without --session-id the call has no agent: only DSH_HOME and DSH_SHELL.
-With --persistence sqlite there is no DSH_SESSION_JSONL. Nothing is created.
+With --persistence sqlite there is no DSH_SESSION_JSONL. Nothing is created. --json prints
+the body of the service's POST /v1/snapshot: {"env":["KEY=VALUE",…]}.
 
 Example:
    dsh-sandbox env show --home /h --sessions-root /r --cwd /srv/proj --session-id abc`,
@@ -63,11 +68,7 @@ Example:
 						return err
 					}
 					if c.Bool("json") {
-						m := map[string]string{}
-						for _, k := range snap.Keys() {
-							m[k], _ = snap.Get(k)
-						}
-						return writeJSON(c.App.Writer, m)
+						return writeJSON(c.App.Writer, api.SnapshotResponse{Env: snap.Environ()})
 					}
 					for _, kv := range snap.Environ() {
 						fmt.Fprintln(c.App.Writer, kv)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -30,9 +32,24 @@ The child's environment is the image's base, the policy's inherited and set vari
 terminal settings, and last the DSH_* snapshot of the session. The session's transcript
 directory is mounted read-only at its own path; the workspace (--cwd) per policy.
 
+Stdin: a piped or redirected stdin is read whole (at most 64 MiB) and fed to the command
+("echo hello | dsh-sandbox exec -- cat" prints hello), so a caller that leaves a pipe open
+must close it or redirect </dev/null; a terminal gives an empty stdin; -i streams stdin as
+it arrives, of any size; --stdin-file FILE (- for stdin) reads a file whole.
+
 A --policy FILE must be owned by root or the invoking user, writable by nobody else, and
 lie outside the workspace (--cwd) and the --workspace-roots: a policy a sandboxed call could
 have written is refused. It is opened without following links and must be a regular file.
+
+Per-call flags narrow the policy, never widen it: --memory, --cpus, --pids, --timeout and
+--network ask for at most what the policy allows (more is refused naming the flag, exit 2);
+--mount is always refused, as a policy names no roots a call may mount from (put mounts in
+the policy file). --env-file adds KEY=VALUE lines (# comments; DSH_* keys dropped) before
+--env. With --server the service checks them against its own policy.
+
+With --json, stdout holds one JSON document: the result, or, when the call did not run,
+the service's error object {"error":{"class","field","message"}} (the message is on
+stderr too).
 
 Exit codes: the child's; 128+N when killed by signal N; 124 on timeout; 125 when the
 sandbox itself failed, or --server refused or could not take the call (unauthorized,
@@ -43,24 +60,39 @@ Examples:
    dsh-sandbox exec --session-id s1 --cwd /srv/proj -- 'ls -la; env | grep ^DSH_'
    dsh-sandbox exec --policy read-only --timeout 5s -- 'cat "$DSH_SESSION_JSONL" | wc -l'
    dsh-sandbox exec --runtime runsc --json -- uname -a`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json, operator-owned, outside the workspace)"},
 			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci, docker or containerd (these need --image)"},
 			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc (docker: one the engine has registered)"},
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` inside the container (default: the session cwd, else /tmp)"},
-			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; at most its maximum)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; more than its maximum is refused)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},
-			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` to the command's stdin (default: empty stdin)"},
+			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` (- for the CLI's stdin) to the command's stdin, read whole, at most 64 MiB"},
+			&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "stream the CLI's stdin into the command as it arrives (any size; local calls only)"},
 			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
 			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
 			jsonFlag,
-		},
+		}, narrowFlags()...),
 		Action: runExec,
 	}
 }
 
+// runExec runs the call; with --json, a call that did not run (or whose
+// outcome is unknown) prints the service's error object on stdout too,
+// {"error":{"class","field","message"}}, so stdout always holds one JSON
+// document.
 func runExec(c *cli.Context) error {
+	err := runExecCall(c)
+	if err != nil && c.Bool("json") && !errors.As(err, new(*childExit)) {
+		if werr := writeJSON(c.App.Writer, api.ErrorResponse{Error: api.Body(err)}); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+func runExecCall(c *cli.Context) error {
 	s, err := loadSettings(c)
 	if err != nil {
 		return err
@@ -131,6 +163,16 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+	n, err := narrowing(c)
+	if err != nil {
+		return nil, err
+	}
+	// With --server the service narrows its own policy (execRemote).
+	if c.String("server") == "" {
+		if pol, err = narrowPolicy(pol, n); err != nil {
+			return nil, err
+		}
+	}
 	snap, err := s.snapshot(c)
 	if err != nil {
 		return nil, err
@@ -147,12 +189,13 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	} else {
 		req.Argv = args
 	}
-	if c.IsSet("timeout") {
-		d := c.Duration("timeout")
-		if d <= 0 {
-			return nil, usageError("--timeout: must be positive, got %s", d)
+	req.TimeoutMs = n.TimeoutMs
+	if f := c.String("env-file"); f != "" {
+		env, err := readEnvFile(f, warnf(c))
+		if err != nil {
+			return nil, err
 		}
-		req.TimeoutMs = max(d.Milliseconds(), 1)
+		req.Env = append(req.Env, env...)
 	}
 	for _, kv := range c.StringSlice("env") {
 		name, _, ok := strings.Cut(kv, "=")
@@ -166,12 +209,8 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 		}
 		req.Env = append(req.Env, kv)
 	}
-	if f := c.String("stdin-file"); f != "" {
-		data, err := readBounded(f, maxStdinBytes)
-		if err != nil {
-			return nil, usageError("--stdin-file: %v", err)
-		}
-		req.Stdin = data
+	if err := execStdin(c, req); err != nil {
+		return nil, err
 	}
 	if s.header != nil {
 		req.Session.ID = s.header.ID
@@ -184,6 +223,58 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	}
 	req.Session.Owner = harnessOwner()
 	return req, nil
+}
+
+// execStdin sets the command's stdin: --interactive streams the CLI's
+// stdin; --stdin-file reads a file, or the CLI's stdin for "-", whole;
+// without either, a CLI stdin that is not a terminal (a pipe, a file) is
+// read whole, and a terminal gives an empty stdin. Whole reads stop at
+// maxStdinBytes.
+func execStdin(c *cli.Context, req *sandbox.Request) error {
+	f := c.String("stdin-file")
+	in := c.App.Reader
+	switch {
+	case c.Bool("interactive") && f != "":
+		return usageError("--interactive: streams the CLI's stdin; not together with --stdin-file")
+	case c.Bool("interactive"):
+		if c.String("server") != "" {
+			return usageError("--interactive: not available with --server (the service takes stdin whole: use --stdin-file or a pipe)")
+		}
+		req.StdinReader = in
+		return nil
+	case f == "-" || (f == "" && !isTerminal(in)):
+		name := "--stdin-file -"
+		if f == "" {
+			name = "stdin"
+		}
+		data, err := io.ReadAll(io.LimitReader(in, maxStdinBytes+1))
+		if err != nil {
+			return usageError("%s: %v", name, err)
+		}
+		if len(data) > maxStdinBytes {
+			return usageError("%s: more than %d bytes; stream it with -i", name, maxStdinBytes)
+		}
+		req.Stdin = data
+	case f != "":
+		data, err := readBounded(f, maxStdinBytes)
+		if err != nil {
+			return usageError("--stdin-file: %v", err)
+		}
+		req.Stdin = data
+	}
+	return nil
+}
+
+// isTerminal reports whether r is a character device (a terminal, or
+// /dev/null, which gives nothing either): such a stdin is not read
+// without --interactive.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r == nil
+	}
+	fi, err := f.Stat()
+	return err != nil || fi.Mode()&os.ModeCharDevice != 0
 }
 
 // harnessOwner is the user who runs the CLI, by its real uid:gid: it owns

@@ -89,6 +89,9 @@ Examples:
 						if imgs == nil {
 							imgs = []images.Image{}
 						}
+						if backend == "oci" { // as the text lists it
+							imgs = append([]images.Image{{Name: images.HostName, Host: true}}, imgs...)
+						}
 						return writeJSON(c.App.Writer, imgs)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)

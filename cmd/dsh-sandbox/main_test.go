@@ -14,7 +14,9 @@ import (
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	err := newApp(&stdout, &stderr).Run(append([]string{"dsh-sandbox"}, args...))
+	app := newApp(&stdout, &stderr)
+	app.Reader = bytes.NewReader(nil) // never the test process's stdin (exec reads a piped one)
+	err := app.Run(append([]string{"dsh-sandbox"}, args...))
 	if err != nil && !errors.As(err, new(*childExit)) {
 		stderr.WriteString(err.Error())
 	}

@@ -453,6 +453,11 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 	if s.header == nil {
 		rr.Cwd = s.cwd
 	}
+	n, err := narrowing(c)
+	if err != nil {
+		return err
+	}
+	narrowRun(&rr, n)
 	var resp *api.RunResponse
 	if c.Bool("json") {
 		resp, err = cl.Run(c.Context, rr)

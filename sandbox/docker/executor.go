@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -452,7 +451,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		// STOPSIGNAL must not change that.
 		StopSignal: "SIGTERM",
 	}
-	if len(req.Stdin) > 0 {
+	if req.StdinSource() != nil {
 		cfg.AttachStdin, cfg.OpenStdin, cfg.StdinOnce = true, true, true
 	}
 	masked, readonly := procPaths()
@@ -545,7 +544,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	// next exit before start so that the exit is not missed either.
 	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
 		Stream: true,
-		Stdin:  len(req.Stdin) > 0,
+		Stdin:  req.StdinSource() != nil,
 		Stdout: true,
 		Stderr: true,
 	})
@@ -570,9 +569,9 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
 		return e.callErr(bg, err, call.ID, "start container")
 	}
-	if len(req.Stdin) > 0 {
+	if src := req.StdinSource(); src != nil {
 		go func() {
-			_, _ = io.Copy(hj.Conn, bytes.NewReader(req.Stdin))
+			_, _ = io.Copy(hj.Conn, src) // fails once the attach is closed
 			_ = hj.CloseWrite()
 		}()
 	}

@@ -198,7 +198,8 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 		}
 	}
 	var inW *os.File
-	if len(req.Stdin) > 0 {
+	stdinSrc := req.StdinSource()
+	if stdinSrc != nil {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, internal(err)
@@ -234,7 +235,7 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 	closeAll(parentEnds)
 	if inW != nil {
 		go func() {
-			_, _ = inW.Write(req.Stdin) // EPIPE when the command does not read it all
+			_, _ = io.Copy(inW, stdinSrc) // EPIPE when the command does not read it all
 			inW.Close()
 		}()
 	}

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,8 @@ func processCases() []testCase {
 		{name: "stdin-bytes", run: testStdinBytes},
 		{name: "stdin-large", run: testStdinLarge},
 		{name: "stdin-empty", run: testStdinEmpty},
+		{name: "stdin-reader", run: testStdinReader},
+		{name: "stdin-reader-open", run: testStdinReaderOpen},
 		{name: "stdout-stderr-separate", run: testStdoutStderrSeparate},
 		{name: "workdir-default", run: testWorkdirDefault},
 		{name: "workdir-explicit", run: testWorkdirExplicit},
@@ -107,6 +110,40 @@ func testStdinEmpty(t *testing.T, s *suite) {
 	res := s.runOK(t, req)
 	if res.Stdout.Text != "done\n" {
 		t.Errorf("stdout = %q, want %q (stdin must be empty and closed)", res.Stdout.Text, "done\n")
+	}
+}
+
+// testStdinReader: a StdinReader is streamed byte for byte, in
+// preference to Stdin, and its EOF is the command's.
+func testStdinReader(t *testing.T, s *suite) {
+	fx := newFixture(t)
+	in := bytes.Repeat(allBytes(), 1<<12) // 1 MiB, every byte value
+	req := s.request(fx, "wc -c; echo end")
+	req.Stdin = []byte("ignored")
+	req.StdinReader = io.MultiReader(bytes.NewReader(in[:len(in)/2]), bytes.NewReader(in[len(in)/2:]))
+	res := s.runOK(t, req)
+	if got := strings.Fields(res.Stdout.Text); len(got) != 2 || got[0] != fmt.Sprint(len(in)) || got[1] != "end" {
+		t.Errorf("wc -c of a %d-byte StdinReader = %q, want %d then end", len(in), res.Stdout.Text, len(in))
+	}
+	req = s.request(fx, "cat")
+	req.StdinReader = bytes.NewReader(in[:4096])
+	if res := s.runOK(t, req); res.Stdout.Text != string(in[:4096]) {
+		t.Errorf("cat of a StdinReader = %q, want the input back", short(res.Stdout.Text))
+	}
+}
+
+// testStdinReaderOpen: a call ends when its command does, even though its
+// StdinReader never returns (exec -i on a terminal nobody types into).
+func testStdinReaderOpen(t *testing.T, s *suite) {
+	fx := newFixture(t)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() { _, _ = io.WriteString(pw, "first\nsecond\n") }()
+	req := s.request(fx, "head -n1; echo done")
+	req.StdinReader = pr
+	res := s.runOK(t, req)
+	if res.Stdout.Text != "first\ndone\n" {
+		t.Errorf("stdout = %q, want %q", res.Stdout.Text, "first\ndone\n")
 	}
 }
 
