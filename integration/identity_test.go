@@ -274,9 +274,9 @@ func TestIdentityMatrix(t *testing.T) {
 							t.Errorf("%s = %s inside, want %s (probe %q)", k, got[k], v, res.Stdout.Text)
 						}
 					}
-					if owner == 0 && (b.runtime == "runsc" || b.backend != "oci") {
-						// Known gap (issue 11): only oci/runc and oci/crun
-						// give calls a user namespace so far.
+					if owner == 0 && !usernsBackend(b) {
+						// Known gap (issue 11): only oci/runc, oci/crun
+						// and containerd give calls a user namespace so far.
 						t.Logf("known gap: the call of a root-owned workspace runs as host uid %s on %s", got["uid"], b.name)
 					}
 					created := filepath.Join(ws, "by-call")
@@ -440,11 +440,17 @@ func hostOf(m []uidMapLine, c uint64) (uint64, bool) {
 // plain chmod works, a uid-1000 workspace gets files owned by 1000 (that
 // uid is mapped 1:1), and a policy that says user: host-root explicitly
 // does run as host uid 0.
+// usernsBackend reports whether b runs every call in a user namespace:
+// oci with runc or crun, and containerd (its runc shim).
+func usernsBackend(b idBackend) bool {
+	return b.backend == "containerd" || b.backend == "oci" && b.runtime != "runsc"
+}
+
 func TestIdentityUserNamespace(t *testing.T) {
 	w := newIDWorld(t)
 	for _, b := range idBackends {
-		if b.backend != "oci" || b.runtime == "runsc" {
-			continue // runsc: no user namespace (docs/identity.md)
+		if !usernsBackend(b) {
+			continue // runsc, docker: no user namespace (docs/identity.md)
 		}
 		for _, owner := range []int{0, 1000} {
 			t.Run(fmt.Sprintf("%s/uid-%d", b.name, owner), func(t *testing.T) {

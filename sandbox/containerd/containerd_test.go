@@ -8,9 +8,11 @@ package containerd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,12 +66,25 @@ func testAddress(t testing.TB) string {
 	return ""
 }
 
+// testStateDir is a fresh state directory whose ancestors others may
+// search (t.TempDir's parent is 0700), as a call in a user namespace
+// needs: its mapped root walks through them to the call's rootfs.
+// New makes the state directory itself 0711.
+func testStateDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	if err := os.Chmod(filepath.Dir(d), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // newTestExecutor returns an executor on a fresh state directory with the
 // busybox test image imported, closed when the test ends.
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	addr := testAddress(t)
-	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: testStateDir(t), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -133,6 +148,16 @@ func leftovers(t testing.TB, e *Executor) []string {
 	for _, k := range keys {
 		out = append(out, "snapshot "+k)
 	}
+	// Call directories of user-namespaced calls, and anything mounted
+	// below the state directory (their rootfs and staging mounts).
+	calls, err := os.ReadDir(filepath.Join(e.opts.StateDir, idmapDir, e.instance))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		out = append(out, "list call directories: "+err.Error())
+	}
+	for _, c := range calls {
+		out = append(out, "call directory "+c.Name())
+	}
+	out = append(out, mountsBelow(t, e.opts.StateDir)...)
 	// Call cgroups: the instance's own directory stays until Close.
 	for _, d := range cgroupDirs("/" + cgroupParent + "/" + e.instance) {
 		ents, _ := os.ReadDir(d)
@@ -140,6 +165,24 @@ func leftovers(t testing.TB, e *Executor) []string {
 			if ent.IsDir() {
 				out = append(out, "cgroup "+filepath.Join(d, ent.Name()))
 			}
+		}
+	}
+	return out
+}
+
+// mountsBelow lists the mount points below dir in this process's mount
+// namespace (the daemon's and its shims').
+func mountsBelow(t testing.TB, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"read mountinfo: " + err.Error()}
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, "mount "+f[4])
 		}
 	}
 	return out

@@ -8,6 +8,14 @@
 // and cancellation; and the task, the container and its snapshot are
 // removed on every path. Only runc runs (see checkRuntime for crun).
 //
+// Every call runs in a user namespace (sandbox/idmap, as on the oci
+// backend with runc) unless its policy says user: host-root. Such a
+// call's snapshot is mounted by the executor under StateDir (the mapped
+// root could not reach it in the daemon's state directory), and a
+// root-owned workspace, the session directory and the policy's mounts
+// reach it through id-mapped staging mounts there; see userns.go and
+// docs/identity.md.
+//
 // Faults: a daemon that is down, or goes away during a call, fails the
 // call with sandbox.ErrUnavailable and no Result. The runc shim survives
 // its daemon and would keep the command running, so the executor then
@@ -21,6 +29,7 @@
 // (sandbox.LockInstance). Doctor explains what is missing; BenchCtrRun is
 // the `ctr run --rm` baseline of `dsh-sandbox bench`.
 //
-// It imports sandbox, policy, images and the containerd client. Only
-// cmd/dsh-sandbox (which picks backends) and tests import it.
+// It imports sandbox, sandbox/idmap, policy, images and the containerd
+// client. Only cmd/dsh-sandbox (which picks backends) and tests import
+// it.
 package containerd

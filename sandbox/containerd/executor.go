@@ -1,11 +1,11 @@
 package containerd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // Backend is the backend name in policies and results.
@@ -156,6 +157,18 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, "containerd-fifo"), 0o700); err != nil {
 		_ = cli.Close()
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+	}
+	// The mapped root of a call's user namespace searches the state
+	// directory to its rootfs (docs/identity.md).
+	if err := os.MkdirAll(filepath.Join(opts.StateDir, idmapDir), 0o711); err != nil {
+		_ = cli.Close()
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+	}
+	for _, d := range []string{opts.StateDir, filepath.Join(opts.StateDir, idmapDir)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			_ = cli.Close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+		}
 	}
 	e := &Executor{
 		opts:     opts,
@@ -293,6 +306,18 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err != nil {
 		return nil, err
 	}
+	// Every call runs in a user namespace unless its policy says
+	// user: host-root (docs/identity.md).
+	ids, err := idmap.ForCall(Backend, req.Policy, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if ids.Enabled {
+		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
+		if ids.Idmapped {
+			opts = append(opts, policy.WithoutSetidModes())
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
 	}
@@ -324,7 +349,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			Policy:  req.Policy.Name,
 		},
 	}
-	if err := sandbox.PreparePaths(req, call, uid); err != nil {
+	if err := sandbox.PreparePaths(req, call, ids.DiskUID); err != nil {
 		return nil, err
 	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
@@ -350,19 +375,55 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	}
 	defer e.active.Remove(call.ID)
 
+	var callDir string
+	if ids.Enabled {
+		if err := idmap.Searchable(e.opts.StateDir); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+		}
+		dir, err := e.makeCallDir(call.ID)
+		callDir = dir
+		if err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+		}
+		// Removed after the container (deferred before its removal).
+		var staged []string
+		defer func() {
+			if err := removeCallDir(dir, staged); err != nil {
+				e.leftover.Store(true)
+				log.Error().Err(err).Str("dir", dir).Msg("teardown left id-mapped mounts behind; `dsh-sandbox reap --backend containerd` removes them")
+			}
+		}()
+		if ids.Idmapped {
+			staged, err = stageBinds(spec, idmap.Dests(req), dir)
+			if err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+			}
+		}
+		spec.Root = &specs.Root{Path: rootfsDir(dir), Readonly: true}
+	}
+
 	// From here on everything is removed on every path, on a context the
 	// caller's cancellation does not reach.
 	bg := context.WithoutCancel(nctx)
 	t1 := time.Now()
 	id := containerID(call.ID)
-	c, err := e.cli.NewContainer(bg, id,
+	snapLabels := labels
+	if ids.Enabled {
+		snapLabels = maps.Clone(labels)
+		snapLabels[gcRootLabel] = time.Now().UTC().Format(time.RFC3339)
+	}
+	copts := []containerd.NewContainerOpts{
 		containerd.WithContainerLabels(labels),
 		containerd.WithImageName(img.Name()), // images rm refuses an image in use
 		containerd.WithSnapshotter(snapshotter),
-		containerd.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
+		containerd.WithNewSnapshot(id, img, snapshots.WithLabels(snapLabels)),
 		containerd.WithRuntime(runtimeName, nil),
 		containerd.WithSpec(spec),
-	)
+	}
+	if ids.Enabled {
+		copts = append(copts, withoutShimRootfs())
+	}
+	c, err := e.cli.NewContainer(bg, id, copts...)
 	if err != nil {
 		if cerrdefs.IsAlreadyExists(err) {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q: a container or snapshot %q already exists in namespace %q: %w", call.ID, id, e.opts.Namespace, err)
@@ -375,6 +436,20 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	// The task, once runTask created it; teardown then needs no lookup.
 	var task containerd.Task
 	defer func() { e.remove(bg, log, c, task, res) }()
+	if ids.Enabled {
+		unmount, err := e.mountRootfs(bg, id, callDir, spec, ids.RootUID, ids.RootGID)
+		if err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+		}
+		// Detached before the task is deleted (the container keeps
+		// its own mount) and so before its snapshot is removed.
+		defer func() {
+			if err := unmount(); err != nil {
+				e.leftover.Store(true)
+				log.Error().Err(err).Msg("teardown left the call's rootfs mounted; `dsh-sandbox reap --backend containerd` removes it")
+			}
+		}()
+	}
 	res.Timings.Create = time.Since(t1)
 
 	t2 := time.Now()
@@ -415,7 +490,13 @@ func (e *Executor) remove(ctx context.Context, log zerolog.Logger, c containerd.
 // fewer per object than the generic path, which it falls back to.
 func (e *Executor) deleteCall(ctx context.Context, c containerd.Container, task containerd.Task) error {
 	if task == nil {
-		return deleteContainer(ctx, c)
+		err := deleteContainer(ctx, c)
+		// A user-namespaced call's snapshot is not in the container
+		// record (withoutShimRootfs).
+		if serr := e.cli.SnapshotService(snapshotter).Remove(ctx, c.ID()); serr != nil && !cerrdefs.IsNotFound(serr) {
+			err = errors.Join(err, serr)
+		}
+		return err
 	}
 	_, err := task.Delete(ctx)
 	if cerrdefs.IsFailedPrecondition(err) {
@@ -472,8 +553,8 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
 	var stdin io.Reader
 	stdinDone := make(chan struct{})
-	if len(req.Stdin) > 0 {
-		stdin = &eofReader{r: bytes.NewReader(req.Stdin), eof: stdinDone}
+	if src := req.StdinSource(); src != nil {
+		stdin = &eofReader{r: src, eof: stdinDone}
 	}
 	// The FIFOs go to a directory of ours, explicitly: the client's
 	// default is under /run/containerd, which the daemon may not share.

@@ -230,7 +230,7 @@ func TestRunDaemonStopsUnavailableCases(t *testing.T) {
 
 func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 	d := startPrivateDaemon(t)
-	stateDir := t.TempDir()
+	stateDir := testStateDir(t)
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 	e, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: stateDir, Logger: logger})
 	if err != nil {

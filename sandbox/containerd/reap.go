@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -25,11 +26,14 @@ type ReapReport struct {
 	Containers []string `json:"containers"`
 	// Snapshots are the keys of orphaned snapshots removed.
 	Snapshots []string `json:"snapshots"`
+	// Mounts are the call ids whose rootfs and id-mapped staging mounts
+	// (user namespaces, StateDir/containerd-idmap) were removed.
+	Mounts []string `json:"mounts,omitempty"`
 }
 
 // Empty reports whether Reap found nothing to remove.
 func (r ReapReport) Empty() bool {
-	return len(r.Instances)+len(r.Containers)+len(r.Snapshots) == 0
+	return len(r.Instances)+len(r.Containers)+len(r.Snapshots)+len(r.Mounts) == 0
 }
 
 // labelFilter is the containerd filter for a label's value.
@@ -114,6 +118,9 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 			continue
 		}
 		used[info.SnapshotKey] = true
+		// A user-namespaced call's snapshot has the container's id as
+		// key and is not in its record (withoutShimRootfs).
+		used[c.ID()] = true
 		inst := info.Labels[sandbox.LabelInstance]
 		_, isDead := dead[inst]
 		switch {
@@ -131,6 +138,11 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 			continue
 		}
 		delete(used, info.SnapshotKey)
+		if err := e.cli.SnapshotService(snapshotter).Remove(ctx, c.ID()); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, classify(err, "reap: remove snapshot %s", c.ID()))
+			failed[inst] = true
+		}
+		delete(used, c.ID())
 		rep.Containers = append(rep.Containers, c.ID())
 		removed(inst)
 	}
@@ -163,6 +175,35 @@ func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
 		}
 		rep.Snapshots = append(rep.Snapshots, o.key)
 		removed(o.inst)
+	}
+
+	// Mounts of user-namespaced calls (their containers are gone now):
+	// all of a dead instance's, this instance's of calls not running.
+	idmapRoot := filepath.Join(e.opts.StateDir, idmapDir)
+	ents, err := os.ReadDir(idmapRoot)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
+	}
+	for _, ent := range ents {
+		inst := ent.Name()
+		_, isDead := dead[inst]
+		keep := func(string) bool { return false }
+		switch {
+		case isDead && !failed[inst]:
+		case inst == e.instance:
+			keep = e.active.Has
+		default:
+			continue
+		}
+		calls, err := removeCallDirs(filepath.Join(idmapRoot, inst), isDead, keep)
+		if err != nil {
+			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: call mounts of instance %q: %w", inst, err))
+			failed[inst] = true
+		}
+		if len(calls) > 0 {
+			rep.Mounts = append(rep.Mounts, calls...)
+			removed(inst)
+		}
 	}
 
 	// Cgroup directories of dead instances (their tasks are gone now),

@@ -154,6 +154,14 @@ func snapshotExists(t *testing.T, e *Executor, key string) bool {
 	return err == nil
 }
 
+// die makes x an executor whose process died: the kernel drops its
+// lock, the file stays.
+func die(x *Executor) {
+	x.lock.Close()
+	x.lock = nil
+	x.cli.Close()
+}
+
 // TestReapDeadInstanceCases: an executor on the same state directory
 // dies (its lock is released, its file stays) leaving a container whose
 // task still runs, a stopped one and an orphaned snapshot; Reap removes
@@ -173,11 +181,8 @@ func TestReapDeadInstanceCases(t *testing.T) {
 	if len(cgroupDirs(cgroupsPath(inst, "dead-run"+suffix))) == 0 {
 		t.Fatalf("the running task of %s has no cgroup directory", running)
 	}
-	// The process dies: the kernel drops its lock, the file stays.
 	lockFile := dead.lock.Name()
-	dead.lock.Close()
-	dead.lock = nil
-	dead.cli.Close()
+	die(dead)
 
 	rep, err := e.Reap(t.Context())
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // Files inside a bundle directory.
@@ -131,57 +133,9 @@ func (b *bundle) hostRootfs(binds []bindMount, symlinks map[string]string) ([]sp
 }
 
 // mountPoints creates, in the skeleton root, the mount point of every
-// mount that does not lie inside another mount (tmpfs excepted): a
-// directory, or an empty file for a bind of a file. Paths are created
-// below the bundle only.
+// mount that does not lie inside another mount (idmap.MountPoints).
 func (b *bundle) mountPoints(mounts []specs.Mount) error {
-	root, err := os.OpenRoot(b.path(bundleRootfs))
-	if err != nil {
-		return fmt.Errorf("rootfs skeleton: %w", err)
-	}
-	defer root.Close()
-	dests := make(map[string]bool, len(mounts))
-	for _, m := range mounts {
-		dests[filepath.Clean(m.Destination)] = true
-	}
-	for _, m := range mounts {
-		d := filepath.Clean(m.Destination)
-		if d == "/" || !filepath.IsAbs(d) || m.Type == "tmpfs" {
-			// A tmpfs gets the mode of an existing mount point
-			// from runc instead of its own mode= option; the
-			// runtimes create missing ones themselves.
-			continue
-		}
-		parent := filepath.Dir(d)
-		if parent != "/" && mountInside(parent, dests) {
-			continue // the runtime creates it inside that mount
-		}
-		rel := strings.TrimPrefix(d, "/")
-		if _, err := root.Lstat(rel); err == nil {
-			continue
-		}
-		file := false
-		if m.Type == "bind" {
-			if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
-				file = true
-			}
-		}
-		if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
-			return fmt.Errorf("mount point %s: %w", d, err)
-		}
-		if file {
-			f, err := root.OpenFile(rel, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return fmt.Errorf("mount point %s: %w", d, err)
-			}
-			f.Close()
-			continue
-		}
-		if err := root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("mount point %s: %w", d, err)
-		}
-	}
-	return nil
+	return idmap.MountPoints(b.path(bundleRootfs), mounts)
 }
 
 // overlayRootfs mounts an overlay at rootfs with the image rootfs as its

@@ -19,5 +19,5 @@
 // `dsh-sandbox bench` baseline.
 //
 // Only cmd/dsh-sandbox (which picks backends) and tests import this
-// package. It imports sandbox, policy and images.
+// package. It imports sandbox, sandbox/idmap, policy and images.
 package oci

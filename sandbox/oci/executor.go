@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // Options configure an Executor. StateDir is required; every other zero
@@ -254,12 +256,12 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err != nil {
 		return nil, err
 	}
-	if ids.enabled {
-		if err := searchable(e.opts.StateDir); err != nil {
+	if ids.Enabled {
+		if err := idmap.Searchable(e.opts.StateDir); err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
-		opts = append(opts, policy.WithUserNamespace(ids.mapping))
-		if ids.idmapped {
+		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
+		if ids.Idmapped {
 			opts = append(opts, policy.WithoutSetidModes())
 		}
 	}
@@ -371,7 +373,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids callIDs) (_ *bundle, _ *cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (_ *bundle, _ *cleanup, err error) {
 	var cu cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
@@ -388,9 +390,9 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 }
 
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
-// ids.diskUID is the uid the call's accesses to its binds are checked
+// ids.DiskUID is the uid the call's accesses to its binds are checked
 // against, which PreparePaths lets read the session directory.
-func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids callIDs) (*bundle, error) {
+func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
 	internal := func(err error) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
 	}
@@ -436,7 +438,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 
-	if err := sandbox.PreparePaths(req, call, ids.diskUID); err != nil {
+	if err := sandbox.PreparePaths(req, call, ids.DiskUID); err != nil {
 		return nil, err
 	}
 
@@ -464,23 +466,23 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	}
 	b.oom = oom
 	cu.add("oom watch", func(context.Context) error { return oom.close() })
-	if ids.idmapped {
+	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
 			return nil, err
 		}
-		if err := b.stageIdmapped(spec, idmappedDests(req)); err != nil {
+		if err := b.stageIdmapped(spec, idmap.Dests(req)); err != nil {
 			return nil, internal(err)
 		}
 	}
-	if img.Host || ids.enabled {
+	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.
 		if err := b.inNamespace(func() error { return b.mountPoints(spec.Mounts) }); err != nil {
 			return nil, internal(err)
 		}
 	}
-	if ids.enabled {
-		if err := b.ownRootfs(ids.rootUID, ids.rootGID, !img.Host); err != nil {
+	if ids.Enabled {
+		if err := b.ownRootfs(ids.RootUID, ids.RootGID, !img.Host); err != nil {
 			return nil, internal(err)
 		}
 	}
@@ -501,8 +503,21 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	pidFile := b.path(bundlePid)
 	logFile := b.path(bundleLog)
 	cmd := e.rt.runCommand(context.WithoutCancel(ctx), b.dir, call.ID, pidFile, logFile)
-	if len(req.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(req.Stdin)
+	// Stdin goes through a pipe of ours, not through exec's copy: Wait
+	// must not wait for a reader that never ends (exec -i on a terminal).
+	var inR, inW *os.File
+	if src := req.StdinSource(); src != nil {
+		var err error
+		if inR, inW, err = os.Pipe(); err != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: stdin pipe: %w", call.ID, err)
+		}
+		cmd.Stdin = inR
+		defer func() {
+			if inR != nil { // not started: nobody else owns the ends
+				inR.Close()
+				inW.Close()
+			}
+		}()
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := e.step("start"); err != nil {
@@ -510,6 +525,14 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	}
 	if err := e.rt.start(cmd); err != nil {
 		return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: start %s: %w", call.ID, e.rt.name, err)
+	}
+	if inR != nil {
+		inR.Close()
+		inR = nil
+		go func(w *os.File, src io.Reader) {
+			_, _ = io.Copy(w, src) // EPIPE when the command does not read it all
+			w.Close()
+		}(inW, req.StdinSource())
 	}
 	done := make(chan struct{})
 	var waitErr error

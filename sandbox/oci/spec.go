@@ -1,8 +1,6 @@
 package oci
 
 import (
-	"path"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -24,18 +22,6 @@ func withReadonlyRoot(rootPath string) sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
 		s.Root = &specs.Root{Path: rootPath, Readonly: true}
 		return nil
-	}
-}
-
-// mountInside reports whether p is at or below one of the destinations.
-func mountInside(p string, dests map[string]bool) bool {
-	for q := path.Clean(p); ; q = path.Dir(q) {
-		if dests[q] {
-			return true
-		}
-		if q == "/" {
-			return false
-		}
 	}
 }
 

@@ -1,0 +1,181 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/mount"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+)
+
+// idmapDir is the directory under StateDir that holds, per instance and
+// call of a user-namespaced call, the id-mapped staging mounts of its
+// binds and the mount point of its snapshot
+// (containerd-idmap/<instance>/<call id>). Reap removes those of dead
+// instances.
+const idmapDir = "containerd-idmap"
+
+// callDir is the call's directory under StateDir/containerd-idmap.
+func (e *Executor) callDir(callID string) string {
+	return filepath.Join(e.opts.StateDir, idmapDir, e.instance, callID)
+}
+
+// makeCallDir creates the call's directory, searchable by the call's
+// mapped root (which walks through it to its rootfs).
+func (e *Executor) makeCallDir(callID string) (string, error) {
+	dir := e.callDir(callID)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// removeCallDirs removes the call directories in dir (an instance's
+// directory under StateDir/containerd-idmap) for which keep is false,
+// detaching what is mounted in them, and with all, dir itself. Their
+// containers must be gone. It returns the call ids it removed, with
+// every failure joined.
+func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, ent := range entries {
+		if keep(ent.Name()) {
+			continue
+		}
+		call := filepath.Join(dir, ent.Name())
+		inner, err := os.ReadDir(call)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mounts := make([]string, len(inner))
+		for i, m := range inner {
+			mounts[i] = filepath.Join(call, m.Name())
+		}
+		if err := removeCallDir(call, mounts); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, ent.Name())
+	}
+	if all && len(errs) == 0 {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// stageBinds replaces the sources of the call's workspace, session
+// directory and policy mounts in spec by id-mapped staging mounts (see
+// idmap.Stage) in dir, the call's directory. The daemon and its runc
+// shim run in this process's mount namespace, so the runc that
+// bind-mounts them sees them. The staging mounts made are returned, also
+// with an error; removeCallDir removes them.
+func stageBinds(spec *specs.Spec, dests map[string]bool, dir string) ([]string, error) {
+	return idmap.Stage(spec, dests, dir, func(f func() error) error { return f() })
+}
+
+// removeCallDir detaches the mounts staged in dir, then removes dir with
+// the mount points.
+func removeCallDir(dir string, staged []string) error {
+	var errs []error
+	for i := len(staged) - 1; i >= 0; i-- {
+		if err := mount.UnmountAll(staged[i], unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", staged[i], err))
+			continue
+		}
+		if err := os.Remove(staged[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// rootfsDir is the mount point of a user-namespaced call's snapshot in
+// its directory; the spec's root is this absolute path.
+func rootfsDir(callDir string) string { return filepath.Join(callDir, "rootfs") }
+
+// withoutShimRootfs detaches the snapshot WithNewSnapshot prepared from
+// the container record, so that the shim does not mount it in its bundle
+// (under the daemon's state directory, which the mapped root of a user
+// namespace may not search): the executor mounts it itself (mountRootfs)
+// in its own state directory. The snapshot keeps the container's id as
+// key and the call's labels; deleteCall and Reap remove it by them. It
+// is a GC root for the daemon until then (gcRootLabel).
+func withoutShimRootfs() containerd.NewContainerOpts {
+	return func(_ context.Context, _ *containerd.Client, c *containers.Container) error {
+		c.SnapshotKey = ""
+		return nil
+	}
+}
+
+// gcRootLabel keeps the daemon's garbage collector off a snapshot that
+// no container record references (withoutShimRootfs).
+const gcRootLabel = "containerd.io/gc.root"
+
+// mountRootfs makes the call's snapshot usable by a runc that runs the
+// container in a user namespace: it mounts it at rootfsDir(dir), where
+// it stays until the returned function detaches it, creates the mount
+// points of the spec's mounts there (as root: the mapped root could not
+// make them in image directories root owns) and gives the root directory
+// to the host ids of the container's root (a copy-up into the call's own
+// upper layer; the image layers are not touched), where runc creates
+// what remains (/proc, /dev, …). The root is read-only to the call
+// afterwards (root.readonly). Nothing else of the image is chowned: its
+// files stay readable to the mapped ids through their modes for others,
+// as they are to any unprivileged user. On error nothing stays mounted.
+func (e *Executor) mountRootfs(ctx context.Context, key, dir string, spec *specs.Spec, uid, gid uint32) (func() error, error) {
+	mounts, err := e.cli.SnapshotService(snapshotter).Mounts(ctx, key)
+	if err != nil {
+		return nil, classify(err, "snapshot %s: mounts", key)
+	}
+	target := rootfsDir(dir)
+	if err := os.Mkdir(target, 0o711); err != nil {
+		return nil, fmt.Errorf("rootfs: %w", err)
+	}
+	if err := mount.All(mounts, target); err != nil {
+		_ = os.Remove(target)
+		return nil, fmt.Errorf("rootfs: mount the snapshot: %w", err)
+	}
+	unmount := func() error {
+		if err := mount.UnmountAll(target, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("rootfs: unmount the snapshot: %w", err)
+		}
+		if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+		return nil
+	}
+	if err := idmap.MountPoints(target, spec.Mounts); err != nil {
+		return nil, errors.Join(fmt.Errorf("rootfs: %w", err), unmount())
+	}
+	if err := os.Lchown(target, int(uid), int(gid)); err != nil {
+		return nil, errors.Join(fmt.Errorf("rootfs: %w", err), unmount())
+	}
+	return unmount, nil
+}

@@ -1,0 +1,308 @@
+// Package idmap holds what the backends that run calls in user
+// namespaces share: a user namespace made only to carry id maps, and
+// id-mapped mounts through it (a file owned on disk by container id k is
+// seen as owned by the host id k maps to), which stage the binds of a
+// call running as container root; and the decision which calls get a
+// user namespace and which of their binds are staged that way.
+package idmap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// NewUserNamespace returns an open file of a new user namespace with the
+// given uid and gid maps, which no process is left in: it creates a child
+// in that namespace (os.ForkExec of this binary, traced so that it stops
+// at its exec and never runs a line of it), opens /proc/<pid>/ns/user,
+// kills and reaps the child. The file keeps the namespace alive until it
+// is closed. The caller must be root.
+func NewUserNamespace(uids, gids []specs.LinuxIDMapping) (*os.File, error) {
+	// The tracer of the child is the thread that forked it: stay on it
+	// until the child is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	attr := &syscall.ProcAttr{
+		Env: []string{},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: sysIDMap(uids),
+			GidMappings: sysIDMap(gids),
+			Ptrace:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"dsh-sandbox-userns"}, attr)
+	if err != nil {
+		return nil, fmt.Errorf("user namespace: create: %w", err)
+	}
+	f, oerr := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	_ = unix.Kill(pid, unix.SIGKILL)
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || ws.Exited() || ws.Signaled() {
+			break
+		}
+	}
+	if oerr != nil {
+		return nil, fmt.Errorf("user namespace: %w", oerr)
+	}
+	return f, nil
+}
+
+func sysIDMap(m []specs.LinuxIDMapping) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(m))
+	for i, e := range m {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(e.ContainerID), HostID: int(e.HostID), Size: int(e.Size)}
+	}
+	return out
+}
+
+// Mount attaches at target (an empty directory, or an empty file
+// for a file source) a non-recursive
+// clone of the mount tree at source, with the id mapping of the user
+// namespace usernsFD and nosuid, nodev: a file owned on disk by id k is
+// seen through it as owned by the host id the namespace maps k to, and a
+// file a process with host id h creates gets the on-disk owner the
+// namespace maps to h. source is opened without following any link (it
+// is the path sandbox.PreparePaths resolved).
+func Mount(source, target string, usernsFD int) error {
+	dfd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return fmt.Errorf("id-mapped mount of %s: open: %w", source, err)
+	}
+	defer unix.Close(dfd)
+	tfd, err := unix.OpenTree(dfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("id-mapped mount of %s: open_tree: %w", source, err)
+	}
+	defer unix.Close(tfd)
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(usernsFD),
+	}
+	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("id-mapped mount of %s: mount_setattr: %w", source, err)
+	}
+	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("id-mapped mount of %s: move_mount to %s: %w", source, target, err)
+	}
+	return nil
+}
+
+// Call is how a call's identity is mapped to the host.
+type Call struct {
+	// Enabled: the call gets a user namespace with Mapping.
+	Enabled bool
+	Mapping policy.IDMapping
+	// Idmapped: the workspace, the session directory and the policy's
+	// bind mounts are staged as id-mapped mounts (the call runs as
+	// container uid 0, a mapped unprivileged host uid, and reads and
+	// writes them as on-disk uid 0).
+	Idmapped bool
+	// HostUID is the host uid the call's processes have.
+	HostUID uint32
+	// DiskUID is the uid the call's file accesses are checked against on
+	// the binds of the call: HostUID, or the container uid (0) when the
+	// binds are id-mapped. PreparePaths grants it read on the session
+	// directory.
+	DiskUID uint32
+	// RootUID and RootGID are the host ids of the container's root.
+	RootUID, RootGID uint32
+}
+
+// ForCall decides the user namespace of a call of policy p running as
+// container uid:gid on a runtime that can run one: always, unless the
+// policy says user: host-root. backend prefixes errors.
+func ForCall(backend string, p sandbox.Policy, uid, gid uint32) (Call, error) {
+	if policy.HostRoot(p) {
+		return Call{HostUID: uid, DiskUID: uid}, nil
+	}
+	m, err := policy.CallIDMapping(uid, gid)
+	if err != nil {
+		return Call{}, err
+	}
+	host, ok := policy.HostID(m.UIDs, uid)
+	if !ok || host == 0 {
+		return Call{}, sandbox.Errorf(sandbox.ErrInternal, "%s: user %d:%d: no unprivileged host uid in the map", backend, uid, gid)
+	}
+	rootUID, _ := policy.HostID(m.UIDs, 0)
+	rootGID, _ := policy.HostID(m.GIDs, 0)
+	c := Call{Enabled: true, Mapping: m, Idmapped: uid == 0, HostUID: host, DiskUID: host, RootUID: rootUID, RootGID: rootGID}
+	if c.Idmapped {
+		c.DiskUID = uid
+	}
+	return c, nil
+}
+
+// Dests are the destinations of the binds an id-mapped call stages: the
+// workspace, the session directory and the policy's mounts. Through
+// them the call (container uid 0, host uid policy.MappedIDBase) has the
+// on-disk identity uid 0, exactly the permissions a call running as host
+// uid 0 without capabilities had, and nothing more.
+func Dests(req *sandbox.Request) map[string]bool {
+	d := map[string]bool{}
+	if req.Policy.Workspace != "none" && req.Session.Cwd != "" {
+		d[filepath.Clean(req.Session.Cwd)] = true
+	}
+	if req.Policy.Transcript == "ro" && req.Session.TranscriptDir != "" {
+		d[filepath.Clean(req.Session.TranscriptDir)] = true
+	}
+	for _, m := range req.Policy.Mounts {
+		d[filepath.Clean(m.Target)] = true
+	}
+	return d
+}
+
+// Stage replaces the source of every bind mount in spec whose
+// destination is in dests by an id-mapped mount of that source with the
+// spec's id maps, attached at a new entry of dir (an existing empty
+// directory): the runtime then bind-mounts the staging mount, and the
+// bind keeps the mapping. in runs each mount operation (in the mount
+// namespace the runtime sees). The staging mount points made are
+// returned, also with an error: the caller unmounts and removes them.
+func Stage(spec *specs.Spec, dests map[string]bool, dir string, in func(func() error) error) (staged []string, err error) {
+	if len(dests) == 0 {
+		return nil, nil
+	}
+	l := spec.Linux
+	if l == nil || len(l.UIDMappings) == 0 || len(l.GIDMappings) == 0 {
+		return nil, fmt.Errorf("id-mapped mounts: the spec has no user namespace mappings")
+	}
+	ns, err := NewUserNamespace(l.UIDMappings, l.GIDMappings)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if m.Type != "bind" || !dests[filepath.Clean(m.Destination)] {
+			continue
+		}
+		target := filepath.Join(dir, strconv.Itoa(len(staged)))
+		if fi, err := os.Lstat(m.Source); err == nil && !fi.IsDir() {
+			if err := os.WriteFile(target, nil, 0o600); err != nil {
+				return staged, fmt.Errorf("id-mapped mounts: %w", err)
+			}
+		} else if err := os.Mkdir(target, 0o700); err != nil {
+			return staged, fmt.Errorf("id-mapped mounts: %w", err)
+		}
+		source := m.Source
+		if err := in(func() error { return Mount(source, target, int(ns.Fd())) }); err != nil {
+			_ = os.Remove(target)
+			return staged, err
+		}
+		staged = append(staged, target)
+		m.Source = target
+	}
+	return staged, nil
+}
+
+// MountPoints creates, in the root file system at rootDir, the mount
+// point of every mount that does not lie inside another mount (tmpfs
+// excepted): a directory, or an empty file for a bind of a file. Paths
+// are created below rootDir only (os.Root). A runtime in a user
+// namespace cannot create them in an image its mapped root does not own.
+func MountPoints(rootDir string, mounts []specs.Mount) error {
+	root, err := os.OpenRoot(rootDir)
+	if err != nil {
+		return fmt.Errorf("rootfs skeleton: %w", err)
+	}
+	defer root.Close()
+	dests := make(map[string]bool, len(mounts))
+	for _, m := range mounts {
+		dests[filepath.Clean(m.Destination)] = true
+	}
+	for _, m := range mounts {
+		d := filepath.Clean(m.Destination)
+		if d == "/" || !filepath.IsAbs(d) || m.Type == "tmpfs" {
+			// A tmpfs gets the mode of an existing mount point
+			// from runc instead of its own mode= option; the
+			// runtimes create missing ones themselves.
+			continue
+		}
+		parent := filepath.Dir(d)
+		if parent != "/" && mountInside(parent, dests) {
+			continue // the runtime creates it inside that mount
+		}
+		rel := strings.TrimPrefix(d, "/")
+		if _, err := root.Lstat(rel); err == nil {
+			continue
+		}
+		file := false
+		if m.Type == "bind" {
+			if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
+				file = true
+			}
+		}
+		if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+		if file {
+			f, err := root.OpenFile(rel, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("mount point %s: %w", d, err)
+			}
+			f.Close()
+			continue
+		}
+		if err := root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// mountInside reports whether p is at or below one of the destinations.
+func mountInside(p string, dests map[string]bool) bool {
+	for q := path.Clean(p); ; q = path.Dir(q) {
+		if dests[q] {
+			return true
+		}
+		if q == "/" {
+			return false
+		}
+	}
+}
+
+// Searchable checks that others may search every ancestor of stateDir:
+// the unprivileged host uid a user namespace maps the container's root
+// to walks through them to a call's rootfs, which runc and crun mount
+// from inside the namespace (the executors make stateDir and the
+// directories below it on that path 0711 themselves). One that is not is
+// an error naming it; the service does not change modes of directories
+// it does not own.
+func Searchable(stateDir string) error {
+	for d := filepath.Dir(stateDir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (an ancestor of %s) is mode %04o: calls run in user namespaces, whose mapped root must search it; make it searchable by others (chmod o+x %s) or choose another state directory", d, stateDir, fi.Mode().Perm(), d)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
