@@ -84,6 +84,18 @@ function options(ep: Endpoint, method: string, path: string): RequestOptions {
   return ep.socketPath !== undefined ? { ...base, socketPath: ep.socketPath } : { ...base, host: ep.host, port: ep.port };
 }
 
+// abortWith destroys req when signal aborts (at once when it already
+// has), and stops listening when req closes.
+function abortWith(req: ClientRequest, signal: AbortSignal | undefined): void {
+  if (signal === undefined) return;
+  const onAbort = (): void => {
+    req.destroy(new Error('aborted'));
+  };
+  if (signal.aborted) onAbort();
+  else signal.addEventListener('abort', onAbort, { once: true });
+  req.on('close', () => signal.removeEventListener('abort', onAbort));
+}
+
 function unreachable(err: unknown): ServiceError {
   const msg = err instanceof Error ? err.message : String(err);
   return new ServiceError(`dsh-sandbox service unreachable: ${msg}`, 0);
@@ -153,14 +165,7 @@ export function call(ep: Endpoint, method: string, path: string, body?: unknown,
       return;
     }
     req.on('error', (err) => reject(unreachable(err)));
-    if (signal !== undefined) {
-      const onAbort = (): void => {
-        req.destroy(new Error('aborted'));
-      };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      req.on('close', () => signal.removeEventListener('abort', onAbort));
-    }
+    abortWith(req, signal);
     if (body !== undefined) {
       req.setHeader('Content-Type', 'application/json');
       req.end(JSON.stringify(body));
@@ -226,14 +231,7 @@ export function streamRun(ep: Endpoint, body: Record<string, unknown>, signal: A
       return;
     }
     req.on('error', (err) => reject(unreachable(err)));
-    if (signal !== undefined) {
-      const onAbort = (): void => {
-        req.destroy(new Error('aborted'));
-      };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      req.on('close', () => signal.removeEventListener('abort', onAbort));
-    }
+    abortWith(req, signal);
     req.setHeader('Content-Type', 'application/json');
     req.end(JSON.stringify({ ...body, stream: true }));
   });
