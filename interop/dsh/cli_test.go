@@ -153,8 +153,21 @@ func TestCLIDefaultsMatchDsh(t *testing.T) {
 			Env map[string]string `json:"env"`
 		}
 		_ = json.Unmarshal(env.raw, &e)
-		var got map[string]string
-		if err := json.Unmarshal([]byte(cc.envShow), &got); err != nil || !env.OK || !maps.Equal(got, e.Env) {
+		// `env show --json` prints the service's snapshot body:
+		// {"env": ["KEY=VALUE", …]}, sorted.
+		var shown struct {
+			Env []string `json:"env"`
+		}
+		err := json.Unmarshal([]byte(cc.envShow), &shown)
+		got := map[string]string{}
+		for _, kv := range shown.Env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				err = fmt.Errorf("entry %q is not KEY=VALUE", kv)
+			}
+			got[k] = v
+		}
+		if err != nil || !env.OK || !maps.Equal(got, e.Env) {
 			diffs.add(fmt.Sprintf("env show --json %q\n  dsh:  %q  ours: %s", cc.args, e.Env, cc.envShow))
 		}
 		if cc.hook == "" {
