@@ -87,7 +87,7 @@ func TestDSHFullLoop(t *testing.T) {
 	base := startReplayModel(t, "--script", filepath.Join("testdata", "dshloop.json"), "--record", records)
 
 	id := "loop-" + uniqueSuffix()
-	cfg, err := json.Marshal(map[string]string{
+	stdout := runDSHDriver(t, p, e, sv, "dshloop.ts", map[string]any{
 		"baseURL":      base,
 		"server":       "unix://" + sv.sock,
 		"sessionsRoot": e.root,
@@ -96,30 +96,9 @@ func TestDSHFullLoop(t *testing.T) {
 		"sessionId":    id,
 		"task":         "Print the session's DSH_* facts.",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, p.node, filepath.Join("e2e", "dshloop.ts"), string(cfg))
-	cmd.Dir = p.dir
-	// dsh's own environment: stale facts that must never reach the call.
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + t.TempDir(),
-		"DSH_HOME=" + e.home,
-		"DSH_STALE_SENTINEL=1",
-		"DSH_SESSION_ID=wrong",
-		"DEEPSEEK_API_KEY=replay-model-accepts-any-key",
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("dsh (e2e/dshloop.ts): %v\nstdout: %s\nstderr: %s\nserve: %s", err, stdout.String(), stderr.String(), sv.stderr)
-	}
 	var out dshLoopResult
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatalf("dsh's output %q: %v", stdout.String(), err)
+	if err := json.Unmarshal(stdout, &out); err != nil {
+		t.Fatalf("dsh's output %q: %v", stdout, err)
 	}
 	if out.TurnEnd.Kind != "completed" || len(out.ToolResults) != 1 {
 		t.Fatalf("dsh's turn ended %q with tool results %q, want completed with one", out.TurnEnd.Kind, out.ToolResults)
@@ -301,4 +280,34 @@ func sameJSON(t *testing.T, a, b json.RawMessage) bool {
 	xs, _ := json.Marshal(x)
 	ys, _ := json.Marshal(y)
 	return string(xs) == string(ys)
+}
+
+// runDSHDriver runs the provider's e2e driver script with cfg (JSON) as
+// its argument and returns its stdout. dsh's own environment holds stale
+// DSH_* facts (and extra, e.g. a stale DSH_SESSION_JSONL) that must never
+// reach a call.
+func runDSHDriver(t *testing.T, p dshProvider, e env, sv *service, script string, cfg map[string]any, extra ...string) []byte {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.node, filepath.Join("e2e", script), string(raw))
+	cmd.Dir = p.dir
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + t.TempDir(),
+		"DSH_HOME=" + e.home,
+		"DSH_STALE_SENTINEL=1",
+		"DSH_SESSION_ID=wrong",
+		"DEEPSEEK_API_KEY=replay-model-accepts-any-key",
+	}, extra...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("dsh (e2e/%s): %v\nstdout: %s\nstderr: %s\nserve: %s", script, err, stdout.String(), stderr.String(), sv.stderr)
+	}
+	return stdout.Bytes()
 }

@@ -5,16 +5,13 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
@@ -63,31 +60,11 @@ type dshRecordOut struct {
 // holds stale DSH_* values that must never reach a call.
 func runDSHRecord(t *testing.T, p dshProvider, e env, sv *service, cfg map[string]any) dshRecordOut {
 	t.Helper()
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, p.node, filepath.Join("e2e", "dshrecord.ts"), string(raw))
-	cmd.Dir = p.dir
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + t.TempDir(),
-		"DSH_HOME=" + e.home,
-		"DSH_STALE_SENTINEL=1",
-		"DSH_SESSION_ID=wrong",
-		"DSH_SESSION_JSONL=" + filepath.Join(e.root, "stale", "session.jsonl"),
-		"DEEPSEEK_API_KEY=replay-model-accepts-any-key",
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("dsh (e2e/dshrecord.ts): %v\nstdout: %s\nstderr: %s\nserve: %s", err, stdout.String(), stderr.String(), sv.stderr)
-	}
+	stdout := runDSHDriver(t, p, e, sv, "dshrecord.ts", cfg,
+		"DSH_SESSION_JSONL="+filepath.Join(e.root, "stale", "session.jsonl"))
 	var out dshRecordOut
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatalf("dsh's output %q: %v\nstderr: %s", stdout.String(), err, stderr.String())
+	if err := json.Unmarshal(stdout, &out); err != nil {
+		t.Fatalf("dsh's output %q: %v", stdout, err)
 	}
 	for _, a := range out.Agents {
 		if a.TurnEnd.Kind != "completed" {
