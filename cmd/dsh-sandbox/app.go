@@ -173,7 +173,8 @@ type settings struct {
 	stateDir  string
 	dataDir   string
 	// workspaceRoots are the directories a call's workspace must lie in
-	// (--workspace-roots), absolute and clean; nil means any directory
+	// (--workspace-roots), absolute, clean and with links resolved; nil
+	// means any directory
 	// that is not a system directory.
 	workspaceRoots []string
 	// The daemon backends: the Docker engine's address ("" means
@@ -238,6 +239,11 @@ func loadSettings(c *cli.Context) (*settings, error) {
 			abs, err := absFlag("workspace-roots", r)
 			if err != nil {
 				return nil, err
+			}
+			// Resolved once here, so that the CLI and the service compare
+			// workspaces (resolved without links) with the same roots.
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				abs = real
 			}
 			s.workspaceRoots = append(s.workspaceRoots, abs)
 		}

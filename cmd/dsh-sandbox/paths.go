@@ -76,16 +76,7 @@ func (s *settings) pathChecks(workspace string) []sandbox.Check {
 		// other calls' bundles and spill files.
 		return checks
 	}
-	protected := map[string]string{
-		"sessions root": s.sessionsRoot,
-		"dsh home":      s.home,
-		"state dir":     s.stateDir,
-		"data dir":      s.dataDir,
-	}
-	if s.persistence == "sqlite" {
-		protected["SQLite database"] = s.sqlitePath
-	}
-	if err := sandbox.CheckDeployment(ws, protected); err != nil {
+	if err := sandbox.CheckDeployment(ws, s.protectedPaths()); err != nil {
 		add("deployment", false, "%v", strings.TrimPrefix(err.Error(), "sandbox: "))
 	} else {
 		add("deployment", true, "the sessions root %s, dsh home %s and state dir %s lie outside the workspace %s", s.sessionsRoot, s.home, s.stateDir, ws)
@@ -93,14 +84,28 @@ func (s *settings) pathChecks(workspace string) []sandbox.Check {
 	return checks
 }
 
-// workspaceRoot returns the --workspace-roots entry ws lies in, comparing
-// each root as written and with its links resolved.
+// protectedPaths are what the service trusts and no call may reach: the
+// dsh home, the sessions root, the state and data directories and, with
+// SQLite persistence, the database. `serve` adds its audit log and
+// sockets.
+func (s *settings) protectedPaths() map[string]string {
+	p := map[string]string{
+		"sessions root": s.sessionsRoot,
+		"dsh home":      s.home,
+		"state dir":     s.stateDir,
+		"data dir":      s.dataDir,
+	}
+	if s.persistence == "sqlite" {
+		p["SQLite database"] = s.sqlitePath
+	}
+	return p
+}
+
+// workspaceRoot returns the --workspace-roots entry ws lies in (the
+// roots are resolved once, by loadSettings).
 func (s *settings) workspaceRoot(ws string) (string, bool) {
 	for _, root := range s.workspaceRoots {
 		if sandbox.Within(ws, root) {
-			return root, true
-		}
-		if real, err := filepath.EvalSymlinks(root); err == nil && sandbox.Within(ws, real) {
 			return root, true
 		}
 	}

@@ -278,18 +278,13 @@ func ttlFlag(d time.Duration) time.Duration {
 	return d
 }
 
-// checkDeployment returns the paths calls may never reach (dsh home,
-// sessions root, state and data dir, audit log, every socket) and refuses
+// checkDeployment returns the paths calls may never reach
+// (settings.protectedPaths, the audit log, every socket) and refuses
 // to serve when one of them lies inside a --workspace-roots directory, or
 // a root inside one of them: a call could then write what the service
 // trusts.
 func checkDeployment(s *settings, listens []string, auditPath string) (map[string]string, error) {
-	protected := map[string]string{
-		"dsh home":      s.home,
-		"sessions root": s.sessionsRoot,
-		"state dir":     s.stateDir,
-		"data dir":      s.dataDir,
-	}
+	protected := s.protectedPaths()
 	if auditPath != "none" {
 		abs, err := filepath.Abs(auditPath)
 		if err != nil {
