@@ -98,9 +98,12 @@ func (e *Executor) stageBinds(callID string, ms []specs.Mount) (_ []stagedBind, 
 
 // stage bind-mounts source at p (created as an empty directory or file,
 // like source) and remounts it with flags, recording p in staged as soon
-// as it exists. The last component of source must not be a symbolic link.
+// as it exists. No component of source may be a symbolic link.
 func stage(source, p string, flags uintptr, staged *[]string) error {
-	fd, err := unix.Open(source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
