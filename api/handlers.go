@@ -158,12 +158,7 @@ func queryText(r *http.Request) error {
 }
 
 // requestClient is the client identify attached to r.
-func requestClient(r *http.Request) Client {
-	if c, ok := ClientFrom(r.Context()); ok {
-		return c
-	}
-	return Client{Kind: ClientAnonymous, Name: "anonymous", UID: -1, GID: -1, PID: -1}
-}
+func requestClient(r *http.Request) Client { return clientOf(r.Context()) }
 
 // jobOwner is the sandbox.Jobs owner of a client's session: jobs are
 // visible only to the client that started them, per session.

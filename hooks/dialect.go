@@ -50,12 +50,6 @@ type Syntax struct {
 	TimeoutSec bool
 	// SkipAsync skips hooks with "async": true, with a warning.
 	SkipAsync bool
-	// Substitute lists the placeholder variables the dialect's hook
-	// commands use as ${NAME} or $NAME. They are never substituted into
-	// a command (a value pasted into a shell string is code): Env gives
-	// them to the hook and its shell expands them. The list documents
-	// the dialect's placeholders; nothing else reads it.
-	Substitute []string
 }
 
 // Field is one key of a payload object, in the order it is written.

@@ -26,7 +26,7 @@ func (testDialect) Name() string { return "test" }
 func (d testDialect) Syntax() Syntax {
 	ev := []string{SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop}
 	return Syntax{Events: append(ev, "Notification"), Fired: ev, ExactMatchers: d.exact,
-		TimeoutSec: !d.exact, SkipAsync: !d.exact, Substitute: []string{"PROJECT"}}
+		TimeoutSec: !d.exact, SkipAsync: !d.exact}
 }
 func (testDialect) ToolName(s string) string {
 	if s == "bash" {

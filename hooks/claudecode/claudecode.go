@@ -49,7 +49,6 @@ func (Dialect) Syntax() hooks.Syntax {
 		Events:        append(fired, "Notification", "PreCompact", "SessionEnd", "PermissionRequest"),
 		Fired:         fired,
 		ExactMatchers: true,
-		Substitute:    []string{"CLAUDE_PROJECT_DIR", "CLAUDE_PLUGIN_ROOT"},
 	}
 }
 
