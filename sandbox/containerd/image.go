@@ -71,7 +71,13 @@ func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, e
 		Config:   ocispec.ImageConfig{Env: env},
 		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
 	}
-	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, nil)
+	// The config names its unpacked snapshot (a single layer's chain id
+	// is its diff id) from the start: re-importing an image replaces the
+	// record's config, and until Unpack labels the new one a concurrent
+	// garbage collection would otherwise remove the snapshot that
+	// existing images and new containers still need.
+	cfgRefs := map[string]string{"containerd.io/gc.ref.snapshot." + snapshotter: layer.Digest.String()}
+	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, cfgRefs)
 	if err != nil {
 		return classify(err, "import %q: write config", canon)
 	}
