@@ -86,6 +86,19 @@ func reapExecutor(ctx context.Context, ex sandbox.Executor) (report any, removed
 	return nil, 0, nil
 }
 
+// reapBeforeCalls is reapExecutor for a command about to run calls
+// (exec, mcp): the oci executor reaps only when its state directory
+// shows a dead instance, so that a call spawns the runtime once; the
+// daemon backends ask their daemon, which spawns nothing.
+func reapBeforeCalls(ctx context.Context, ex sandbox.Executor) error {
+	if e, ok := ex.(*oci.Executor); ok {
+		_, err := e.ReapDead(ctx)
+		return err
+	}
+	_, _, err := reapExecutor(ctx, ex)
+	return err
+}
+
 // daemonExecutor is a daemon backend's executor (docker, containerd):
 // it also takes root-filesystem tarballs as images and lists them.
 type daemonExecutor interface {

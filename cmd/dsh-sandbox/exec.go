@@ -118,7 +118,7 @@ func runExecCall(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	if _, _, err := reapExecutor(c.Context, ex); err != nil {
+	if err := reapBeforeCalls(c.Context, ex); err != nil {
 		s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
 	}
 	asJSON := c.Bool("json")

@@ -88,7 +88,7 @@ func runMCP(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	if _, _, err := reapExecutor(c.Context, ex); err != nil {
+	if err := reapBeforeCalls(c.Context, ex); err != nil {
 		s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
 	}
 	srv, err := mcpserver.New(mcpserver.Options{

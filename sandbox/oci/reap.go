@@ -42,6 +42,44 @@ const unmarkedBundleAge = 10 * time.Minute
 // cgroupReapWait bounds the wait for one busy cgroup directory during Reap.
 const cgroupReapWait = 2 * time.Second
 
+// ReapDead is Reap for a command about to run calls (exec, mcp): it
+// reaps only when the state directory shows a reason, an instance lock
+// file that no live process holds or a bundle directory of an instance
+// that is neither this one nor a live one, and otherwise returns an
+// empty report without spawning the runtime. A crash leaves both (the
+// bundle is removed only after its container), so nothing Reap would
+// remove is missed; `dsh-sandbox reap` and serve's start call Reap.
+func (e *Executor) ReapDead(ctx context.Context) (ReapReport, error) {
+	if !e.mayHaveLeftovers() {
+		return ReapReport{}, nil
+	}
+	return e.Reap(ctx)
+}
+
+// mayHaveLeftovers reports whether Reap could find anything to remove;
+// any doubt (an unreadable directory or marker) answers yes.
+func (e *Executor) mayHaveLeftovers() bool {
+	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
+	release()
+	if err != nil || len(dead) > 0 {
+		return true
+	}
+	entries, err := os.ReadDir(e.bundlesDir())
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	for _, ent := range entries {
+		m, err := readMarker(filepath.Join(e.bundlesDir(), ent.Name()))
+		if err != nil {
+			return true
+		}
+		if m.Instance != e.instance && !sandbox.InstanceKnown(e.instancesDir(), m.Instance) {
+			return true
+		}
+	}
+	return false
+}
+
 // Reap removes what dead instances of this executor's runtime left
 // behind in StateDir: containers labelled owner=dsh-sandbox whose
 // instance holds no lock, their bundles, overlay mounts and cgroups, and

@@ -217,3 +217,63 @@ func TestReapLeavesForeignCgroups(t *testing.T) {
 		t.Errorf("Reap reported the foreign instance %s as reaped", foreign)
 	}
 }
+
+// TestReapDeadOnlyWhenDead: ReapDead spawns no runtime while the state
+// directory holds only this instance's own and live instances' state,
+// and reaps everything once an instance has crashed in a call. The
+// runtime is a wrapper that logs every invocation before running runc.
+func TestReapDeadOnlyWhenDead(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	real, err := exec.LookPath(RuntimeRunc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "invocations")
+	wrapper := filepath.Join(dir, "runc")
+	script := "#!/bin/sh\necho \"$*\" >> " + log + "\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	invocations := func() string {
+		data, err := os.ReadFile(log)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	state := testStateDir(t)
+	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// Another live instance with a finished call: still nothing to reap.
+	live, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if res, err := live.Run(t.Context(), &sandbox.Request{Command: "true", Policy: testPolicy(t, RuntimeRunc)}); err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("live call = %+v, %v", res, err)
+	}
+	if rep, err := e.ReapDead(t.Context()); err != nil || !rep.Empty() {
+		t.Errorf("ReapDead() without a dead instance = %+v, %v; want nothing", rep, err)
+	}
+	if got := invocations(); got != "" {
+		t.Errorf("ReapDead() without a dead instance ran the runtime: %q", got)
+	}
+
+	dead := "crashed-reapdead"
+	crashInstance(t, RuntimeRunc, state, dead, fmt.Sprintf("%d%d", 8200000, os.Getpid()))
+	rep, err := e.ReapDead(t.Context())
+	if err != nil || !slices.Contains(rep.Instances, dead) || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
+		t.Errorf("ReapDead() after a crash = %+v, %v; want instance %q with one container and one bundle", rep, err, dead)
+	}
+	if !strings.Contains(invocations(), "list") {
+		t.Errorf("ReapDead() after a crash did not list the runtime's containers: %q", invocations())
+	}
+	if rep, err := e.ReapDead(t.Context()); err != nil || !rep.Empty() {
+		t.Errorf("second ReapDead() = %+v, %v; want nothing", rep, err)
+	}
+}
