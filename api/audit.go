@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -55,6 +56,9 @@ type AuditRecord struct {
 	StdoutBytes  int64  `json:"stdoutBytes"`
 	StderrBytes  int64  `json:"stderrBytes"`
 	DroppedBytes int64  `json:"droppedBytes"`
+	// Egress are the connections of a call of network allowlist: host,
+	// port, bytes each way, verdict and reason (sandbox.Result.Egress).
+	Egress []sandbox.Connection `json:"egress,omitempty"`
 	// Prev is the hex sha256 of the previous line (without its newline),
 	// GenesisHash for the first line.
 	Prev string `json:"prev"`
@@ -216,7 +220,7 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		Timings:       AuditTimings{QueueNs: int64(queue)},
 	}
 	if runErr != nil {
-		rec.Error = Body(runErr).Class + ": " + runErr.Error()
+		rec.Error = types.Body(runErr).Class + ": " + runErr.Error()
 	}
 	if res != nil {
 		if res.Sandbox.Backend != "" {
@@ -232,8 +236,29 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		rec.StdoutBytes = int64(len(res.Stdout.Text)) + res.Stdout.DroppedBytes
 		rec.StderrBytes = int64(len(res.Stderr.Text)) + res.Stderr.DroppedBytes
 		rec.DroppedBytes = res.Stdout.DroppedBytes + res.Stderr.DroppedBytes
+		rec.Egress = res.Egress
 	}
+	redactAudit(&rec, req.Policy)
 	return rec
+}
+
+// redactAudit replaces the call's secrets (sandbox.Redactor: the
+// service's secret-looking env, the policy's redact section) in the free
+// text of rec: the error and the egress hosts and reasons. When the
+// secrets cannot be known, that text is left out.
+func redactAudit(rec *AuditRecord, p sandbox.Policy) {
+	s, err := sandbox.Redactor(p, os.Environ(), os.LookupEnv)
+	if err != nil {
+		rec.Error = "output redaction unavailable; error text left out: " + err.Error()
+		rec.Egress = nil
+		return
+	}
+	rec.Error = s.String(rec.Error)
+	rec.Egress = slices.Clone(rec.Egress)
+	for i := range rec.Egress {
+		rec.Egress[i].Host = s.String(rec.Egress[i].Host)
+		rec.Egress[i].Reason = s.String(rec.Egress[i].Reason)
+	}
 }
 
 // envNames are the names of the ordinary and DSH_* env of req, sorted.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 )
 
@@ -16,7 +16,7 @@ import (
 func BenchmarkServicePath(b *testing.B) {
 	f := newFixture(b, &fakeExec{}, nil)
 	ctx := context.Background()
-	req := api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", Env: []string{"A=1"}}
+	req := types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", Env: []string{"A=1"}}
 	for b.Loop() {
 		if _, err := f.cl.Run(ctx, req); err != nil {
 			b.Fatal(err)

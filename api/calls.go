@@ -9,44 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
-
-// Kinds of CallInfo.
-const (
-	CallKindRun = "run" // a foreground call (POST /v1/run)
-	CallKindJob = "job" // a background job (POST /v1/jobs)
-)
-
-// States of CallInfo.
-const (
-	CallQueued  = "queued"  // waiting for a slot
-	CallRunning = "running" // executing
-)
-
-// CallInfo is one execution that has not ended, as GET /v1/calls lists
-// it. It carries no command text and no environment.
-type CallInfo struct {
-	// ID is the execution id (a run's executionId); DELETE
-	// /v1/calls/{id} cancels it.
-	ID string `json:"id"`
-	// Kind is "run" or "job".
-	Kind string `json:"kind"`
-	// JobID is a background job's id (GET /v1/jobs/{id}); empty for runs.
-	JobID string `json:"jobId,omitempty"`
-	// SessionID is the call's session ("" for a call with no agent).
-	SessionID string `json:"sessionId"`
-	Policy    string `json:"policy"`
-	Backend   string `json:"backend"`
-	// State is "queued" or "running".
-	State   string    `json:"state"`
-	Started time.Time `json:"started"`
-}
-
-// CallsResponse is the answer of GET /v1/calls.
-type CallsResponse struct {
-	Calls []CallInfo `json:"calls"`
-}
 
 // jobRef receives a background job's id after Start returned it.
 type jobRef struct{ id atomic.Pointer[string] }
@@ -65,7 +30,7 @@ func (j *jobRef) get() string {
 
 // runningCall is one tracked execution.
 type runningCall struct {
-	info   CallInfo
+	info   types.CallInfo
 	client string
 	job    *jobRef
 	cancel context.CancelFunc
@@ -84,13 +49,13 @@ func clientOf(ctx context.Context) Client {
 // returned context is cancelled by DELETE /v1/calls/{id} and by done.
 func (s *Server) track(ctx context.Context, cl Client, req *sandbox.Request, background bool, job *jobRef) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	kind := CallKindRun
+	kind := types.CallKindRun
 	if background {
-		kind = CallKindJob
+		kind = types.CallKindJob
 	}
 	rc := &runningCall{
-		info: CallInfo{ID: req.CallID, Kind: kind, SessionID: req.Session.ID, Policy: req.Policy.Name,
-			Backend: req.Policy.Backend, State: CallQueued, Started: time.Now().UTC()},
+		info: types.CallInfo{ID: req.CallID, Kind: kind, SessionID: req.Session.ID, Policy: req.Policy.Name,
+			Backend: req.Policy.Backend, State: types.CallQueued, Started: time.Now().UTC()},
 		client: cl.Key(), job: job, cancel: cancel, ended: make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -112,7 +77,7 @@ func (s *Server) running(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rc := s.calls[id]; rc != nil {
-		rc.info.State = CallRunning
+		rc.info.State = types.CallRunning
 	}
 }
 
@@ -120,7 +85,7 @@ func (s *Server) running(id string) {
 // ended, oldest first; other clients' are invisible.
 func (s *Server) handleCalls(w http.ResponseWriter, r *http.Request) error {
 	key := requestClient(r).Key()
-	out := []CallInfo{}
+	out := []types.CallInfo{}
 	s.mu.Lock()
 	for _, rc := range s.calls {
 		if rc.client == key {
@@ -130,10 +95,10 @@ func (s *Server) handleCalls(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b CallInfo) int {
+	slices.SortFunc(out, func(a, b types.CallInfo) int {
 		return cmp.Or(a.Started.Compare(b.Started), strings.Compare(a.ID, b.ID))
 	})
-	return writeJSON(w, http.StatusOK, CallsResponse{Calls: out})
+	return writeJSON(w, http.StatusOK, types.CallsResponse{Calls: out})
 }
 
 // handleCancel cancels one execution of the requesting client and waits
@@ -156,5 +121,5 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
 	case <-r.Context().Done():
 		return sandbox.Errorf(sandbox.ErrUnavailable, "call %s: cancelled, the request ended before it had: %v", id, r.Context().Err())
 	}
-	return writeJSON(w, http.StatusOK, StartResponse{ID: id})
+	return writeJSON(w, http.StatusOK, types.StartResponse{ID: id})
 }

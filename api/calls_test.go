@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -17,18 +18,18 @@ func TestServerCallsListAndCancelScoped(t *testing.T) {
 	_, cls := serveTokens(t, f, []api.TokenClient{{Name: "a", Token: "tok-a"}, {Name: "b", Token: "tok-b"}})
 	a, b := cls["a"], cls["b"]
 	ctx := context.Background()
-	jobID, err := a.StartJob(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+	jobID, err := a.StartJob(ctx, types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-exec.started
 	type runOut struct {
-		resp *api.RunResponse
+		resp *types.RunResponse
 		err  error
 	}
 	ran := make(chan runOut, 1)
 	go func() {
-		resp, err := a.Run(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+		resp, err := a.Run(ctx, types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
 		ran <- runOut{resp, err}
 	}()
 	<-exec.started
@@ -39,13 +40,13 @@ func TestServerCallsListAndCancelScoped(t *testing.T) {
 	}
 	var runID, jobExec string
 	for _, c := range calls {
-		if c.State != api.CallRunning || c.SessionID != "s1" || c.Policy != policy.WorkspaceWrite || c.ID == "" {
+		if c.State != types.CallRunning || c.SessionID != "s1" || c.Policy != policy.WorkspaceWrite || c.ID == "" {
 			t.Errorf("a: call %+v, want running in s1 under %s", c, policy.WorkspaceWrite)
 		}
 		switch c.Kind {
-		case api.CallKindRun:
+		case types.CallKindRun:
 			runID = c.ID
-		case api.CallKindJob:
+		case types.CallKindJob:
 			jobExec = c.ID
 			if c.JobID != jobID {
 				t.Errorf("a: job call names job %q, want %q", c.JobID, jobID)
@@ -103,7 +104,7 @@ func TestServerSetPoliciesReloads(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	ctx := context.Background()
 	run := func(name string) error {
-		_, err := f.cl.Run(ctx, api.RunRequest{Cwd: f.work, Policy: name, Command: "true"})
+		_, err := f.cl.Run(ctx, types.RunRequest{Cwd: f.work, Policy: name, Command: "true"})
 		return err
 	}
 	if err := run(policy.ReadOnly); api.HTTPStatus(err) != 400 {

@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -42,12 +43,12 @@ const (
 // field within its bounds. It does not check that the policy exists (the
 // server does). Errors wrap sandbox.ErrInvalid and, where a field is to
 // blame, are a *FieldError naming it. DecodeRun is safe for concurrent use.
-func DecodeRun(r io.Reader) (*RunRequest, error) {
-	var req RunRequest
+func DecodeRun(r io.Reader) (*types.RunRequest, error) {
+	var req types.RunRequest
 	if err := decodeStrict(r, &req); err != nil {
 		return nil, err
 	}
-	if err := req.validate(); err != nil {
+	if err := validateRun(&req); err != nil {
 		return nil, err
 	}
 	return &req, nil
@@ -55,8 +56,8 @@ func DecodeRun(r io.Reader) (*RunRequest, error) {
 
 // DecodeSession strictly decodes a SessionRequest from r; a NUL byte in
 // any string of the header is refused naming the field.
-func DecodeSession(r io.Reader) (*SessionRequest, error) {
-	var req SessionRequest
+func DecodeSession(r io.Reader) (*types.SessionRequest, error) {
+	var req types.SessionRequest
 	if err := decodeStrict(r, &req); err != nil {
 		return nil, err
 	}
@@ -140,9 +141,12 @@ func decodeError(err error) error {
 	return fieldErrorf("body", "%v", err)
 }
 
-func (r *RunRequest) validate() error {
+func validateRun(r *types.RunRequest) error {
 	if err := headerText(r.Session); err != nil {
 		return err
+	}
+	if r.StdinOpen && len(r.Stdin) > 0 {
+		return fieldErrorf("stdinOpen", "not together with an inline stdin")
 	}
 	if r.Session != nil && r.Session.Cwd != "" && r.Cwd != "" {
 		return fieldErrorf("cwd", "must be empty when session is set (the header's cwd applies)")
@@ -202,13 +206,17 @@ func (r *RunRequest) validate() error {
 // narrowed is pol narrowed by the request's per-call fields
 // (policy.Narrow); a refusal is a *FieldError naming the request's field.
 // TimeoutMs is not part of it: the sandbox clamps it to the policy's
-// maximum.
-func (r *RunRequest) narrowed(pol sandbox.Policy) (sandbox.Policy, error) {
+// maximum. Mount sources must also resolve without links and stay clear
+// of the protected paths (policy.CheckMountSources).
+func narrowed(r *types.RunRequest, pol sandbox.Policy, protected map[string]string) (sandbox.Policy, error) {
 	n := policy.Narrowing{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs, Pids: r.Pids, Network: r.Network, Mounts: r.Mounts}
 	if n.MemoryBytes == 0 && n.CPUs == 0 && n.Pids == 0 && n.Network == "" && len(n.Mounts) == 0 {
 		return pol, nil
 	}
 	q, err := policy.Narrow(pol, n)
+	if err == nil {
+		err = policy.CheckMountSources(n.Mounts, protected)
+	}
 	var ne *policy.NarrowError
 	if errors.As(err, &ne) {
 		return sandbox.Policy{}, fieldErrorf(ne.Field, "%s", ne.Reason)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -57,9 +58,9 @@ func TestDecodeRunBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatalf("DecodeRun(%q) = %+v, nil; want an error naming %s", tc.body, req, tc.field)
 			}
-			var fe *FieldError
+			var fe *types.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Errorf("DecodeRun(%q) error = %v, want a FieldError for %q", tc.body, err, tc.field)
+				t.Errorf("DecodeRun(%q) error = %v, want a types.FieldError for %q", tc.body, err, tc.field)
 			}
 			if !errors.Is(err, sandbox.ErrInvalid) || HTTPStatus(err) != 400 {
 				t.Errorf("DecodeRun(%q): HTTPStatus(%v) = %d, want 400", tc.body, err, HTTPStatus(err))
@@ -107,16 +108,16 @@ func TestHTTPStatusClasses(t *testing.T) {
 		{sandbox.Errorf(sandbox.ErrUnavailable, "x"), 503},
 		{sandbox.Errorf(sandbox.ErrInternal, "x"), 500},
 		{errors.New("plain"), 500},
-		{ErrOverloaded, 429},
-		{ErrUnauthorized, 401},
+		{types.ErrOverloaded, 429},
+		{types.ErrUnauthorized, 401},
 	}
 	for _, tc := range cases {
 		if got := HTTPStatus(tc.err); got != tc.want {
 			t.Errorf("HTTPStatus(%q) = %d, want %d", tc.err, got, tc.want)
 		}
 		// The class survives the round trip through an ErrorBody.
-		if got := HTTPStatus(Body(tc.err).Err()); got != tc.want {
-			t.Errorf("HTTPStatus(Body(%q).Err()) = %d, want %d", tc.err, got, tc.want)
+		if got := HTTPStatus(types.Body(tc.err).Err()); got != tc.want {
+			t.Errorf("HTTPStatus(types.Body(%q).Err()) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }

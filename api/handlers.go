@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -21,13 +22,22 @@ import (
 // of Events when the request asks for it. Everything is validated before
 // a slot is taken; a client that disconnects cancels the call.
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) error {
-	rr, err := decodeRunBody(w, r)
+	rr, stdin, err := decodeRun(w, r)
 	if err != nil {
 		return err
+	}
+	if rr.StdinOpen {
+		return fieldErrorf("stdinOpen", "only background jobs keep stdin open; stream a run's stdin as a multipart stdin part")
 	}
 	req, err := s.request(r.Context(), requestClient(r), rr)
 	if err != nil {
 		return err
+	}
+	runCtx, stop := context.WithCancelCause(r.Context())
+	defer stop(nil)
+	var bounded *boundedReader
+	if stdin != nil {
+		bounded = s.streamStdin(w, req, stdin, stop)
 	}
 	queued := time.Now()
 	t, err := s.limit.acquire(r.Context())
@@ -37,29 +47,37 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) error {
 	defer t.release()
 	wait := time.Since(queued)
 	s.metrics.queueWait.Observe(wait.Seconds())
-	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, queue: wait})
+	ctx := context.WithValue(runCtx, callMetaKey{}, callMeta{callID: rr.CallID, queue: wait})
 	run := observed{s: s}
+	// A stdin over its bound stopped the call: the answer is the 413,
+	// not the stopped call's outcome.
+	outcome := func(res *sandbox.Result, err error) (*sandbox.Result, error) {
+		if bounded != nil && bounded.over.Load() {
+			return nil, bounded.err
+		}
+		return res, err
+	}
 
 	if !rr.Stream {
-		res, err := run.Run(ctx, req)
+		res, err := outcome(run.Run(ctx, req))
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, RunResponse{ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
+		return writeJSON(w, http.StatusOK, types.RunResponse{ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
 	}
 	st := &stream{w: w, rc: http.NewResponseController(w)}
-	req.Stdout = st.writer(EventStdout)
-	req.Stderr = st.writer(EventStderr)
-	res, err := run.Run(ctx, req)
+	req.Stdout = st.writer(types.EventStdout)
+	req.Stderr = st.writer(types.EventStderr)
+	res, err := outcome(run.Run(ctx, req))
 	if err != nil {
 		if !st.started() {
 			return err // nothing sent yet: a proper status
 		}
-		body := Body(err)
-		st.send(Event{Type: EventError, Error: &body})
+		body := types.Body(err)
+		st.send(types.Event{Type: types.EventError, Error: &body})
 		return nil
 	}
-	st.send(Event{Type: EventResult, ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
+	st.send(types.Event{Type: types.EventResult, ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
 	return nil
 }
 
@@ -78,7 +96,7 @@ func (st *stream) started() bool {
 	return st.begun
 }
 
-func (st *stream) send(ev Event) {
+func (st *stream) send(ev types.Event) {
 	line, err := json.Marshal(ev)
 	if err != nil {
 		return
@@ -108,7 +126,7 @@ type streamWriter struct {
 func (st *stream) writer(typ string) streamWriter { return streamWriter{st, typ} }
 
 func (sw streamWriter) Write(p []byte) (int, error) {
-	sw.st.send(Event{Type: sw.typ, Data: p})
+	sw.st.send(types.Event{Type: sw.typ, Data: p})
 	return len(p), nil
 }
 
@@ -132,17 +150,27 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ref := &jobRef{}
-	ctx := context.WithValue(r.Context(), callMetaKey{}, callMeta{callID: rr.CallID, ticket: t, job: ref})
-	id, err := s.jobs.Start(ctx, jobOwner(cl, req.Session.ID), req)
+	meta := callMeta{callID: rr.CallID, ticket: t, job: ref}
+	owner := jobOwner(cl, req.Session.ID)
+	if rr.StdinOpen {
+		meta.stdin = newJobStdin(owner, ref, s.maxStdin())
+		req.StdinReader = meta.stdin.r
+		s.openStdin(meta.stdin)
+	}
+	ctx := context.WithValue(r.Context(), callMetaKey{}, meta)
+	id, err := s.jobs.Start(ctx, owner, req)
 	if err != nil {
+		if meta.stdin != nil {
+			s.forgetStdin(meta.stdin)
+		}
 		t.release()
 		if errors.Is(err, sandbox.ErrJobLimit) {
-			return fmt.Errorf("%w: the session has %d background jobs that have not ended, the limit (--max-jobs-per-session)", ErrOverloaded, s.opts.MaxJobsPerSession)
+			return fmt.Errorf("%w: the session has %d background jobs that have not ended, the limit (--max-jobs-per-session)", types.ErrOverloaded, s.opts.MaxJobsPerSession)
 		}
 		return err
 	}
 	ref.set(id)
-	return writeJSON(w, http.StatusOK, StartResponse{ID: id})
+	return writeJSON(w, http.StatusOK, types.StartResponse{ID: id})
 }
 
 // queryText refuses a NUL byte in any query parameter, naming it.
@@ -190,14 +218,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	if jobs == nil {
 		jobs = []sandbox.JobInfo{}
 	}
-	return writeJSON(w, http.StatusOK, JobsResponse{Jobs: jobs})
-}
-
-// JobOutputResponse is the answer of GET /v1/jobs/{id}: the output since
-// the previous read and, once the job has ended, its result or error.
-type JobOutputResponse struct {
-	sandbox.JobOutput
-	Error *ErrorBody `json:"error,omitempty"`
+	return writeJSON(w, http.StatusOK, types.JobsResponse{Jobs: jobs})
 }
 
 func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) error {
@@ -209,9 +230,9 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp := JobOutputResponse{JobOutput: out}
+	resp := types.JobOutputResponse{JobOutput: out}
 	if out.Err != nil {
-		b := Body(out.Err)
+		b := types.Body(out.Err)
 		resp.Error = &b
 	}
 	return writeJSON(w, http.StatusOK, resp)
@@ -225,7 +246,7 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) error {
 	if err := s.jobs.Kill(r.Context(), owner, r.PathValue("id")); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, StartResponse{ID: r.PathValue("id")})
+	return writeJSON(w, http.StatusOK, types.StartResponse{ID: r.PathValue("id")})
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) error {
@@ -236,7 +257,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) error {
 	if err := s.jobs.Remove(r.Context(), owner, r.PathValue("id")); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, StartResponse{ID: r.PathValue("id")})
+	return writeJSON(w, http.StatusOK, types.StartResponse{ID: r.PathValue("id")})
 }
 
 func (s *Server) handleDeclarations(w http.ResponseWriter, _ *http.Request) error {
@@ -257,7 +278,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInternal, "DSH_* snapshot: %v", err)
 	}
-	return writeJSON(w, http.StatusOK, SnapshotResponse{Env: snap.Environ()})
+	return writeJSON(w, http.StatusOK, types.SnapshotResponse{Env: snap.Environ()})
 }
 
 func (s *Server) handleLocate(w http.ResponseWriter, r *http.Request) error {
@@ -271,8 +292,8 @@ func (s *Server) handleLocate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.sessions.claim(sr.Session.ID, requestClient(r).Key()); err != nil {
 		return err
 	}
-	resp := LocateResponse{}
-	if loc, ok := s.locate(RunRequest{Session: sr.Session}); ok {
+	resp := types.LocateResponse{}
+	if loc, ok := s.locate(types.RunRequest{Session: sr.Session}); ok {
 		resp.Location = &persistence.Location{Kind: loc.Kind, Path: loc.Path}
 	}
 	return writeJSON(w, http.StatusOK, resp)

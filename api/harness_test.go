@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -65,7 +66,7 @@ func TestServerHarnessEnvChecked(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rr := api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: tc.env}
+			rr := types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: tc.env}
 			if tc.noAgent {
 				rr.Session, rr.Cwd = nil, f.work
 			}
@@ -87,7 +88,7 @@ func TestServerHarnessEnvChecked(t *testing.T) {
 
 	// The legitimate variants: the same snapshot, with an extra key of the
 	// harness's registry; no snapshot at all; a call with no agent.
-	rr := api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: with(good, "DSH_PLUGIN_X", "v=1")}
+	rr := types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: with(good, "DSH_PLUGIN_X", "v=1")}
 	if _, err := f.cl.Run(ctx, rr); err != nil {
 		t.Fatalf("Run(matching dshEnv) = %v, want it run", err)
 	}
@@ -103,7 +104,7 @@ func TestServerHarnessEnvChecked(t *testing.T) {
 	if _, err := f.cl.Run(ctx, rr); err != nil {
 		t.Errorf("Run(no dshEnv) = %v, want it run", err)
 	}
-	noAgent := api.RunRequest{Cwd: f.work, Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: map[string]string{"DSH_HOME": "/home/dsh", "DSH_SHELL": "1"}}
+	noAgent := types.RunRequest{Cwd: f.work, Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: map[string]string{"DSH_HOME": "/home/dsh", "DSH_SHELL": "1"}}
 	if _, err := f.cl.Run(ctx, noAgent); err != nil {
 		t.Errorf("Run(no agent, matching dshEnv) = %v, want it run", err)
 	}
@@ -120,17 +121,17 @@ func TestServerHarnessExtraKeysNeedHarness(t *testing.T) {
 	_, cls := serveTokens(t, f, []api.TokenClient{{Name: "ci", Token: "tok-ci"}, {Name: "dsh", Token: "tok-dsh", Harness: true}})
 	ctx := context.Background()
 	extra := with(harnessSnapshot("s-ci"), "DSH_PLUGIN_X", "1")
-	if _, err := cls["ci"].Run(ctx, api.RunRequest{Session: header("s-ci", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: extra}); api.HTTPStatus(err) != 403 || fieldOf(err) != "dshEnv.DSH_PLUGIN_X" {
+	if _, err := cls["ci"].Run(ctx, types.RunRequest{Session: header("s-ci", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: extra}); api.HTTPStatus(err) != 403 || fieldOf(err) != "dshEnv.DSH_PLUGIN_X" {
 		t.Errorf("non-harness token client adding DSH_PLUGIN_X = %v, want 403 naming dshEnv.DSH_PLUGIN_X", err)
 	}
 	if n := f.exec.calls.Load(); n != 0 {
 		t.Fatalf("the refused request ran %d calls", n)
 	}
-	if _, err := cls["ci"].Run(ctx, api.RunRequest{Session: header("s-ci", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: harnessSnapshot("s-ci")}); err != nil {
+	if _, err := cls["ci"].Run(ctx, types.RunRequest{Session: header("s-ci", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: harnessSnapshot("s-ci")}); err != nil {
 		t.Errorf("non-harness token client with the built-ins only = %v, want it run", err)
 	}
 	extra = with(harnessSnapshot("s-dsh"), "DSH_PLUGIN_X", "1")
-	if _, err := cls["dsh"].Run(ctx, api.RunRequest{Session: header("s-dsh", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: extra}); err != nil {
+	if _, err := cls["dsh"].Run(ctx, types.RunRequest{Session: header("s-dsh", f.work), Policy: policy.WorkspaceWrite, Command: "true", DSHEnv: extra}); err != nil {
 		t.Fatalf("harness token client adding DSH_PLUGIN_X = %v, want it run", err)
 	}
 	if got := strings.Join(f.exec.lastRequest().DSHEnv, ","); !strings.Contains(got, "DSH_PLUGIN_X=1") {
@@ -144,7 +145,7 @@ func TestServerHarnessExtraKeysNeedHarness(t *testing.T) {
 func TestServerTranscriptOutsideSessionsRoot(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, &fakeExec{}, func(o *api.Options) { o.SessionsRoot = "/elsewhere" })
-	rr := api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true"}
+	rr := types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "true"}
 	if _, err := f.cl.Run(ctx, rr); api.HTTPStatus(err) != 403 || fieldOf(err) != "session.cwd" {
 		t.Errorf("Run(transcript outside the root) = %v, want 403 naming session.cwd", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 )
 
 // ClientKind says how the service identified a client.
@@ -97,7 +99,7 @@ func identify(tokens []TokenClient, h http.Handler) http.Handler {
 				}
 			}
 			if found < 0 {
-				refuse(fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized))
+				refuse(fmt.Errorf("%w: missing or wrong bearer token", types.ErrUnauthorized))
 				return
 			}
 			tc := tokens[found]

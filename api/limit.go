@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -44,7 +45,7 @@ func (l *limiter) admit() (*ticket, error) {
 	}
 	if l.queued.Add(1) > l.maxQueue {
 		l.queued.Add(-1)
-		return nil, ErrOverloaded
+		return nil, types.ErrOverloaded
 	}
 	return &ticket{l: l, queued: true}, nil
 }

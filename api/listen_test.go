@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 )
 
@@ -77,17 +78,17 @@ func TestTCPNeedsToken(t *testing.T) {
 	}
 	go f.srv.Serve(l, "good-token")
 	addr := "tcp://" + l.Addr().String()
-	req := api.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}
+	req := types.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}
 	for _, tok := range []string{"", "wrong", "good-token-but-longer"} {
-		cl, _ := client.New(addr, client.Options{Token: tok})
-		if _, err := cl.Run(context.Background(), req); !errors.Is(err, api.ErrUnauthorized) || api.HTTPStatus(err) != 401 {
+		cl, _ := client.New(addr, checked(t, client.Options{Token: tok}))
+		if _, err := cl.Run(context.Background(), req); !errors.Is(err, types.ErrUnauthorized) || api.HTTPStatus(err) != 401 {
 			t.Errorf("Run with token %q = %v, want 401 ErrUnauthorized", tok, err)
 		}
 	}
 	if n := f.exec.calls.Load(); n != 0 {
 		t.Errorf("unauthorized requests ran %d calls", n)
 	}
-	cl, _ := client.New(addr, client.Options{Token: "good-token"})
+	cl, _ := client.New(addr, checked(t, client.Options{Token: "good-token"}))
 	if _, err := cl.Run(context.Background(), req); err != nil {
 		t.Errorf("Run with the token = %v, want nil", err)
 	}

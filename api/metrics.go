@@ -16,6 +16,7 @@ type metrics struct {
 	latency    *prometheus.HistogramVec
 	queueWait  prometheus.Histogram
 	requests   *prometheus.CounterVec
+	egress     *prometheus.CounterVec
 }
 
 func newMetrics(l *limiter, leaked func() float64) *metrics {
@@ -39,8 +40,12 @@ func newMetrics(l *limiter, leaked func() float64) *metrics {
 			Name: "dsh_sandbox_http_requests_total",
 			Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dsh_sandbox_egress_connections_total",
+			Help: "Connections of calls of network allowlist by verdict (allowed, denied, failed).",
+		}, []string{"verdict"}),
 	}
-	m.reg.MustRegister(m.executions, m.latency, m.queueWait, m.requests,
+	m.reg.MustRegister(m.executions, m.latency, m.queueWait, m.requests, m.egress,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dsh_sandbox_in_flight",
 			Help: "Executions (foreground calls and background jobs) holding a slot now.",
@@ -61,6 +66,11 @@ func newMetrics(l *limiter, leaked func() float64) *metrics {
 func (m *metrics) observe(backend string, d time.Duration, res *sandbox.Result, err error) {
 	m.executions.WithLabelValues(backend, outcome(res, err)).Inc()
 	m.latency.WithLabelValues(backend).Observe(d.Seconds())
+	if res != nil {
+		for _, c := range res.Egress {
+			m.egress.WithLabelValues(c.Verdict).Inc()
+		}
+	}
 }
 
 func outcome(res *sandbox.Result, err error) string {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 )
 
@@ -39,7 +39,7 @@ func TestServerNarrowsPolicy(t *testing.T) {
 	}
 
 	base, _ := policy.Builtin(policy.WorkspaceWrite)
-	_, err := f.cl.Run(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "ls", Cwd: f.work,
+	_, err := f.cl.Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "ls", Cwd: f.work,
 		MemoryBytes: 512 << 20, CPUs: 0.5, Pids: 64, Network: "none"})
 	if err != nil {
 		t.Fatalf("Run with narrowing fields = %v", err)
@@ -52,7 +52,7 @@ func TestServerNarrowsPolicy(t *testing.T) {
 		t.Errorf("narrowed policy invalid: %v", err)
 	}
 	// Without narrowing fields the policy is the service's, unchanged.
-	if _, err := f.cl.Run(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "ls", Cwd: f.work}); err != nil {
+	if _, err := f.cl.Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "ls", Cwd: f.work}); err != nil {
 		t.Fatal(err)
 	}
 	want, err := policy.Normalize(base)

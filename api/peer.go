@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 )
 
 // peer is what the service knows of a Unix-socket client: its
@@ -39,7 +41,7 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 func peerOf(uc *net.UnixConn, procRoot string) peer {
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return peer{uid: -1, gid: -1, refusal: fmt.Errorf("%w: peer credentials: %v", ErrForbidden, err)}
+		return peer{uid: -1, gid: -1, refusal: fmt.Errorf("%w: peer credentials: %v", types.ErrForbidden, err)}
 	}
 	var cred *unix.Ucred
 	var credErr error
@@ -49,7 +51,7 @@ func peerOf(uc *net.UnixConn, procRoot string) peer {
 		credErr = err
 	}
 	if credErr != nil {
-		return peer{uid: -1, gid: -1, refusal: fmt.Errorf("%w: peer credentials: %v", ErrForbidden, credErr)}
+		return peer{uid: -1, gid: -1, refusal: fmt.Errorf("%w: peer credentials: %v", types.ErrForbidden, credErr)}
 	}
 	p := peer{uid: int(cred.Uid), gid: int(cred.Gid), pid: int(cred.Pid)}
 	p.refusal = classifyPeer(procRoot, p.pid)
@@ -63,23 +65,23 @@ func peerOf(uc *net.UnixConn, procRoot string) peer {
 // read.
 func classifyPeer(procRoot string, pid int) error {
 	if pid <= 0 {
-		return fmt.Errorf("%w: the peer process is outside the service's pid namespace", ErrForbidden)
+		return fmt.Errorf("%w: the peer process is outside the service's pid namespace", types.ErrForbidden)
 	}
 	dir := filepath.Join(procRoot, strconv.Itoa(pid))
 	cgroup, err := os.ReadFile(filepath.Join(dir, "cgroup"))
 	if err != nil {
-		return fmt.Errorf("%w: reading the peer's cgroup: %v", ErrForbidden, err)
+		return fmt.Errorf("%w: reading the peer's cgroup: %v", types.ErrForbidden, err)
 	}
 	peerNS, err := os.Readlink(filepath.Join(dir, "ns", "pid"))
 	if err != nil {
-		return fmt.Errorf("%w: reading the peer's pid namespace: %v", ErrForbidden, err)
+		return fmt.Errorf("%w: reading the peer's pid namespace: %v", types.ErrForbidden, err)
 	}
 	ownNS, err := os.Readlink(filepath.Join(procRoot, "self", "ns", "pid"))
 	if err != nil {
-		return fmt.Errorf("%w: reading the service's pid namespace: %v", ErrForbidden, err)
+		return fmt.Errorf("%w: reading the service's pid namespace: %v", types.ErrForbidden, err)
 	}
 	if why := sandboxedPeer(string(cgroup), peerNS, ownNS); why != "" {
-		return fmt.Errorf("%w: the peer is a sandboxed call (%s); calls may not use the service", ErrForbidden, why)
+		return fmt.Errorf("%w: the peer is a sandboxed call (%s); calls may not use the service", types.ErrForbidden, why)
 	}
 	return nil
 }

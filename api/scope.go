@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -87,7 +88,7 @@ func (o *sessionOwners) claim(id, key string) error {
 	case ok:
 		return sandbox.Errorf(sandbox.ErrNotFound, "session %q not found", id)
 	case len(o.owner) >= MaxSessions:
-		return sandbox.Errorf(ErrOverloaded, "the service knows %d sessions, its limit", MaxSessions)
+		return sandbox.Errorf(types.ErrOverloaded, "the service knows %d sessions, its limit", MaxSessions)
 	}
 	if o.owner == nil {
 		o.owner = map[string]string{}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
@@ -91,6 +92,10 @@ type Options struct {
 	// "service socket", …); a call naming such a workspace is refused
 	// (403). nil protects nothing beyond the system directories.
 	ProtectedPaths map[string]string
+	// MaxStdinBytes bounds the streamed stdin of one call: the stdin part
+	// of a multipart POST /v1/run, or all that POST /v1/jobs/{id}/stdin
+	// sends to one job. 0 means DefaultMaxStdinBytes.
+	MaxStdinBytes int64
 	// Audit receives one record per execution; nil means none.
 	Audit *AuditLog
 	// LeakedObjects reports how many objects the reaper removed, for the
@@ -120,6 +125,7 @@ type Server struct {
 	servers  []*http.Server
 	policies map[string]sandbox.Policy
 	calls    map[string]*runningCall
+	stdins   map[*jobStdin]bool
 }
 
 // NewServer validates opts and returns a Server that is not yet serving.
@@ -163,7 +169,7 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.LeakedObjects == nil {
 		opts.LeakedObjects = func() float64 { return 0 }
 	}
-	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue), policies: opts.Policies, calls: map[string]*runningCall{}}
+	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue), policies: opts.Policies, calls: map[string]*runningCall{}, stdins: map[*jobStdin]bool{}}
 	s.metrics = newMetrics(s.limit, opts.LeakedObjects)
 	s.jobs = sandbox.NewJobsWith(observed{s: s, background: true}, sandbox.JobsOptions{
 		MaxLivePerOwner: opts.MaxJobsPerSession,
@@ -275,13 +281,14 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v1/jobs/{id}", s.handleOutput)
 	handle("POST /v1/jobs/{id}/kill", s.handleKill)
 	handle("DELETE /v1/jobs/{id}", s.handleRemove)
+	handle("POST /v1/jobs/{id}/stdin", s.handleStdin)
 	handle("GET /v1/calls", s.handleCalls)
 	handle("DELETE /v1/calls/{id}", s.handleCancel)
 	handle("GET /v1/env", s.handleDeclarations)
 	handle("POST /v1/snapshot", s.handleSnapshot)
 	handle("POST /v1/locate", s.handleLocate)
 	handle("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) error {
-		return writeJSON(w, http.StatusOK, HealthResponse{Status: "ok"})
+		return writeJSON(w, http.StatusOK, types.HealthResponse{Status: "ok"})
 	})
 	handle("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")
@@ -289,10 +296,30 @@ func (s *Server) routes() http.Handler {
 		return err
 	})
 	mux.Handle("GET /metrics", s.metricsHandler())
-	mux.Handle("/", s.logged("other", func(http.ResponseWriter, *http.Request) error {
+	mux.Handle("/", s.logged("other", func(w http.ResponseWriter, r *http.Request) error {
+		if allow := allowed(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return fmt.Errorf("%w: %s %s: the path answers %s", types.ErrMethodNotAllowed, r.Method, r.URL.Path, strings.Join(allow, ", "))
+		}
 		return sandbox.Errorf(sandbox.ErrNotFound, "no such endpoint")
 	}))
 	return mux
+}
+
+// methods are the request methods allowed probes.
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// allowed lists the methods a route of mux answers for r's path; none
+// means the path is unknown. The catch-all "/" route does not count.
+func allowed(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range methods {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // statusWriter remembers the status a handler wrote.
@@ -345,8 +372,8 @@ func (s *Server) logged(route string, h func(http.ResponseWriter, *http.Request)
 			ev = ev.Str("client", cl.Key())
 		}
 		if err != nil {
-			ev = ev.Str("error", Body(err).Class)
-			if fe := (*FieldError)(nil); errors.As(err, &fe) {
+			ev = ev.Str("error", types.Body(err).Class)
+			if fe := (*types.FieldError)(nil); errors.As(err, &fe) {
 				ev = ev.Str("field", fe.Field)
 			}
 		}
@@ -379,11 +406,11 @@ func writeError(w http.ResponseWriter, err error) {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dsh-sandbox"`)
 	}
-	_ = writeJSON(w, status, ErrorResponse{Error: Body(err)})
+	_ = writeJSON(w, status, types.ErrorResponse{Error: types.Body(err)})
 }
 
 // decodeRunBody strictly decodes a RunRequest body within MaxBodyBytes.
-func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) {
+func decodeRunBody(w http.ResponseWriter, r *http.Request) (*types.RunRequest, error) {
 	return DecodeRun(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 }
 
@@ -396,12 +423,12 @@ func decodeRunBody(w http.ResponseWriter, r *http.Request) (*RunRequest, error) 
 //
 // The snapshot and Locate see the header as the client sent it, cwd as
 // written, as dsh computes them; the workspace is the resolved cwd.
-func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandbox.Request, error) {
+func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (*sandbox.Request, error) {
 	pol, ok := s.policy(rr.Policy)
 	if !ok {
 		return nil, fieldErrorf("policy", "%q is not a policy this service knows", rr.Policy)
 	}
-	pol, err := rr.narrowed(pol)
+	pol, err := narrowed(rr, pol, s.opts.ProtectedPaths)
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +497,7 @@ func (s *Server) request(ctx context.Context, cl Client, rr *RunRequest) (*sandb
 	return req, nil
 }
 
-func (s *Server) locate(rr RunRequest) (persistence.Location, bool) {
+func (s *Server) locate(rr types.RunRequest) (persistence.Location, bool) {
 	if s.opts.Locator == nil || rr.Session == nil {
 		return persistence.Location{}, false
 	}
@@ -502,6 +529,9 @@ type callMeta struct {
 	// job receives a background job's id once Start returned it; nil
 	// for foreground calls.
 	job *jobRef
+	// stdin is a background job's open stdin (stdinOpen); forgotten
+	// when the job ends. nil otherwise.
+	stdin *jobStdin
 }
 
 // observed wraps the executor with the audit log and metrics; foreground
@@ -516,6 +546,9 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 	cl := clientOf(ctx)
 	ctx, done := o.s.track(ctx, cl, req, o.background, meta.job)
 	defer done()
+	if meta.stdin != nil {
+		defer o.s.forgetStdin(meta.stdin)
+	}
 	if t := meta.ticket; t != nil {
 		defer t.release()
 		queued := time.Now()

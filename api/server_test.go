@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
@@ -44,6 +45,9 @@ func (f *fakeExec) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 	f.mu.Unlock()
 	if req.Command == "fail" {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "runtime %q is missing", "fake")
+	}
+	if req.Command == "hash-stdin" {
+		return hashStdin(ctx, req)
 	}
 	if req.Stdout != nil {
 		io.WriteString(req.Stdout, "out:"+req.Command+"\n")
@@ -137,7 +141,7 @@ func newFixture(t testing.TB, exec *fakeExec, mutate func(*api.Options)) *fixtur
 		srv.Shutdown(ctx)
 		audit.Close()
 	})
-	if f.cl, err = client.New("unix://"+sock, client.Options{}); err != nil {
+	if f.cl, err = client.New("unix://"+sock, checked(t, client.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -148,7 +152,7 @@ func header(id, cwd string) *session.Header { return &session.Header{ID: id, Cwd
 func TestServerRunBuildsSnapshotItself(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	ctx := context.Background()
-	resp, err := f.cl.Run(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "ls", Env: []string{"A=1"}})
+	resp, err := f.cl.Run(ctx, types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "ls", Env: []string{"A=1"}})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -173,7 +177,7 @@ func TestServerRunBuildsSnapshotItself(t *testing.T) {
 func TestServerStream(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	var out, errOut bytes.Buffer
-	resp, err := f.cl.Stream(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "echo", Cwd: f.work}, &out, &errOut)
+	resp, err := f.cl.Stream(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "echo", Cwd: f.work}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("Stream = %v", err)
 	}
@@ -181,7 +185,7 @@ func TestServerStream(t *testing.T) {
 		t.Errorf("Stream wrote %q / %q, result %+v; want out:echo / err and a result", out.String(), errOut.String(), resp.Result)
 	}
 	// A sandbox error before any output keeps its class over the stream.
-	_, err = f.cl.Stream(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "fail"}, &out, &errOut)
+	_, err = f.cl.Stream(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "fail"}, &out, &errOut)
 	if !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("Stream(fail) = %v, want ErrUnavailable", err)
 	}
@@ -190,7 +194,7 @@ func TestServerStream(t *testing.T) {
 // rawPost sends body to the socket and returns status, headers and body.
 func rawPost(t *testing.T, sock, path, body string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
-	hc := httpClient(sock)
+	hc := httpClient(t, sock)
 	req, _ := http.NewRequest(http.MethodPost, "http://x"+path, strings.NewReader(body))
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -240,7 +244,7 @@ func TestServerRefusesBadInputAndRunsNothing(t *testing.T) {
 func TestServerOverloadAnswers429(t *testing.T) {
 	exec := &fakeExec{block: make(chan struct{}), started: make(chan struct{}, 16)}
 	f := newFixture(t, exec, func(o *api.Options) { o.MaxConcurrent, o.MaxQueue = 2, 1 })
-	req := api.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"}
+	req := types.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for range 3 {
@@ -274,7 +278,7 @@ func TestServerClientDisconnectCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.cl.Run(ctx, api.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"})
+		_, err := f.cl.Run(ctx, types.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"})
 		done <- err
 	}()
 	<-exec.started
@@ -294,7 +298,7 @@ func TestServerJobs(t *testing.T) {
 	exec := &fakeExec{block: make(chan struct{}), started: make(chan struct{}, 1)}
 	f := newFixture(t, exec, nil)
 	ctx := context.Background()
-	id, err := f.cl.StartJob(ctx, api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+	id, err := f.cl.StartJob(ctx, types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
 	if err != nil || !regexp.MustCompile(`^bash-[0-9a-f]{16}$`).MatchString(id) {
 		t.Fatalf("StartJob = %q, %v; want bash-<16 hex digits>", id, err)
 	}
@@ -339,7 +343,7 @@ func TestServerSnapshotLocateEnvHealth(t *testing.T) {
 	if f.exec.calls.Load() != 0 {
 		t.Errorf("inspection endpoints ran the executor")
 	}
-	hc := httpClient(f.sock)
+	hc := httpClient(t, f.sock)
 	resp, err := hc.Get("http://x/v1/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +358,7 @@ func TestServerSnapshotLocateEnvHealth(t *testing.T) {
 func TestServerAuditChainVerifies(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	for i := range 3 {
-		if _, err := f.cl.Run(context.Background(), api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "c", Env: []string{"SECRETISH=value"}, CallID: "tool-" + string(rune('a'+i))}); err != nil {
+		if _, err := f.cl.Run(context.Background(), types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "c", Env: []string{"SECRETISH=value"}, CallID: "tool-" + string(rune('a'+i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -380,7 +384,7 @@ func TestServerAuditChainVerifies(t *testing.T) {
 
 func metrics(t *testing.T, f *fixture) string {
 	t.Helper()
-	resp, err := httpClient(f.sock).Get("http://x/metrics")
+	resp, err := httpClient(t, f.sock).Get("http://x/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +395,7 @@ func metrics(t *testing.T, f *fixture) string {
 
 func TestServerMetrics(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
-	f.cl.Run(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"})
+	f.cl.Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"})
 	m := metrics(t, f)
 	for _, want := range []string{`dsh_sandbox_executions_total{backend="oci",outcome="ok"} 1`, "dsh_sandbox_in_flight 0", "dsh_sandbox_queue_depth 0", "dsh_sandbox_leaked_objects 0", "dsh_sandbox_execution_duration_seconds_bucket"} {
 		if !strings.Contains(m, want) {
@@ -405,7 +409,7 @@ func TestServerShutdownDrainsThenCancels(t *testing.T) {
 	f := newFixture(t, exec, nil)
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.cl.Run(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"})
+		_, err := f.cl.Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "sleep"})
 		done <- err
 	}()
 	<-exec.started
@@ -432,7 +436,7 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 	}
 	routes := map[string][]string{
 		"/v1/run": {"post"}, "/v1/jobs": {"post", "get"}, "/v1/jobs/{id}": {"get", "delete"},
-		"/v1/jobs/{id}/kill": {"post"}, "/v1/env": {"get"}, "/v1/snapshot": {"post"},
+		"/v1/jobs/{id}/kill": {"post"}, "/v1/jobs/{id}/stdin": {"post"}, "/v1/env": {"get"}, "/v1/snapshot": {"post"},
 		"/v1/locate": {"post"}, "/v1/health": {"get"}, "/v1/openapi.yaml": {"get"}, "/metrics": {"get"},
 		"/v1/calls": {"get"}, "/v1/calls/{id}": {"delete"},
 	}

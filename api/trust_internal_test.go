@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -67,8 +68,8 @@ func TestClassifyPeerReadsProc(t *testing.T) {
 	}{{10, true}, {11, false}, {12, false}, {13, false}, {14, false}, {0, false}}
 	for _, tc := range cases {
 		err := classifyPeer(proc, tc.pid)
-		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrForbidden)) {
-			t.Errorf("classifyPeer(pid %d) = %v, want ok=%t (else ErrForbidden)", tc.pid, err, tc.ok)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, types.ErrForbidden)) {
+			t.Errorf("classifyPeer(pid %d) = %v, want ok=%t (else types.ErrForbidden)", tc.pid, err, tc.ok)
 		}
 	}
 	// This test's own process is an ordinary host process.
@@ -133,7 +134,7 @@ func TestCheckDirOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := Client{Kind: ClientSocket, UID: 1000, GID: 1000, Name: "uid 1000"}
-	if _, err := s.checkDir(user, "session.cwd", rootOwned); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "session.cwd") {
+	if _, err := s.checkDir(user, "session.cwd", rootOwned); !errors.Is(err, types.ErrForbidden) || !strings.Contains(err.Error(), "session.cwd") {
 		t.Errorf("uid 1000 using a root-owned dir = %v, want 403 naming session.cwd", err)
 	}
 	if got, err := s.checkDir(user, "session.cwd", userOwned); err != nil || got != userOwned {

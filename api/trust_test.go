@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 )
 
@@ -31,7 +32,7 @@ func serveTokens(t *testing.T, f *fixture, tokens []api.TokenClient) (string, ma
 	addr := l.Addr().String()
 	out := map[string]*client.Client{}
 	for _, tc := range tokens {
-		if out[tc.Name], err = client.New("tcp://"+addr, client.Options{Token: tc.Token}); err != nil {
+		if out[tc.Name], err = client.New("tcp://"+addr, checked(t, client.Options{Token: tc.Token})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +40,7 @@ func serveTokens(t *testing.T, f *fixture, tokens []api.TokenClient) (string, ma
 }
 
 func fieldOf(err error) string {
-	var fe *api.FieldError
+	var fe *types.FieldError
 	if errors.As(err, &fe) {
 		return fe.Field
 	}
@@ -80,7 +81,7 @@ func TestServerScopesWorkspace(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := f.cl.Run(ctx, api.RunRequest{Session: header("s-"+tc.name, tc.cwd), Workdir: tc.workdir, Policy: policy.WorkspaceWrite, Command: "true"})
+			_, err := f.cl.Run(ctx, types.RunRequest{Session: header("s-"+tc.name, tc.cwd), Workdir: tc.workdir, Policy: policy.WorkspaceWrite, Command: "true"})
 			want := 400
 			if tc.forbidden {
 				want = 403
@@ -94,11 +95,11 @@ func TestServerScopesWorkspace(t *testing.T) {
 		t.Errorf("refused requests ran %d calls", n)
 	}
 	// A call with no agent names its directory in cwd.
-	if _, err := f.cl.Run(ctx, api.RunRequest{Cwd: "/etc", Policy: policy.WorkspaceWrite, Command: "true"}); api.HTTPStatus(err) != 403 || fieldOf(err) != "cwd" {
+	if _, err := f.cl.Run(ctx, types.RunRequest{Cwd: "/etc", Policy: policy.WorkspaceWrite, Command: "true"}); api.HTTPStatus(err) != 403 || fieldOf(err) != "cwd" {
 		t.Errorf("Run(cwd /etc, no session) = %v, want 403 naming cwd", err)
 	}
 	// The legitimate variant: the real workspace, a workdir inside it.
-	if _, err := f.cl.Run(ctx, api.RunRequest{Session: header("ok", work), Workdir: work, Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
+	if _, err := f.cl.Run(ctx, types.RunRequest{Session: header("ok", work), Workdir: work, Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
 		t.Errorf("Run(cwd %s) = %v, want it run", work, err)
 	}
 	if got := f.exec.lastRequest(); got == nil || got.Session.Cwd != work {
@@ -111,10 +112,10 @@ func TestServerTokenClientRoots(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	_, cls := serveTokens(t, f, []api.TokenClient{{Name: "a", Token: "tok-a", Roots: []string{mine}}})
 	ctx := context.Background()
-	if _, err := cls["a"].Run(ctx, api.RunRequest{Session: header("s", theirs), Policy: policy.WorkspaceWrite, Command: "true"}); api.HTTPStatus(err) != 403 || fieldOf(err) != "session.cwd" {
+	if _, err := cls["a"].Run(ctx, types.RunRequest{Session: header("s", theirs), Policy: policy.WorkspaceWrite, Command: "true"}); api.HTTPStatus(err) != 403 || fieldOf(err) != "session.cwd" {
 		t.Errorf("token client outside its roots = %v, want 403 naming session.cwd", err)
 	}
-	if _, err := cls["a"].Run(ctx, api.RunRequest{Session: header("s", mine), Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
+	if _, err := cls["a"].Run(ctx, types.RunRequest{Session: header("s", mine), Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
 		t.Errorf("token client inside its roots = %v, want it run", err)
 	}
 	if data, _ := os.ReadFile(f.audit); !strings.Contains(string(data), `"client":"token:a"`) {
@@ -130,7 +131,7 @@ func TestServerCrossClientIsolation(t *testing.T) {
 	a, b := cls["a"], cls["b"]
 	ctx := context.Background()
 	h := header("s1", f.work)
-	id, err := a.StartJob(ctx, api.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "sleep"})
+	id, err := a.StartJob(ctx, types.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "sleep"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +146,9 @@ func TestServerCrossClientIsolation(t *testing.T) {
 	notFound("snapshot", err)
 	_, _, err = b.Locate(ctx, *h)
 	notFound("locate", err)
-	_, err = b.Run(ctx, api.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "true"})
+	_, err = b.Run(ctx, types.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "true"})
 	notFound("run", err)
-	_, err = b.StartJob(ctx, api.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "true"})
+	_, err = b.StartJob(ctx, types.RunRequest{Session: h, Policy: policy.WorkspaceWrite, Command: "true"})
 	notFound("start job", err)
 	_, err = b.Jobs(ctx, "s1")
 	notFound("job list", err)
@@ -165,7 +166,7 @@ func TestServerCrossClientIsolation(t *testing.T) {
 		t.Errorf("a's job after b's attempts = %+v, %v; want still running", o, err)
 	}
 	// The legitimate variant: b's own session works; a still owns s1.
-	bid, err := b.StartJob(ctx, api.RunRequest{Session: header("s2", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+	bid, err := b.StartJob(ctx, types.RunRequest{Session: header("s2", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
 	if err != nil {
 		t.Errorf("client b: StartJob(own session) = %v", err)
 	}
@@ -190,11 +191,11 @@ func TestServerJobsHoldSlots(t *testing.T) {
 	var ids []string
 	overloaded := 0
 	for i := range 12 {
-		id, err := f.cl.StartJob(ctx, api.RunRequest{Session: header(fmt.Sprint("s", i), f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
+		id, err := f.cl.StartJob(ctx, types.RunRequest{Session: header(fmt.Sprint("s", i), f.work), Policy: policy.WorkspaceWrite, Command: "sleep"})
 		switch {
 		case err == nil:
 			ids = append(ids, id)
-		case errors.Is(err, api.ErrOverloaded):
+		case errors.Is(err, types.ErrOverloaded):
 			overloaded++
 		default:
 			t.Fatalf("StartJob %d = %v", i, err)
@@ -211,7 +212,7 @@ func TestServerJobsHoldSlots(t *testing.T) {
 	if m := metrics(t, f); !strings.Contains(m, "dsh_sandbox_in_flight 2") {
 		t.Errorf("metrics while 2 jobs run and 2 wait lack dsh_sandbox_in_flight 2")
 	}
-	if _, err := f.cl.Run(ctx, api.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}); !errors.Is(err, api.ErrOverloaded) {
+	if _, err := f.cl.Run(ctx, types.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}); !errors.Is(err, types.ErrOverloaded) {
 		t.Errorf("foreground call while jobs fill every slot and the queue = %v, want 429", err)
 	}
 	if n := exec.calls.Load(); n != 2 {
@@ -246,7 +247,7 @@ func TestServerJobsPerSessionCap(t *testing.T) {
 	f := newFixture(t, exec, func(o *api.Options) { o.MaxConcurrent, o.MaxJobsPerSession = 8, 2 })
 	defer close(exec.block)
 	ctx := context.Background()
-	req := api.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"}
+	req := types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "sleep"}
 	for range 2 {
 		if _, err := f.cl.StartJob(ctx, req); err != nil {
 			t.Fatal(err)
@@ -295,7 +296,7 @@ func TestServerTokenCheckedBeforeBody(t *testing.T) {
 		t.Errorf("a tokenless request ran %d calls", n)
 	}
 	// The legitimate variant.
-	if _, err := cls["a"].Run(context.Background(), api.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}); err != nil {
+	if _, err := cls["a"].Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"}); err != nil {
 		t.Errorf("Run with the token = %v", err)
 	}
 }
@@ -333,7 +334,7 @@ func TestServerNULIsBadRequest(t *testing.T) {
 		"/v1/jobs?session=a%00b": "session", "/v1/jobs/bash-1?session=a%00b": "session",
 		"/v1/jobs/bash%00?session=s": "id", "/v1/health?probe=%00": "probe",
 	} {
-		resp, err := httpClient(f.sock).Get("http://x" + path)
+		resp, err := httpClient(t, f.sock).Get("http://x" + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +348,7 @@ func TestServerNULIsBadRequest(t *testing.T) {
 		t.Errorf("requests with a NUL ran %d calls", n)
 	}
 	// The legitimate variant.
-	if _, err := f.cl.Run(context.Background(), api.RunRequest{Session: header("a-b", f.work), Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
+	if _, err := f.cl.Run(context.Background(), types.RunRequest{Session: header("a-b", f.work), Policy: policy.WorkspaceWrite, Command: "true"}); err != nil {
 		t.Errorf("Run without a NUL = %v", err)
 	}
 }

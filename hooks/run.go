@@ -29,7 +29,9 @@ type RunOptions struct {
 }
 
 // Run runs every invocation of p concurrently, each through o.Runner in
-// its own container, with p.Stdin as stdin, p.Env as ordinary env, no
+// its own container, with p.Stdin as stdin (its secrets redacted as the
+// call's output is: sandbox.Redactor of o.Policy; when a redact file
+// cannot be read, no hook runs and each result fails closed), p.Env as ordinary env, no
 // DSH_* snapshot, the session cwd as working directory and the hook's
 // timeout. The transcript directory is mounted read-only only when it
 // exists already, so running hooks never creates a session. It waits for all of them and returns their merged outcome; a
@@ -48,9 +50,18 @@ func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 			sess.TranscriptDir = ""
 		}
 	}
+	// The payload loses the secrets the hook's output would lose
+	// (sandbox.Redactor); when they cannot be known, no hook runs.
+	redactor, redactErr := sandbox.Redactor(o.Policy, os.Environ(), os.LookupEnv)
+	stdin := redactor.Bytes(p.Stdin)
 	results := make([]HookResult, len(p.Invocations))
 	var wg sync.WaitGroup
 	for i, inv := range p.Invocations {
+		if redactErr != nil {
+			results[i] = Decode(p.Event.Name, nil, redactErr)
+			results[i].Command, results[i].Place = inv.Command, inv.Place
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -58,7 +69,7 @@ func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 				Command:        inv.Command,
 				TimeoutMs:      max(inv.Timeout.Milliseconds(), 1),
 				StdoutMaxBytes: o.StdoutMaxBytes,
-				Stdin:          p.Stdin,
+				Stdin:          stdin,
 				Env:            p.Env,
 				Session:        sess,
 				Policy:         o.Policy,

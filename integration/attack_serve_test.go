@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -53,10 +54,7 @@ func writeTokens(t *testing.T, content string) string {
 // status and body.
 func rawUnix(t *testing.T, sock, method, path, body string) (int, string) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	hc := socketHTTP(t, sock)
 	req, _ := http.NewRequest(method, "http://x"+path, strings.NewReader(body))
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -87,7 +85,7 @@ func startServeAt(t *testing.T, e env, sock string, args ...string) *service {
 	go func() { sv.cmd.Wait(); close(sv.done) }()
 	t.Cleanup(func() { sv.stop(t) })
 	var err error
-	if sv.cl, err = client.New("unix://"+sock, client.Options{}); err != nil {
+	if sv.cl, err = newClient(t, "unix://"+sock, client.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 1500 { // 30 s at most
@@ -122,16 +120,16 @@ func TestAttackServeCrossClient(t *testing.T) {
 	addr := freeTCP(t)
 	tokens := writeTokens(t, "# attacker\nb tok-b-0123456789\n")
 	sv := startServe(t, e, "--listen", "unix://"+filepath.Join(e.home, "run", "sandbox.sock"), "--listen", "tcp://"+addr, "--token-file", tokens)
-	b, err := client.New("tcp://"+addr, client.Options{Token: "tok-b-0123456789"})
+	b, err := newClient(t, "tcp://"+addr, client.Options{Token: "tok-b-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	h := e.header("a-session")
-	if _, err := sv.cl.Run(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "true"}); err != nil {
+	if _, err := sv.cl.Run(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "true"}); err != nil {
 		t.Fatalf("A: Run = %v", err)
 	}
-	id, err := sv.cl.StartJob(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "echo secret-of-a; sleep 300"})
+	id, err := sv.cl.StartJob(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "echo secret-of-a; sleep 300"})
 	if err != nil {
 		t.Fatalf("A: StartJob = %v", err)
 	}
@@ -147,7 +145,7 @@ func TestAttackServeCrossClient(t *testing.T) {
 	if _, _, err := b.Locate(ctx, *h); statusOf(err) != 404 {
 		t.Errorf("B: Locate(A's session) = %v, want 404", err)
 	}
-	if _, err := b.Run(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "true"}); statusOf(err) != 404 {
+	if _, err := b.Run(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "true"}); statusOf(err) != 404 {
 		t.Errorf("B: Run(A's session) = %v, want 404", err)
 	}
 	if _, err := b.Jobs(ctx, h.ID); statusOf(err) != 404 {
@@ -173,7 +171,7 @@ func TestAttackServeCrossClient(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The legitimate variant: B's own session works.
-	resp, err := b.Run(ctx, api.RunRequest{Session: e.header("b-session"), Policy: "workspace-write", Command: "echo hi-b"})
+	resp, err := b.Run(ctx, types.RunRequest{Session: e.header("b-session"), Policy: "workspace-write", Command: "echo hi-b"})
 	if err != nil || resp.Result.Stdout.Text != "hi-b\n" {
 		t.Errorf("B: Run(own session) = %+v, %v; want hi-b", resp, err)
 	}
@@ -209,8 +207,8 @@ func TestAttackServeWorkspaceScope(t *testing.T) {
 	}
 	for _, tc := range cases {
 		h := &session.Header{ID: "scope-" + tc.name, CreatedAt: 1, Cwd: tc.cwd}
-		_, err := sv.cl.Run(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: marker})
-		var fe *api.FieldError
+		_, err := sv.cl.Run(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: marker})
+		var fe *types.FieldError
 		if statusOf(err) != 403 || !errors.As(err, &fe) || fe.Field != "session.cwd" {
 			t.Errorf("%s: Run(cwd %s) = %v, want 403 naming session.cwd", tc.name, tc.cwd, err)
 		}
@@ -223,7 +221,7 @@ func TestAttackServeWorkspaceScope(t *testing.T) {
 		t.Errorf("a refused call ran")
 	}
 	// The legitimate variant: the real workspace.
-	resp, err := sv.cl.Run(ctx, api.RunRequest{Session: e.header("scope-ok"), Policy: "workspace-write", Command: "pwd"})
+	resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("scope-ok"), Policy: "workspace-write", Command: "pwd"})
 	if err != nil || resp.Result.Stdout.Text != e.workspace+"\n" {
 		t.Errorf("Run(real workspace) = %+v, %v; want pwd %s", resp, err, e.workspace)
 	}
@@ -241,11 +239,11 @@ func TestAttackServeJobsRespectMaxConcurrent(t *testing.T) {
 	overloaded := 0
 	for i := range 12 {
 		s := fmt.Sprintf("job-%d", i)
-		id, err := sv.cl.StartJob(ctx, api.RunRequest{Session: e.header(s), Policy: "workspace-write", Command: "sleep 300"})
+		id, err := sv.cl.StartJob(ctx, types.RunRequest{Session: e.header(s), Policy: "workspace-write", Command: "sleep 300"})
 		switch {
 		case err == nil:
 			jobs = append(jobs, started{s, id})
-		case errors.Is(err, api.ErrOverloaded):
+		case errors.Is(err, types.ErrOverloaded):
 			overloaded++
 		default:
 			t.Errorf("StartJob %d = %v", i, err)
@@ -279,7 +277,7 @@ func TestAttackServeJobsRespectMaxConcurrent(t *testing.T) {
 	}
 	// A foreground call is refused too: the jobs hold every slot and the
 	// queue is full.
-	if _, err := sv.cl.Run(ctx, api.RunRequest{Policy: "workspace-write", Command: "true"}); !errors.Is(err, api.ErrOverloaded) {
+	if _, err := sv.cl.Run(ctx, types.RunRequest{Policy: "workspace-write", Command: "true"}); !errors.Is(err, types.ErrOverloaded) {
 		t.Errorf("Run while jobs fill the slots and the queue = %v, want 429", err)
 	}
 }
@@ -317,8 +315,8 @@ func TestAttackServeSlowBodyWithoutToken(t *testing.T) {
 		t.Errorf("the server kept the connection open after the 401 (read %d bytes)", n)
 	}
 	// The legitimate variant: with the token a call works.
-	cl, _ := client.New("tcp://"+addr, client.Options{Token: "tok-123-legacy"})
-	if resp, err := cl.Run(context.Background(), api.RunRequest{Policy: "workspace-write", Command: "echo ok"}); err != nil || resp.Result.Stdout.Text != "ok\n" {
+	cl, _ := newClient(t, "tcp://"+addr, client.Options{Token: "tok-123-legacy"})
+	if resp, err := cl.Run(context.Background(), types.RunRequest{Policy: "workspace-write", Command: "echo ok"}); err != nil || resp.Result.Stdout.Text != "ok\n" {
 		t.Errorf("Run with the token = %+v, %v", resp, err)
 	}
 }
@@ -337,7 +335,7 @@ func TestAttackServeNULInSessionID(t *testing.T) {
 			t.Errorf("POST %s with a NUL in session.id = %d %s, want 400 naming session.id", path, status, got)
 		}
 	}
-	if resp, err := sv.cl.Run(context.Background(), api.RunRequest{Session: e.header("a-b"), Policy: "workspace-write", Command: "echo ok"}); err != nil || resp.Result.Stdout.Text != "ok\n" {
+	if resp, err := sv.cl.Run(context.Background(), types.RunRequest{Session: e.header("a-b"), Policy: "workspace-write", Command: "echo ok"}); err != nil || resp.Result.Stdout.Text != "ok\n" {
 		t.Errorf("Run without a NUL = %+v, %v", resp, err)
 	}
 }
@@ -390,7 +388,7 @@ while True:
     data += d
 print(data.split(b"\r\n")[0].decode())`
 	ctx := context.Background()
-	resp, err := sv.cl.Run(ctx, api.RunRequest{Session: e.header("leaky"), Policy: "leaky", Env: []string{"SOCK=" + sock, "PROBE=" + probe}, Command: `python3 -c "$PROBE" "$SOCK"`})
+	resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("leaky"), Policy: "leaky", Env: []string{"SOCK=" + sock, "PROBE=" + probe}, Command: `python3 -c "$PROBE" "$SOCK"`})
 	switch {
 	case err != nil:
 		// The call must run, or the sandboxed-peer check is not tested.

@@ -89,7 +89,7 @@ func TestDSHFullLoop(t *testing.T) {
 	id := "loop-" + uniqueSuffix()
 	stdout := runDSHDriver(t, p, e, sv, "dshloop.ts", map[string]any{
 		"baseURL":      base,
-		"server":       "unix://" + sv.sock,
+		"server":       "unix://" + checkedSocket(t, sv.sock),
 		"sessionsRoot": e.root,
 		"home":         e.home,
 		"cwd":          e.workspace,

@@ -199,7 +199,7 @@ func TestDSHRecordJSONL(t *testing.T) {
 	base := startReplayModel(t, "--script", filepath.Join("testdata", "dshrecord.json"))
 	id := "rec-" + uniqueSuffix()
 	out := runDSHRecord(t, p, e, sv, map[string]any{
-		"baseURL": base, "server": "unix://" + sv.sock, "home": e.home, "cwd": e.workspace,
+		"baseURL": base, "server": "unix://" + checkedSocket(t, sv.sock), "home": e.home, "cwd": e.workspace,
 		"persistence": "jsonl", "sessionsRoot": e.root, "sessionId": id,
 		"task":           "Print the session's DSH_* facts.",
 		"noAgentCommand": noAgentCommand(t),
@@ -224,7 +224,7 @@ func TestDSHRecordSQLite(t *testing.T) {
 	base := startReplayModel(t, "--script", filepath.Join("testdata", "dshrecord.json"))
 	id := "rec-" + uniqueSuffix()
 	out := runDSHRecord(t, p, e, sv, map[string]any{
-		"baseURL": base, "server": "unix://" + sv.sock, "home": e.home, "cwd": e.workspace,
+		"baseURL": base, "server": "unix://" + checkedSocket(t, sv.sock), "home": e.home, "cwd": e.workspace,
 		"persistence": "sqlite", "sqlitePath": db, "sessionId": id,
 		"task":           "Print the session's DSH_* facts.",
 		"noAgentCommand": noAgentCommand(t),
@@ -381,7 +381,7 @@ func TestDSHRecordParentAndChildren(t *testing.T) {
 	suffix := uniqueSuffix()
 	parent, kids := "parent-"+suffix, []string{"child-a-" + suffix, "child-b-" + suffix}
 	out := runDSHRecord(t, p, e, sv, map[string]any{
-		"baseURL": base, "server": "unix://" + sv.sock, "home": e.home, "cwd": e.workspace,
+		"baseURL": base, "server": "unix://" + checkedSocket(t, sv.sock), "home": e.home, "cwd": e.workspace,
 		"persistence": "jsonl", "sessionsRoot": e.root, "sessionId": parent, "children": kids,
 		"task": "Print your session's DSH_* facts.",
 	})

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 )
 
@@ -29,7 +29,7 @@ func TestHarnessDSHEnvBoundary(t *testing.T) {
 	sv := startServe(t, e, "--listen", "unix://"+filepath.Join(e.home, "run", "sandbox.sock"), "--listen", "tcp://"+addr, "--token-file", tokens)
 	ctx := context.Background()
 	tcp := func(token string) *client.Client {
-		c, err := client.New("tcp://"+addr, client.Options{Token: token})
+		c, err := newClient(t, "tcp://"+addr, client.Options{Token: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,9 +77,9 @@ func TestHarnessDSHEnvBoundary(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			rr := api.RunRequest{Session: e.header(a.id), Policy: "workspace-write", Command: touch, DSHEnv: a.env}
+			rr := types.RunRequest{Session: e.header(a.id), Policy: "workspace-write", Command: touch, DSHEnv: a.env}
 			_, err := a.cl.Run(ctx, rr)
-			var fe *api.FieldError
+			var fe *types.FieldError
 			if statusOf(err) != 403 || !asField(err, &fe) || fe.Field != a.field {
 				t.Errorf("Run = %v (status %d), want 403 naming %s", err, statusOf(err), a.field)
 			}
@@ -97,7 +97,7 @@ func TestHarnessDSHEnvBoundary(t *testing.T) {
 	// service's values and that key, and the session directory read-only.
 	probe := `env | grep '^DSH_' | sort; echo x > "$DSH_SESSION_JSONL" 2>/dev/null && echo WROTE || echo READONLY`
 	want := snapshot("s1")
-	rr := api.RunRequest{Session: e.header("s1"), Policy: "workspace-write", Command: probe, DSHEnv: withKV(want, "DSH_PLUGIN_NOTE", "from the harness")}
+	rr := types.RunRequest{Session: e.header("s1"), Policy: "workspace-write", Command: probe, DSHEnv: withKV(want, "DSH_PLUGIN_NOTE", "from the harness")}
 	resp, err := sv.cl.Run(ctx, rr)
 	if err != nil {
 		t.Fatalf("socket harness: Run(dsh's snapshot) = %v", err)
@@ -118,11 +118,11 @@ func TestHarnessDSHEnvBoundary(t *testing.T) {
 	}
 	// A harness token client may add keys too; a plain token client may
 	// send the built-ins only.
-	resp, err = dsh.Run(ctx, api.RunRequest{Session: e.header("s-dsh"), Policy: "workspace-write", Command: "echo $DSH_PLUGIN_NOTE", DSHEnv: withKV(snapshot("s-dsh"), "DSH_PLUGIN_NOTE", "tcp harness")})
+	resp, err = dsh.Run(ctx, types.RunRequest{Session: e.header("s-dsh"), Policy: "workspace-write", Command: "echo $DSH_PLUGIN_NOTE", DSHEnv: withKV(snapshot("s-dsh"), "DSH_PLUGIN_NOTE", "tcp harness")})
 	if err != nil || resp.Result.Stdout.Text != "tcp harness\n" {
 		t.Errorf("harness token client: Run = %+v, %v; want it to print its key", resp, err)
 	}
-	resp, err = ci.Run(ctx, api.RunRequest{Session: e.header("s-ci"), Policy: "workspace-write", Command: "echo $DSH_SESSION_ID", DSHEnv: snapshot("s-ci")})
+	resp, err = ci.Run(ctx, types.RunRequest{Session: e.header("s-ci"), Policy: "workspace-write", Command: "echo $DSH_SESSION_ID", DSHEnv: snapshot("s-ci")})
 	if err != nil || resp.Result.Stdout.Text != "s-ci\n" {
 		t.Errorf("plain token client with the built-ins: Run = %+v, %v; want s-ci", resp, err)
 	}
@@ -139,6 +139,6 @@ func withKV(m map[string]string, kv ...string) map[string]string {
 	return out
 }
 
-func asField(err error, fe **api.FieldError) bool {
+func asField(err error, fe **types.FieldError) bool {
 	return err != nil && errors.As(err, fe)
 }

@@ -196,7 +196,7 @@ func owned(t *testing.T, path string) (int, int, os.FileMode) {
 }
 
 // probeScript prints NAME=1 or NAME=0 for each access it tries, then the
-// call's uid.
+// call's uid and the host uid /proc/self/uid_map maps it to.
 const probeScript = `c() { n=$1; shift; if "$@" >/dev/null 2>&1; then echo "$n=1"; else echo "$n=0"; fi; }
 c transcript-read cat "$DSH_SESSION_JSONL"
 c dir-list ls "$(dirname "$DSH_SESSION_JSONL")"
@@ -205,7 +205,9 @@ c transcript-write sh -c 'echo x >> "$DSH_SESSION_JSONL"'
 c spill-write sh -c 'echo x >> "$SPILL"'
 c other-list ls "$OTHER"
 c workspace-write touch "$PWD/by-call"
-echo "uid=$(id -u)"`
+u=$(id -u)
+echo "uid=$u"
+while read -r in out n; do if [ "$u" -ge "$in" ] && [ "$u" -lt $((in + n)) ]; then echo "hostuid=$((out + u - in))"; fi; done </proc/self/uid_map`
 
 // probe parses probeScript's output.
 func probe(t *testing.T, res *sandbox.Result) map[string]string {
@@ -215,8 +217,8 @@ func probe(t *testing.T, res *sandbox.Result) map[string]string {
 		k, v, _ := strings.Cut(line, "=")
 		got[k] = v
 	}
-	if len(got) != 8 || res.Stdout.Truncated {
-		t.Fatalf("probe printed %q (stderr %q), want 8 lines", res.Stdout.Text, res.Stderr.Text)
+	if len(got) != 9 || res.Stdout.Truncated {
+		t.Fatalf("probe printed %q (stderr %q), want 9 lines", res.Stdout.Text, res.Stderr.Text)
 	}
 	return got
 }
@@ -274,9 +276,12 @@ func TestIdentityMatrix(t *testing.T) {
 							t.Errorf("%s = %s inside, want %s (probe %q)", k, got[k], v, res.Stdout.Text)
 						}
 					}
+					if usernsBackend(b) && (got["hostuid"] == "0" || got["hostuid"] == "") {
+						t.Errorf("the call's uid %s is host uid %q in /proc/self/uid_map terms, want an unprivileged one", got["uid"], got["hostuid"])
+					}
 					if owner == 0 && !usernsBackend(b) {
-						// Known gap (issue 11): only oci/runc, oci/crun
-						// and containerd give calls a user namespace so far.
+						// Known gap (issue 11): oci/runsc gives calls no
+						// user namespace so far.
 						t.Logf("known gap: the call of a root-owned workspace runs as host uid %s on %s", got["uid"], b.name)
 					}
 					created := filepath.Join(ws, "by-call")
@@ -432,25 +437,27 @@ func hostOf(m []uidMapLine, c uint64) (uint64, bool) {
 	return 0, false
 }
 
-// TestIdentityUserNamespace: on oci/runc and oci/crun every call runs in
-// a user namespace whose map never reaches host uid 0, also for a
-// root-owned workspace (the CI checkout), where the call still writes
-// the workspace with root-owned files (an id-mapped mount) but cannot
-// leave a setuid-root program on the host. The legitimate variants: a
-// plain chmod works, a uid-1000 workspace gets files owned by 1000 (that
-// uid is mapped 1:1), and a policy that says user: host-root explicitly
-// does run as host uid 0.
 // usernsBackend reports whether b runs every call in a user namespace:
-// oci with runc or crun, and containerd (its runc shim).
+// oci with runc or crun, containerd (its runc shim), and docker (the
+// engine scripts/daemons.sh starts remaps user namespaces).
 func usernsBackend(b idBackend) bool {
-	return b.backend == "containerd" || b.backend == "oci" && b.runtime != "runsc"
+	return b.backend == "containerd" || b.backend == "docker" || b.backend == "oci" && b.runtime != "runsc"
 }
 
+// TestIdentityUserNamespace: on oci/runc, oci/crun, containerd and docker
+// every call runs in a user namespace whose map never reaches host uid 0,
+// also for a root-owned workspace (the CI checkout), where the call
+// still writes the workspace with root-owned files (an id-mapped mount)
+// but cannot leave a setuid-root program on the host. The legitimate
+// variants: a plain chmod works, a uid-1000 workspace gets files owned by
+// 1000 (on oci and containerd that uid is mapped 1:1; on docker the
+// engine maps it into its range and the binds are id-mapped), and a
+// policy that says user: host-root explicitly does run as host uid 0.
 func TestIdentityUserNamespace(t *testing.T) {
 	w := newIDWorld(t)
 	for _, b := range idBackends {
 		if !usernsBackend(b) {
-			continue // runsc, docker: no user namespace (docs/identity.md)
+			continue // runsc: no user namespace (docs/identity.md)
 		}
 		for _, owner := range []int{0, 1000} {
 			t.Run(fmt.Sprintf("%s/uid-%d", b.name, owner), func(t *testing.T) {
@@ -472,6 +479,12 @@ func TestIdentityUserNamespace(t *testing.T) {
 				switch {
 				case !ok || host == 0:
 					t.Errorf("the call's uid %d maps to host %d (mapped %v), want an unprivileged host uid", inside, host, ok)
+				case b.backend == "docker":
+					// The engine's one range (userns-remap) for every
+					// container uid: the call is never its host uid.
+					if root, _ := hostOf(m, 0); host != root+inside || host == uint64(owner) {
+						t.Errorf("the call's uid %d maps to host %d, want the engine's range (%d+%d)", inside, host, root, inside)
+					}
 				case owner != 0 && host != uint64(owner):
 					t.Errorf("the call's uid %d maps to host %d, want %d (1:1)", inside, host, owner)
 				}

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := checkContractCoverage(m.Run())
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -24,7 +24,8 @@ func execJSON(t *testing.T, e env, args []string, command string) (result, map[s
 // TestExecNarrowingFlags: --memory and --pids tighten the call's limits
 // (a call that fits the policy fails under the narrower limit, and runs
 // without the flag); asking more than the policy allows is refused naming
-// the flag, exit 2, before anything runs; --mount is always refused; the
+// the flag, exit 2, before anything runs; --mount is refused under a
+// policy without mountRoots (TestExecMountUnderRoots has those); the
 // env file's ordinary keys reach the call and its DSH_* keys do not.
 func TestExecNarrowingFlags(t *testing.T) {
 	requireRoot(t)

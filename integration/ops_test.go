@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 )
 
 // waitLog waits until the service's stderr holds want, at most 30 s.
@@ -72,7 +73,7 @@ func TestServeSIGHUPReopensAuditAndReloadsPolicies(t *testing.T) {
 	ctx := context.Background()
 	call := func(policy, command string) error {
 		t.Helper()
-		resp, err := sv.cl.Run(ctx, api.RunRequest{Session: e.header("s1"), Policy: policy, Command: command})
+		resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("s1"), Policy: policy, Command: command})
 		if err == nil && (resp.Result.ExitCode == nil || *resp.Result.ExitCode != 0) {
 			t.Fatalf("call %q under %s: %+v", command, policy, resp.Result)
 		}
@@ -163,7 +164,7 @@ func TestServeSocketActivation(t *testing.T) {
 	}
 	go func() { sv.cmd.Wait(); close(sv.done) }()
 	t.Cleanup(func() { sv.stop(t) })
-	if sv.cl, err = client.New("unix://"+sock, client.Options{}); err != nil {
+	if sv.cl, err = newClient(t, "unix://"+sock, client.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// The socket exists before the service runs: the first connection
@@ -180,7 +181,7 @@ func TestServeSocketActivation(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := sv.cl.Run(ctx, api.RunRequest{Session: e.header("s1"), Policy: "workspace-write", Command: "echo activated"})
+	resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("s1"), Policy: "workspace-write", Command: "echo activated"})
 	if err != nil || resp.Result.Stdout.Text != "activated\n" {
 		t.Fatalf("a call through the inherited socket = %+v, %v; logs %s", resp, err, sv.logs())
 	}
@@ -286,28 +287,28 @@ func TestServeCallsListAndCancel(t *testing.T) {
 	ctx := context.Background()
 	marker := "dsh-calls-" + filepath.Base(filepath.Dir(filepath.Dir(e.home))) // unique per run
 	type out struct {
-		resp *api.RunResponse
+		resp *types.RunResponse
 		err  error
 	}
 	ran := make(chan out, 1)
 	go func() {
-		resp, err := sv.cl.Run(ctx, api.RunRequest{Session: e.header("s1"), Policy: "workspace-write",
+		resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("s1"), Policy: "workspace-write",
 			Env: []string{"MARKER=" + marker}, Command: `exec -a "$MARKER" sleep 600`})
 		ran <- out{resp, err}
 	}()
-	var calls []api.CallInfo
+	var calls []types.CallInfo
 	for {
 		var err error
 		if calls, err = sv.cl.Calls(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if len(calls) == 1 && calls[0].State == api.CallRunning && len(processesWith(marker)) > 0 {
+		if len(calls) == 1 && calls[0].State == types.CallRunning && len(processesWith(marker)) > 0 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	c := calls[0]
-	if c.Kind != api.CallKindRun || c.SessionID != "s1" || c.Policy != "workspace-write" || c.Backend != "oci" {
+	if c.Kind != types.CallKindRun || c.SessionID != "s1" || c.Policy != "workspace-write" || c.Backend != "oci" {
 		t.Errorf("the running call is listed as %+v", c)
 	}
 	if err := sv.cl.CancelCall(ctx, c.ID); err != nil {

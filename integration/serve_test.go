@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
@@ -78,10 +78,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func (sv *service) metrics(t *testing.T) string {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sv.sock)
-	}}}
+	hc := socketHTTP(t, sv.sock)
 	resp, err := hc.Get("http://x/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +139,7 @@ func TestServeAPIWithRealBackend(t *testing.T) {
 	h := e.header("s1")
 	jsonlPath := jsonl.Path(e.root, *h, jsonl.CompressionZstd)
 
-	resp, err := sv.cl.Run(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "env | grep ^DSH_ | sort; pwd"})
+	resp, err := sv.cl.Run(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "env | grep ^DSH_ | sort; pwd"})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -152,24 +149,16 @@ func TestServeAPIWithRealBackend(t *testing.T) {
 	}
 
 	var out, errOut bytes.Buffer
-	sresp, err := sv.cl.Stream(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "echo one; echo two >&2; exit 3"}, &out, &errOut)
+	sresp, err := sv.cl.Stream(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "echo one; echo two >&2; exit 3"}, &out, &errOut)
 	if err != nil || out.String() != "one\n" || errOut.String() != "two\n" || *sresp.Result.ExitCode != 3 {
 		t.Errorf("Stream = %q / %q, %+v, %v; want one / two, exit 3", out.String(), errOut.String(), sresp, err)
 	}
 
-	id, err := sv.cl.StartJob(ctx, api.RunRequest{Session: h, Policy: "workspace-write", Command: "echo started; sleep 300"})
+	id, err := sv.cl.StartJob(ctx, types.RunRequest{Session: h, Policy: "workspace-write", Command: "echo started; sleep 300"})
 	if err != nil {
 		t.Fatalf("StartJob = %v", err)
 	}
-	var got string
-	for !strings.Contains(got, "started") {
-		o, err := sv.cl.JobOutput(ctx, "s1", id)
-		if err != nil {
-			t.Fatalf("JobOutput = %v", err)
-		}
-		got += o.Stdout
-		time.Sleep(20 * time.Millisecond)
-	}
+	jobStdoutUntil(t, sv.cl, "s1", id, "started")
 	if jobs, err := sv.cl.Jobs(ctx, "s1"); err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Errorf("Jobs = %+v, %v; want [%s]", jobs, err, id)
 	}
@@ -213,11 +202,11 @@ func TestServeExecSameAsLocal(t *testing.T) {
 	sv := startServe(t, e)
 	cmdline := "echo out; env | grep ^DSH_ | sort; echo err >&2; exit 7"
 	local := run(t, nil, append(append([]string{"exec"}, e.flags("s1")...), "--", cmdline)...)
-	remote := run(t, nil, append(append([]string{"exec", "--server", "unix://" + sv.sock}, e.flags("s1")...), "--", cmdline)...)
+	remote := run(t, nil, append(append([]string{"exec", "--server", "unix://" + checkedSocket(t, sv.sock)}, e.flags("s1")...), "--", cmdline)...)
 	if local.code != 7 || remote.code != local.code || remote.stdout != local.stdout || remote.stderr != local.stderr {
 		t.Errorf("exec --server = %d %q %q; local exec = %d %q %q", remote.code, remote.stdout, remote.stderr, local.code, local.stdout, local.stderr)
 	}
-	bad := run(t, nil, append(append([]string{"exec", "--server", "unix://" + sv.sock, "--policy", "nope"}, e.flags("s1")...), "--", "true")...)
+	bad := run(t, nil, append(append([]string{"exec", "--server", "unix://" + checkedSocket(t, sv.sock), "--policy", "nope"}, e.flags("s1")...), "--", "true")...)
 	if bad.code != 2 {
 		t.Errorf("exec --server with an unknown policy exited %d (%q), want 2", bad.code, bad.stderr)
 	}
@@ -237,10 +226,7 @@ func TestServeBadInputStartsNothing(t *testing.T) {
 		{"DSHEnv", `,"env":["DSH_SESSION_ID=forged"]`, "env[0]"},
 		{"NegativeTimeout", `,"timeoutMs":-1`, "timeoutMs"},
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sv.sock)
-	}}}
+	hc := socketHTTP(t, sv.sock)
 	post := func(body string) (int, string) {
 		resp, err := hc.Post("http://x/v1/run", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -279,8 +265,8 @@ func TestServeTCPToken(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	startServe(t, e, "--listen", "unix://"+filepath.Join(e.home, "run", "sandbox.sock"), "--listen", "tcp://"+addr, "--token-file", tokenFile)
-	for tok, want := range map[string]error{"": api.ErrUnauthorized, "wrong": api.ErrUnauthorized, "tok-123": nil} {
-		cl, _ := client.New("tcp://"+addr, client.Options{Token: tok})
+	for tok, want := range map[string]error{"": types.ErrUnauthorized, "wrong": types.ErrUnauthorized, "tok-123": nil} {
+		cl, _ := newClient(t, "tcp://"+addr, client.Options{Token: tok})
 		if err := cl.Health(context.Background()); !errors.Is(err, want) && !(want == nil && err == nil) {
 			t.Errorf("Health with token %q = %v, want %v", tok, err, want)
 		}
@@ -316,7 +302,7 @@ func TestServeLoad(t *testing.T) {
 	for range clients {
 		wg.Go(func() {
 			for next.Add(1) <= total {
-				resp, err := sv.cl.Run(context.Background(), api.RunRequest{Session: e.header("load"), Policy: "workspace-write", Command: "echo ok"})
+				resp, err := sv.cl.Run(context.Background(), types.RunRequest{Session: e.header("load"), Policy: "workspace-write", Command: "echo ok"})
 				if err != nil || resp.Result.Stdout.Text != "ok\n" {
 					failed.Add(1)
 					t.Logf("call failed: %v", err)
@@ -350,11 +336,11 @@ func TestServeOverloadAnswers429(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			_, err := sv.cl.Run(ctx, api.RunRequest{Policy: "workspace-write", Command: "sleep 2"})
+			_, err := sv.cl.Run(ctx, types.RunRequest{Policy: "workspace-write", Command: "sleep 2"})
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, api.ErrOverloaded):
+			case errors.Is(err, types.ErrOverloaded):
 				overloaded.Add(1)
 			default:
 				other.Add(1)
@@ -379,7 +365,7 @@ func TestServeCrashLeavesNothingAfterRestart(t *testing.T) {
 	var killed atomic.Bool
 	for range 8 {
 		wg.Go(func() {
-			_, err := sv.cl.Run(ctx, api.RunRequest{Policy: "workspace-write", Command: "sleep 600"})
+			_, err := sv.cl.Run(ctx, types.RunRequest{Policy: "workspace-write", Command: "sleep 600"})
 			if !killed.Load() {
 				early <- err
 			}
@@ -418,13 +404,31 @@ func TestServeCrashLeavesNothingAfterRestart(t *testing.T) {
 	if pids := processesWith("sleep 600"); len(pids) != 0 {
 		t.Errorf("after restart, processes of the killed calls still run: %v", pids)
 	}
-	if _, err := sv2.cl.Run(context.Background(), api.RunRequest{Policy: "workspace-write", Command: "true"}); err != nil {
+	if _, err := sv2.cl.Run(context.Background(), types.RunRequest{Policy: "workspace-write", Command: "true"}); err != nil {
 		t.Errorf("Run on the restarted service = %v", err)
 	}
 	sv2.stop(t)
 	if r := run(t, nil, "audit", "verify", sv2.audit); r.code != 0 {
 		t.Errorf("audit verify after the crash = %d %q %q", r.code, r.stdout, r.stderr)
 	}
+}
+
+// jobStdoutUntil reads a job's stdout until it holds want and returns
+// it; the job ending without it, or 60 s passing, fails t.
+func jobStdoutUntil(t *testing.T, cl *client.Client, session, id, want string) string {
+	t.Helper()
+	var got string
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(got, want); time.Sleep(20 * time.Millisecond) {
+		o, err := cl.JobOutput(context.Background(), session, id)
+		if err != nil {
+			t.Fatalf("JobOutput(%s) = %v", id, err)
+		}
+		got += o.Stdout
+		if !strings.Contains(got, want) && (o.Done || time.Now().After(deadline)) {
+			t.Fatalf("job %s stdout %q lacks %q (done %t, result %+v)", id, got, want, o.Done, o.Result)
+		}
+	}
+	return got
 }
 
 // rss returns the resident set size of pid in KiB, 0 when unknown.
@@ -480,7 +484,7 @@ func BenchmarkServiceOverhead(b *testing.B) {
 	}
 	go srv.Serve(l, "")
 	defer srv.Shutdown(context.Background())
-	cl, _ := client.New("unix://"+sock, client.Options{})
+	cl, _ := newClient(b, "unix://"+sock, client.Options{})
 	ctx := context.Background()
 	// Interleave the two paths so machine load affects both alike, and
 	// report medians.
@@ -493,7 +497,7 @@ func BenchmarkServiceOverhead(b *testing.B) {
 		}
 		direct = append(direct, time.Since(start))
 		start = time.Now()
-		resp, err := cl.Run(ctx, api.RunRequest{Policy: p.Name, Command: "true", Cwd: base})
+		resp, err := cl.Run(ctx, types.RunRequest{Policy: p.Name, Command: "true", Cwd: base})
 		if err != nil || *resp.Result.ExitCode != 0 {
 			b.Fatal(err)
 		}

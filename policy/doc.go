@@ -4,7 +4,8 @@
 // a call under it may read, write and reach; resolves the user a call runs
 // as; and maps a policy plus the call's session onto the OCI runtime-spec
 // options (sandbox.SpecOpt) that every OCI-speaking backend applies:
-// namespaces, no capabilities, no-new-privileges, Docker's default seccomp
+// namespaces (under network allowlist, joining the egress namespace of
+// package egress), no capabilities, no-new-privileges, Docker's default seccomp
 // profile, masked /proc paths, the device allow-list, cgroup limits, a
 // read-only root, tmpfs and bind mounts, the user and rlimits.
 //
@@ -15,8 +16,8 @@
 // the policies and options it returns share no mutable memory with the
 // package or with each other.
 //
-// It imports sandbox, the OCI runtime spec, Docker's seccomp profile and a
-// YAML decoder. Backends (sandbox/oci, sandbox/containerd, …), the service
+// It imports sandbox, egress (to check network.allow and network.deny),
+// the OCI runtime spec, Docker's seccomp profile and a YAML decoder. Backends (sandbox/oci, sandbox/containerd, …), the service
 // and cmd/dsh-sandbox may import it; sandbox and the layers below it never
 // do.
 package policy

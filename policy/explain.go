@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -37,7 +38,7 @@ func Explain(p sandbox.Policy) string {
 		explainUser(p.User, line)
 		line("privileges: no capabilities (all five sets empty), no-new-privileges, Docker's default seccomp profile (other system calls fail with EPERM)")
 		line("isolation: own pid, mount, ipc, uts, network and cgroup namespaces (the host's cgroup paths are not visible); /proc/kcore, /proc/keys, /proc/cmdline, /sys/kernel/vmcoreinfo and other sensitive /proc and /sys paths masked, /proc/sys read-only")
-		line("network: %s: a private network namespace with only the loopback interface; nothing outside the call is reachable", p.Network)
+		explainNetwork(p, line)
 		explainFiles(p, line)
 		line("devices: only /dev/null, zero, full, random, urandom and tty")
 		line("limits: memory %s (swap included), cpus %s, tasks %d, open files %d (hard %d), no core dumps",
@@ -49,6 +50,14 @@ func Explain(p sandbox.Policy) string {
 		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
 		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))
 	explainEnv(p, line)
+	switch {
+	case p.DenyTTY:
+		line("terminal: refused (tty: false); exec -t fails and nothing runs")
+	case p.Backend == "local":
+		line("terminal: the local backend has none to give; exec -t fails and nothing runs")
+	default:
+		line("terminal: allowed: exec -t runs the command on a terminal inside the call (output is then one stream)")
+	}
 	return b.String()
 }
 
@@ -94,6 +103,13 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 			line("reads and writes: %s from the host's %s", m.Target, m.Source)
 		}
 	}
+	for _, r := range p.MountRoots {
+		if r.ReadOnly {
+			line("may add: read-only bind mounts of what lies below the host's %s, when a call asks (exec --mount, the API's mounts)", r.Path)
+		} else {
+			line("may add: read-only or read-write bind mounts of what lies below the host's %s, when a call asks (exec --mount, the API's mounts)", r.Path)
+		}
+	}
 	for _, t := range p.Tmpfs {
 		size := "no size of its own"
 		if t.SizeBytes > 0 {
@@ -125,4 +141,20 @@ func explainEnv(p sandbox.Policy, line func(string, ...any)) {
 	}
 	line("env: built from nothing, in order: %s; from the service's env by name, when set: %s (%s); NO_COLOR=1 TERM=dumb PAGER=cat GIT_PAGER=cat; ordinary env from the policy and trusted callers%s; the session's DSH_* facts last (any other DSH_* name is dropped)",
 		base, inherit, filter, set)
+	explainRedact(p, line)
+}
+
+// explainRedact says which secrets the call's output loses (sandbox.CallSecrets).
+func explainRedact(p sandbox.Policy, line func(string, ...any)) {
+	what := "the values of the service's variables whose name or value looks secret (env.allowSecrets names included)"
+	if len(p.RedactEnv) > 0 {
+		what += ", of " + strings.Join(p.RedactEnv, ", ")
+	}
+	if len(p.RedactFiles) > 0 {
+		what += ", the contents (and each line) of " + strings.Join(p.RedactFiles, ", ") + ", read at call start (a file that cannot be read safely fails the call)"
+	}
+	if p.RedactDetectors {
+		what += ", and their base64 forms,"
+	}
+	line("redact: %s are replaced by [REDACTED:NAME] in the output, spill files, job output, audit log and hook payloads; values shorter than %d bytes are not redacted", what, redact.MinLen)
 }

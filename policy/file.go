@@ -31,19 +31,32 @@ type document struct {
 	Runtime    *string         `json:"runtime,omitempty"`
 	Image      *string         `json:"image,omitempty"`
 	User       *string         `json:"user,omitempty"`
-	Network    *string         `json:"network,omitempty"`
+	Network    *networkValue   `json:"network,omitempty"`
 	Workspace  *string         `json:"workspace,omitempty"`
 	Transcript *string         `json:"transcript,omitempty"`
 	Mounts     []documentMount `json:"mounts,omitempty"`
+	MountRoots []documentRoot  `json:"mountRoots,omitempty"`
 	Tmpfs      []documentTmpfs `json:"tmpfs,omitempty"`
 	Limits     *documentLimits `json:"limits,omitempty"`
 	Env        *documentEnv    `json:"env,omitempty"`
+	Redact     *documentRedact `json:"redact,omitempty"`
+	// TTY false refuses calls on a terminal (exec -t); absent or true
+	// allows them.
+	TTY *bool `json:"tty,omitempty"`
 }
 
 type documentMount struct {
 	Source *string `json:"source,omitempty"`
 	Target *string `json:"target,omitempty"`
 	Mode   *string `json:"mode,omitempty"`
+}
+
+// documentRoot is a mountRoots entry: a host directory below which a
+// call may ask for bind mounts, read-only only (mode ro) or also
+// read-write (mode rw).
+type documentRoot struct {
+	Path *string `json:"path,omitempty"`
+	Mode *string `json:"mode,omitempty"`
 }
 
 type documentTmpfs struct {
@@ -72,6 +85,19 @@ type documentEnv struct {
 	// name or value looks like a secret (sandbox.EnvInput.AllowSecrets).
 	AllowSecrets []string               `json:"allowSecrets,omitempty"`
 	Set          map[string]scalarValue `json:"set,omitempty"`
+}
+
+// documentRedact is the redact section: what the call's output must not
+// show besides the values of the service's secret-looking variables
+// (sandbox.CallSecrets). Secret values are never written in a policy.
+type documentRedact struct {
+	// Env names variables of the service's environment to redact.
+	Env []string `json:"env,omitempty"`
+	// Files are absolute host paths whose contents are secrets, read at
+	// call start.
+	Files []string `json:"files,omitempty"`
+	// Detectors also redacts the base64 forms of the secrets.
+	Detectors *bool `json:"detectors,omitempty"`
 }
 
 // sizeValue is a size as written: a JSON number or a string such as
@@ -110,9 +136,40 @@ func scalarText(b []byte) (string, error) {
 	return string(b), nil
 }
 
+// networkValue is the network key: a mode as a string ("none",
+// "loopback") or a mapping {mode, allow, deny} (documentNetwork).
+type networkValue documentNetwork
+
+// documentNetwork is the mapping form of the network key; mode
+// "allowlist" is written only this way.
+type documentNetwork struct {
+	Mode  *string  `json:"mode,omitempty"`
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+func (v *networkValue) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		err := json.Unmarshal(b, &s)
+		*v = networkValue{Mode: &s}
+		return err
+	}
+	return json.Unmarshal(b, (*documentNetwork)(v))
+}
+
+// MarshalJSON writes the string form unless there are lists to write.
+func (v networkValue) MarshalJSON() ([]byte, error) {
+	if v.Allow == nil && v.Deny == nil && v.Mode != nil && *v.Mode != "allowlist" {
+		return json.Marshal(*v.Mode)
+	}
+	return json.Marshal(documentNetwork(v))
+}
+
 var (
-	sizeType   = reflect.TypeFor[sizeValue]()
-	scalarType = reflect.TypeFor[scalarValue]()
+	sizeType    = reflect.TypeFor[sizeValue]()
+	scalarType  = reflect.TypeFor[scalarValue]()
+	networkType = reflect.TypeFor[networkValue]()
 )
 
 // Parse reads a policy document, YAML or JSON, and returns the resolved
@@ -186,6 +243,11 @@ func checkShape(v any, t reflect.Type, path string, ps *problems) {
 		}
 		ps.add(path, "is %s; want a string, number or boolean", kindOf(v))
 		return
+	case networkType:
+		if _, ok := v.(string); !ok {
+			checkShape(v, reflect.TypeFor[documentNetwork](), path, ps)
+		}
+		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -248,6 +310,10 @@ func checkShape(v any, t reflect.Type, path string, ps *problems) {
 		}
 		if _, err := strconv.ParseFloat(string(n), 64); err != nil {
 			ps.add(path, "%s is not a number", n)
+		}
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			ps.add(path, "is %s; want true or false", kindOf(v))
 		}
 	default:
 		ps.add(path, "has a schema type %v this decoder does not know", t)

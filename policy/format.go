@@ -20,7 +20,7 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	size := func(n int64) *sizeValue { v := sizeValue(formatSize(n)); return &v }
 	doc := document{
 		Name: s(p.Name), Backend: s(p.Backend), Runtime: s(p.Runtime), Image: s(p.Image),
-		User: s(p.User), Network: s(p.Network), Workspace: s(p.Workspace), Transcript: s(p.Transcript),
+		User: s(p.User), Network: &networkValue{Mode: s(p.Network), Allow: p.NetworkAllow, Deny: p.NetworkDeny}, Workspace: s(p.Workspace), Transcript: s(p.Transcript),
 		Limits: &documentLimits{
 			Memory:         size(p.Limits.MemoryBytes),
 			CPUs:           &p.Limits.CPUs,
@@ -38,6 +38,16 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	for k, v := range p.EnvSet {
 		doc.Env.Set[k] = scalarValue(v)
 	}
+	if p.DenyTTY {
+		allow := false
+		doc.TTY = &allow
+	}
+	if p.RedactEnv != nil || p.RedactFiles != nil || p.RedactDetectors {
+		doc.Redact = &documentRedact{Env: p.RedactEnv, Files: p.RedactFiles}
+		if p.RedactDetectors {
+			doc.Redact.Detectors = &p.RedactDetectors
+		}
+	}
 	if p.Limits.SpillTotalBytes > 0 {
 		doc.Limits.SpillTotalBytes = size(p.Limits.SpillTotalBytes)
 	}
@@ -52,6 +62,13 @@ func Format(p sandbox.Policy) ([]byte, error) {
 			mode = "ro"
 		}
 		doc.Mounts = append(doc.Mounts, documentMount{Source: s(m.Source), Target: s(m.Target), Mode: s(mode)})
+	}
+	for _, r := range p.MountRoots {
+		mode := "rw"
+		if r.ReadOnly {
+			mode = "ro"
+		}
+		doc.MountRoots = append(doc.MountRoots, documentRoot{Path: s(r.Path), Mode: s(mode)})
 	}
 	for _, t := range p.Tmpfs {
 		dt := documentTmpfs{Target: s(t.Target)}

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -22,12 +24,14 @@ type Narrowing struct {
 	Pids int64 `json:"pids,omitempty"`
 	// TimeoutMs is the call's timeout; at most limits.maxTimeoutMs.
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
-	// Network is "none" (always allowed) or "loopback" (only when the
-	// policy's network is loopback).
+	// Network is "none" (always allowed), "loopback" (only when the
+	// policy's network is loopback or allowlist) or "allowlist" (only
+	// when the policy's is, keeping its lists).
 	Network string `json:"network,omitempty"`
-	// Mounts are extra bind mounts the call asks for. A policy names no
-	// roots a call may mount from, so any mount is refused: an operator
-	// adds mounts in the policy file.
+	// Mounts are extra bind mounts the call asks for. Each source must
+	// be a clean absolute path at or below one of the policy's
+	// mountRoots, and a read-write mount needs a read-write root; the
+	// caller also resolves the sources (CheckMountSources).
 	Mounts []sandbox.Mount `json:"mounts,omitempty"`
 }
 
@@ -46,7 +50,7 @@ func (e *NarrowError) Error() string { return "policy: " + e.Field + ": " + e.Re
 func (e *NarrowError) Unwrap() error { return sandbox.ErrInvalid }
 
 // networkRank orders networks by what they allow.
-var networkRank = map[string]int{"none": 0, "loopback": 1}
+var networkRank = map[string]int{"none": 0, "loopback": 1, NetworkAllowlist: 2}
 
 // Narrow returns p tightened by n, normalized and digested again (its
 // name is kept). A field asking more than p allows, or an invalid value,
@@ -103,17 +107,86 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 		case want > networkRank[q.Network]:
 			return refuse("network", "%q is more than the policy's %q", n.Network, q.Network)
 		}
+		if n.Network != q.Network {
+			q.NetworkAllow, q.NetworkDeny = nil, nil
+		}
 		q.Network = n.Network
 	}
-	if len(n.Mounts) > 0 {
-		return refuse("mounts", "%s: the policy names no roots a call may mount from; add the mount to the policy file instead", n.Mounts[0].Source)
+	for _, m := range n.Mounts {
+		if why := mountAllowed(q.MountRoots, m); why != "" {
+			return refuse("mounts", "%s", why)
+		}
+		q.Mounts = append(q.Mounts, m)
 	}
 	q.Limits = l
 	out, err := Normalize(q)
+	if err != nil && len(n.Mounts) > 0 {
+		// The limits and network were checked above: a requested
+		// mount's target is refused (reserved, or taken).
+		return refuse("mounts", "%s", strings.TrimPrefix(err.Error(), "policy: "))
+	}
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
 	return out, nil
+}
+
+// mountAllowed says why roots do not allow mount m, or "" when they do:
+// its source must be a clean absolute path at or below a root (compared
+// as written: CheckMountSources and the backends resolve it without
+// following links, so a link cannot lead out of the root), and a
+// read-write mount needs a read-write root.
+func mountAllowed(roots []sandbox.MountRoot, m sandbox.Mount) string {
+	var ps problems
+	if !checkAbsPath("source", m.Source, &ps) || !checkAbsPath("target", m.Target, &ps) {
+		return strings.TrimPrefix(ps.err("mount").Error(), "mount: ")
+	}
+	if len(roots) == 0 {
+		return fmt.Sprintf("%s: the policy has no mountRoots, so a call may not add mounts (add mountRoots to the policy file)", m.Source)
+	}
+	var under []sandbox.MountRoot
+	for _, r := range roots {
+		if sandbox.Within(m.Source, r.Path) {
+			under = append(under, r)
+		}
+	}
+	switch {
+	case len(under) == 0:
+		var paths []string
+		for _, r := range roots {
+			paths = append(paths, r.Path)
+		}
+		return fmt.Sprintf("%s lies outside the policy's mountRoots (%s)", m.Source, strings.Join(paths, ", "))
+	case !m.ReadOnly && !slices.ContainsFunc(under, func(r sandbox.MountRoot) bool { return !r.ReadOnly }):
+		// Roots are sorted parents first: name the nearest.
+		return fmt.Sprintf("%s: read-write, but mountRoots %s is read-only (mode ro); mount it read-only (:ro)", m.Source, under[len(under)-1].Path)
+	}
+	return ""
+}
+
+// CheckMountSources resolves the source of each mount a call asks for
+// (Narrowing.Mounts) without following links (sandbox.ResolvePath: a link
+// in any component is refused, so a source below a root stays below it)
+// and refuses one that is, holds or lies in a path of protected (what
+// the service trusts, by name: the dsh home, the sessions root, the state
+// directory, …; sandbox.CheckDeployment). A refusal is a *NarrowError
+// for field "mounts". It reads the file system; safe for concurrent use.
+// The backends resolve the sources again right before the mount
+// (sandbox.PreparePaths).
+func CheckMountSources(mounts []sandbox.Mount, protected map[string]string) error {
+	for _, m := range mounts {
+		src, err := sandbox.ResolvePath("source", m.Source)
+		if err == nil {
+			err = sandbox.CheckDeployment(src, protected)
+		}
+		if errors.Is(err, sandbox.ErrInvalid) {
+			return &NarrowError{Field: "mounts", Reason: fmt.Sprintf("%s: %s", m.Source, strings.TrimPrefix(err.Error(), "sandbox: "))}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ParseSize reads a byte count as a policy file writes sizes: digits with

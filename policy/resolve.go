@@ -96,7 +96,14 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 	str(&p.Runtime, doc.Runtime)
 	str(&p.Image, doc.Image)
 	str(&p.User, doc.User)
-	str(&p.Network, doc.Network)
+	if n := doc.Network; n != nil {
+		if n.Mode == nil {
+			ps.add("network.mode", "is missing; want one of %s", strings.Join(networks, ", "))
+		} else {
+			p.Network = *n.Mode
+		}
+		p.NetworkAllow, p.NetworkDeny = slices.Clone(n.Allow), slices.Clone(n.Deny)
+	}
 	str(&p.Workspace, doc.Workspace)
 	str(&p.Transcript, doc.Transcript)
 
@@ -108,15 +115,15 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		var out sandbox.Mount // a missing source or target is reported by validate
 		str(&out.Source, m.Source)
 		str(&out.Target, m.Target)
-		switch {
-		case m.Mode == nil:
-			ps.add(f+".mode", "is missing; want one of %s", strings.Join(mountModes, ", "))
-		case !slices.Contains(mountModes, *m.Mode):
-			ps.add(f+".mode", "%q is not allowed; want one of %s", *m.Mode, strings.Join(mountModes, ", "))
-		default:
-			out.ReadOnly = *m.Mode == "ro"
-		}
+		out.ReadOnly = mountMode(f+".mode", m.Mode, &ps)
 		p.Mounts = append(p.Mounts, out)
+	}
+
+	for i, r := range doc.MountRoots {
+		var out sandbox.MountRoot // a missing path is reported by validate
+		str(&out.Path, r.Path)
+		out.ReadOnly = mountMode(fmt.Sprintf("mountRoots[%d].mode", i), r.Mode, &ps)
+		p.MountRoots = append(p.MountRoots, out)
 	}
 
 	if doc.Tmpfs != nil {
@@ -185,11 +192,32 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		}
 	}
 
+	if doc.TTY != nil {
+		p.DenyTTY = !*doc.TTY
+	}
+
+	if r := doc.Redact; r != nil {
+		p.RedactEnv, p.RedactFiles = slices.Clone(r.Env), slices.Clone(r.Files)
+		p.RedactDetectors = r.Detectors != nil && *r.Detectors
+	}
+
 	validate(&p, &ps)
 	if err := ps.err(where); err != nil {
 		return sandbox.Policy{}, err
 	}
 	return finish(p), nil
+}
+
+// mountMode reads the mode of a mount or mount root, ro or rw (required),
+// and reports whether it is read-only.
+func mountMode(field string, mode *string, ps *problems) bool {
+	switch {
+	case mode == nil:
+		ps.add(field, "is missing; want one of %s", strings.Join(mountModes, ", "))
+	case !slices.Contains(mountModes, *mode):
+		ps.add(field, "%q is not allowed; want one of %s", *mode, strings.Join(mountModes, ", "))
+	}
+	return mode == nil || *mode != "rw"
 }
 
 // sizeField parses a size written in the document and records a problem
@@ -258,16 +286,34 @@ func finish(p sandbox.Policy) sandbox.Policy {
 	}
 	slices.SortStableFunc(p.Mounts, func(a, b sandbox.Mount) int { return comparePaths(a.Target, b.Target) })
 	slices.SortStableFunc(p.Tmpfs, func(a, b sandbox.Tmpfs) int { return comparePaths(a.Target, b.Target) })
+	slices.SortStableFunc(p.MountRoots, func(a, b sandbox.MountRoot) int { return comparePaths(a.Path, b.Path) })
 	slices.Sort(p.EnvInherit)
 	slices.Sort(p.EnvAllowSecrets)
 	if len(p.EnvAllowSecrets) == 0 {
 		p.EnvAllowSecrets = nil
 	}
+	slices.Sort(p.RedactEnv)
+	slices.Sort(p.RedactFiles)
+	if len(p.RedactEnv) == 0 {
+		p.RedactEnv = nil
+	}
+	if len(p.RedactFiles) == 0 {
+		p.RedactFiles = nil
+	}
 	if len(p.Mounts) == 0 {
 		p.Mounts = nil
 	}
+	if len(p.MountRoots) == 0 {
+		p.MountRoots = nil
+	}
 	if len(p.EnvInherit) == 0 {
 		p.EnvInherit = nil
+	}
+	if len(p.NetworkAllow) == 0 {
+		p.NetworkAllow = nil
+	}
+	if len(p.NetworkDeny) == 0 {
+		p.NetworkDeny = nil
 	}
 	if len(p.EnvSet) == 0 {
 		p.EnvSet = nil
@@ -309,9 +355,14 @@ func digest(p sandbox.Policy) string {
 // clonePolicy returns a deep copy of p.
 func clonePolicy(p sandbox.Policy) sandbox.Policy {
 	p.Mounts = slices.Clone(p.Mounts)
+	p.MountRoots = slices.Clone(p.MountRoots)
 	p.Tmpfs = slices.Clone(p.Tmpfs)
 	p.EnvInherit = slices.Clone(p.EnvInherit)
+	p.NetworkAllow = slices.Clone(p.NetworkAllow)
+	p.NetworkDeny = slices.Clone(p.NetworkDeny)
 	p.EnvAllowSecrets = slices.Clone(p.EnvAllowSecrets)
 	p.EnvSet = maps.Clone(p.EnvSet)
+	p.RedactEnv = slices.Clone(p.RedactEnv)
+	p.RedactFiles = slices.Clone(p.RedactFiles)
 	return p
 }

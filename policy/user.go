@@ -157,11 +157,8 @@ var transcriptFiles = []string{"session.jsonl", "session.jsonl.zstd"}
 // means nothing to report. `dsh-sandbox policy check` prints these.
 func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 	var ws []string
-	switch {
-	case HostRoot(p):
+	if HostRoot(p) {
 		ws = append(ws, "user: host-root runs calls as host uid 0 without a user namespace: a call can rewrite root-owned files its mounts expose and leave setuid-root programs there")
-	case uid == 0 && p.Backend == "oci" && p.Runtime == "runsc":
-		ws = append(ws, "the call runs as uid 0 and runtime runsc gives it no user namespace (runc and crun do): its files on the host mounts are created and changed as host uid 0, without capabilities; see docs/identity.md")
 	}
 	who := fmt.Sprintf("user %d:%d", uid, gid)
 	if p.Transcript == "ro" && s.TranscriptDir != "" {

@@ -17,7 +17,7 @@ import (
 var (
 	backends    = []string{"oci", "docker", "containerd", "local"}
 	runtimes    = []string{"runc", "crun", "runsc"}
-	networks    = []string{"none", "loopback"}
+	networks    = []string{"none", "loopback", NetworkAllowlist}
 	workspaces  = []string{"rw", "ro", "none"}
 	transcripts = []string{"ro", "none"}
 	mountModes  = []string{"ro", "rw"}
@@ -58,12 +58,15 @@ func validate(p *sandbox.Policy, ps *problems) {
 		ps.add("user", "%v", err)
 	}
 	checkEnum("network", p.Network, networks, ps)
+	checkNetworkRules(p.Backend, p.Network, p.NetworkAllow, p.NetworkDeny, ps)
 	checkEnum("workspace", p.Workspace, workspaces, ps)
 	checkEnum("transcript", p.Transcript, transcripts, ps)
 	checkMounts(p.Mounts, p.Tmpfs, ps)
+	checkMountRoots(p.MountRoots, ps)
 	checkLimits(p.Limits, ps)
 	checkEnv(p.EnvInherit, p.EnvSet, ps)
 	checkAllowSecrets(p.EnvAllowSecrets, p.EnvInherit, ps)
+	checkRedact(p.RedactEnv, p.RedactFiles, ps)
 }
 
 func checkName(name string, ps *problems) {
@@ -226,6 +229,29 @@ func checkMounts(mounts []sandbox.Mount, tmpfs []sandbox.Tmpfs, ps *problems) {
 	}
 }
 
+// checkMountRoots accepts clean absolute directories, each listed once,
+// none of them a system directory (sandbox.SystemDir: /, /etc, /usr,
+// /home, …) or below /proc, /dev or /sys: a root opens everything below
+// it to every caller of the policy.
+func checkMountRoots(roots []sandbox.MountRoot, ps *problems) {
+	if len(roots) > maxListLen {
+		ps.add("mountRoots", "has %d entries; the limit is %d", len(roots), maxListLen)
+		return
+	}
+	seen := map[string]bool{}
+	for i, r := range roots {
+		f := fmt.Sprintf("mountRoots[%d].path", i)
+		switch {
+		case !checkAbsPath(f, r.Path, ps):
+		case reserved(r.Path) != "" || sandbox.SystemDir(r.Path):
+			ps.add(f, "%q is a system directory (/, /etc, /usr, /home, /proc, …); name a directory below it", r.Path)
+		case seen[r.Path]:
+			ps.add(f, "%q is listed twice", r.Path)
+		}
+		seen[r.Path] = true
+	}
+}
+
 // maxSpillRetention bounds limits.spillRetention, as sandbox.Prepare does.
 const maxSpillRetention = 366 * 24 * time.Hour
 
@@ -349,4 +375,48 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// checkRedact checks the redact section: env names are variable names,
+// files absolute clean paths, each listed once, at most maxListLen of
+// each. Whether a file can be read is checked at call start
+// (sandbox.CallSecrets), when its content is needed.
+func checkRedact(env, files []string, ps *problems) {
+	lists := []struct {
+		field string
+		items []string
+		bad   func(string) string
+	}{
+		{"redact.env", env, func(name string) string {
+			if !portableName(name) {
+				return fmt.Sprintf("%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", name)
+			}
+			return ""
+		}},
+		{"redact.files", files, func(path string) string {
+			switch {
+			case strings.IndexByte(path, 0) >= 0:
+				return "contains a NUL byte"
+			case !filepath.IsAbs(path) || filepath.Clean(path) != path:
+				return fmt.Sprintf("%q is not an absolute, clean path", path)
+			}
+			return ""
+		}},
+	}
+	for _, l := range lists {
+		if len(l.items) > maxListLen {
+			ps.add(l.field, "has %d entries; the limit is %d", len(l.items), maxListLen)
+			continue
+		}
+		seen := map[string]bool{}
+		for i, v := range l.items {
+			f := fmt.Sprintf("%s[%d]", l.field, i)
+			if msg := l.bad(v); msg != "" {
+				ps.add(f, "%s", msg)
+			} else if seen[v] {
+				ps.add(f, "%q is listed twice", v)
+			}
+			seen[v] = true
+		}
+	}
 }

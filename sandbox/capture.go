@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 )
 
 // CaptureOptions configure a Capture. The zero value keeps the default
@@ -45,6 +47,12 @@ type CaptureOptions struct {
 	// runs out and no file is created once it is empty. Nil means only
 	// SpillMax applies.
 	Budget *SpillBudget
+	// Redact, when set, replaces its secrets in the stream before
+	// anything else sees it: the live writer, the tail, the spill file
+	// and the byte counts all get the redacted stream, and the bytes of
+	// a secret split across writes are held back until a later write
+	// (or Stream) decides them. Nil redacts nothing.
+	Redact *redact.Set
 }
 
 // SpillBudget is a number of spill bytes shared by the captures of one
@@ -97,7 +105,8 @@ type Capture struct {
 	spillErr error
 	liveDead bool
 	done     bool
-	noSpill  bool // the budget was empty when the spill would have started
+	noSpill  bool           // the budget was empty when the spill would have started
+	redact   *redact.Writer // nil without CaptureOptions.Redact
 }
 
 // NewCapture returns a Capture configured by o. It creates no file: the
@@ -109,17 +118,41 @@ func NewCapture(o CaptureOptions) *Capture {
 	if o.SpillMax <= 0 {
 		o.SpillMax = DefaultSpillMaxBytes
 	}
-	return &Capture{opts: o, tail: tailBuffer{max: o.TailBytes}}
+	c := &Capture{opts: o, tail: tailBuffer{max: o.TailBytes}}
+	if o.Redact.Len() > 0 {
+		c.redact = o.Redact.Writer(recorder{c})
+	}
+	return c
 }
 
-// Write records p and passes it to the live writer. It always returns
-// len(p), nil. Writes after Stream are discarded.
+// Write records p, redacted, and passes it to the live writer. It always
+// returns len(p), nil. Writes after Stream are discarded.
 func (c *Capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done || len(p) == 0 {
 		return len(p), nil
 	}
+	if c.redact != nil {
+		_, _ = c.redact.Write(p) // recorder never fails
+		return len(p), nil
+	}
+	c.record(p)
+	return len(p), nil
+}
+
+// recorder is the redacting writer's sink: the capture itself, called
+// with c.mu held.
+type recorder struct{ c *Capture }
+
+func (r recorder) Write(p []byte) (int, error) {
+	r.c.record(p)
+	return len(p), nil
+}
+
+// record passes p to the live writer, the spill file and the tail.
+// Called with c.mu held.
+func (c *Capture) record(p []byte) {
 	if c.opts.Live != nil && !c.liveDead {
 		if _, err := c.opts.Live.Write(p); err != nil {
 			c.liveDead = true
@@ -137,20 +170,23 @@ func (c *Capture) Write(p []byte) (int, error) {
 	}
 	c.tail.write(p)
 	c.total += int64(len(p))
-	return len(p), nil
 }
 
 // Stream finishes the capture and returns what it recorded; call it once
 // the producer is done. Text is the last TailBytes bytes; DroppedBytes is
 // exactly the number of bytes before them; SpillPath is set when bytes
 // were dropped and the spill file holds the stream from byte 0 (up to
-// SpillMax). A non-nil error wraps ErrInternal and reports a spill file
-// that could not be written; the Stream is still valid, without
-// SpillPath. Stream may be called more than once.
+// SpillMax). With CaptureOptions.Redact, all of it (counts included)
+// describes the redacted stream. A non-nil error wraps ErrInternal and
+// reports a spill file that could not be written; the Stream is still
+// valid, without SpillPath. Stream may be called more than once.
 func (c *Capture) Stream() (Stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done {
+		if c.redact != nil {
+			_ = c.redact.Close() // the held-back end of the stream
+		}
 		c.done = true
 		if c.spill != nil {
 			if err := c.spill.Close(); err != nil && c.spillErr == nil {
@@ -330,7 +366,9 @@ func (t *tailBuffer) reset() {
 // stateDir/spill (links in stateDir, which the operator chose, are
 // resolved first): <dir>/<ID>.stdout and <dir>/<ID>.stderr. Spill files
 // in c.SpillDir belong to c.SpillOwner and c.SpillReader may read them
-// (CaptureOptions).
+// (CaptureOptions). Both captures redact c.Redact's secrets
+// (CaptureOptions.Redact), so the live writers, the tails and the spill
+// files never see them.
 //
 // Call it right before the runtime starts: it bounds the spill
 // directory first (PruneSpill with c.SpillTotal and c.SpillRetention,
@@ -365,6 +403,7 @@ func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *C
 			Budget:      budget,
 			SpillOwner:  owner,
 			SpillReader: reader,
+			Redact:      c.Redact,
 		})
 	}
 	return capture(".stdout", stdout), capture(".stderr", stderr)

@@ -5,7 +5,8 @@
 // model-facing rendering of a result, background jobs, and the error
 // classes with their single mapping to exit codes.
 //
-// It imports only the standard library and the OCI runtime spec. Backends
+// It imports only the standard library, the OCI runtime spec, redact
+// (output redaction) and internal/safefile (redact.files). Backends
 // live in subpackages (oci, local, docker, containerd) and import this
 // package; nothing here imports a backend, a session store or hooks.
 package sandbox

@@ -129,12 +129,17 @@ func BuildEnv(in EnvInput) ([]string, error) {
 // all in any case. It does not check that name is well-formed.
 func Inheritable(name string) bool {
 	up := strings.ToUpper(name)
-	if strings.HasPrefix(up, DSHPrefix) || strings.HasPrefix(up, "LD_") {
-		return false
-	}
+	return !strings.HasPrefix(up, DSHPrefix) && !strings.HasPrefix(up, "LD_") && !SecretName(name)
+}
+
+// SecretName reports whether name looks like it holds a secret: it
+// contains one of secretWords or has a "_"-separated word of secretParts,
+// in any case (Inheritable lists them).
+func SecretName(name string) bool {
+	up := strings.ToUpper(name)
 	for _, w := range secretWords {
 		if strings.Contains(up, w) {
-			return false
+			return true
 		}
 	}
 	words := strings.Split(up, "_")
@@ -142,10 +147,10 @@ func Inheritable(name string) bool {
 		// A bare PWD (or PASS, …) is a single word and not a secret:
 		// PWD is the working directory.
 		if len(words) > 1 && slices.Contains(words, w) {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // SecretValue reports whether an environment value looks like it holds a

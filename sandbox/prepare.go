@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 )
 
 // MaxTailBytes bounds Request.StdoutMaxBytes and Limits.StdoutMaxBytes:
@@ -74,12 +77,17 @@ type Call struct {
 	// owner). PreparePaths fills both; unset, spill files belong to the
 	// running process alone.
 	SpillOwner, SpillReader Owner
+	// Redact holds the secrets Captures removes from the call's output
+	// (CallSecrets); nil when there are none.
+	Redact *redact.Set
 }
 
 // Prepare validates req and resolves it against req.Policy, the image's
 // base env and the service's environment (getenv, used only for
-// Policy.EnvInherit; nil means empty). It does no I/O apart from reading
-// random bytes for a call id, and is safe for concurrent use.
+// Policy.EnvInherit and Policy.RedactEnv; nil means empty). It does no
+// I/O apart from reading random bytes for a call id and the files of
+// Policy.RedactFiles, and is safe for concurrent use. Call.Redact holds
+// the secrets of Redactor over the process's environment (os.Environ).
 //
 // Errors wrap ErrInvalid and name the offending field: an empty command
 // (without argv) or one with a NUL byte; an argv set together with a
@@ -87,7 +95,8 @@ type Call struct {
 // tail size or policy limit, or a tail size above MaxTailBytes; a
 // relative workdir, session cwd or transcript directory; a call id that
 // is not a safe name; a malformed Env, Policy.EnvSet or image env entry;
-// a DSHEnv entry outside DSH_ or set twice.
+// a DSHEnv entry outside DSH_ or set twice; a Policy.RedactFiles file
+// that cannot be read safely (Redactor).
 //
 // Resolution: the timeout is TimeoutMs, else Policy.Limits.TimeoutMs,
 // else DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
@@ -160,6 +169,9 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		return nil, err
 	}
 	c.Env = env
+	if c.Redact, err = Redactor(req.Policy, os.Environ(), getenv); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -199,6 +211,8 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
 	case strings.IndexByte(req.Session.ID, 0) >= 0:
 		return Errorf(ErrInvalid, "sandbox: session.id %q contains a NUL byte", req.Session.ID)
+	case req.Terminal != nil && req.Policy.DenyTTY:
+		return Errorf(ErrInvalid, "sandbox: policy %q forbids a terminal (tty: false): run without -t", req.Policy.Name)
 	}
 	for _, p := range [...]struct{ field, path string }{
 		{"workdir", req.Workdir},

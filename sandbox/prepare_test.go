@@ -58,6 +58,7 @@ func TestPrepareInvalid(t *testing.T) {
 		{"relative session cwd", func(r *Request) { r.Session.Cwd = "work" }, "session.cwd"},
 		{"relative transcript dir", func(r *Request) { r.Session.TranscriptDir = "../s" }, "session.transcriptDir"},
 		{"NUL in session id", func(r *Request) { r.Session.ID = "a\x00" }, "session.id"},
+		{"terminal under tty: false", func(r *Request) { r.Terminal = &Terminal{}; r.Policy.DenyTTY = true }, "tty: false"},
 		{"call id with slash", func(r *Request) { r.CallID = "../../etc/x" }, "callId"},
 		{"call id dot-dot", func(r *Request) { r.CallID = ".." }, "callId"},
 		{"call id leading dash", func(r *Request) { r.CallID = "-rf" }, "callId"},

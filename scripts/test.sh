@@ -17,6 +17,8 @@ fi
 echo "== go vet"
 go vet ./...
 go vet -tags integration ./...
+echo "== openapi lint (redocly with tools/redocly/redocly.yaml: 0 errors, 0 warnings)"
+(cd tools/redocly && npm run --silent lint)
 
 echo "== daemons"
 # A Docker engine (started only when none answers) and a private

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -70,7 +70,7 @@ func TestRetriesOverloadedThenSucceeds(t *testing.T) {
 		io.WriteString(w, `{"executionId":"x1","result":{"exitCode":0}}`)
 	}}
 	c := newTestClient(t, o, Options{RetryFor: DefaultRetryFor})
-	resp, err := c.Run(context.Background(), api.RunRequest{Policy: "read-only", Command: "true"})
+	resp, err := c.Run(context.Background(), types.RunRequest{Policy: "read-only", Command: "true"})
 	if err != nil {
 		t.Fatalf("Run after two 429s: %v", err)
 	}
@@ -92,7 +92,7 @@ func TestNoRetryByDefault(t *testing.T) {
 	o := &overloaded{n: 1, retryAfter: "0", ok: healthy}
 	c := newTestClient(t, o, Options{})
 	err := c.Health(context.Background())
-	if !errors.Is(err, api.ErrOverloaded) {
+	if !errors.Is(err, types.ErrOverloaded) {
 		t.Fatalf("Health without RetryFor: %v, want ErrOverloaded", err)
 	}
 	if got := o.attempts(); got != 1 {
@@ -108,7 +108,7 @@ func TestNoRetryByDefault(t *testing.T) {
 func TestRetryAfterBeyondBoundIsNotWaitedFor(t *testing.T) {
 	o := &overloaded{n: 1, retryAfter: "3600", ok: healthy}
 	c := newTestClient(t, o, Options{RetryFor: DefaultRetryFor})
-	if err := c.Health(context.Background()); !errors.Is(err, api.ErrOverloaded) {
+	if err := c.Health(context.Background()); !errors.Is(err, types.ErrOverloaded) {
 		t.Fatalf("Health: %v, want ErrOverloaded", err)
 	}
 	if got := o.attempts(); got != 1 {
@@ -122,7 +122,7 @@ func TestRetryStopsAtContextDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := c.Health(ctx)
-	if !errors.Is(err, api.ErrOverloaded) {
+	if !errors.Is(err, types.ErrOverloaded) {
 		t.Fatalf("Health: %v, want ErrOverloaded (the wait would outlast the context)", err)
 	}
 	if ctx.Err() != nil {
@@ -143,7 +143,7 @@ func TestRetryAfterCancelledContext(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, api.ErrOverloaded) {
+	if err := <-done; !errors.Is(err, types.ErrOverloaded) {
 		t.Fatalf("Health after cancel: %v, want the last 429 (ErrOverloaded)", err)
 	}
 }
@@ -153,8 +153,8 @@ func TestOtherErrorsAreNotRetried(t *testing.T) {
 		status int
 		class  error
 	}{
-		{http.StatusUnauthorized, api.ErrUnauthorized},
-		{http.StatusForbidden, api.ErrForbidden},
+		{http.StatusUnauthorized, types.ErrUnauthorized},
+		{http.StatusForbidden, types.ErrForbidden},
 		{http.StatusServiceUnavailable, sandbox.ErrUnavailable},
 	} {
 		n := 0

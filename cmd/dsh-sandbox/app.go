@@ -27,7 +27,7 @@ func envVar(flag string) []string {
 
 func globalFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "config", Usage: "read flag defaults from a YAML or JSON `FILE` (keys are flag names)", EnvVars: envVar("config")},
+		&cli.StringFlag{Name: "config", Usage: "read flag values from a YAML or JSON `FILE`: global flags at the top level, each command's in a section named after it (exec:, serve:, hooks: {run: …}); keys are flag names; the command line and the environment win", EnvVars: envVar("config")},
 		&cli.StringFlag{Name: "home", Usage: "dsh home `DIR` (default: $DSH_HOME, else ~/.dsh)", EnvVars: envVar("home")},
 		&cli.StringFlag{Name: "skills-home", Usage: "the nested (skills) dsh home `DIR`; when set it must resolve to the same directory as the home", EnvVars: envVar("skills-home")},
 		&cli.StringFlag{Name: "sessions-root", Usage: "root `DIR` of JSONL transcripts (default: <home>/sessions)", EnvVars: envVar("sessions-root")},
@@ -87,6 +87,7 @@ Examples:
 		setUsageErrors(c)
 		addGlobalFlags(c)
 		requireFlags(c)
+		configurable(c)
 	}
 	return app
 }
@@ -187,10 +188,7 @@ type settings struct {
 }
 
 func loadSettings(c *cli.Context) (*settings, error) {
-	f, err := newFlags(c)
-	if err != nil {
-		return nil, err
-	}
+	f := newFlags(c)
 	s := &settings{log: newLogger(c, f)}
 	home, err := contributors.ResolveHome(f.String("home"), os.Getenv, nil)
 	if err != nil {

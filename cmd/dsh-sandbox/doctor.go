@@ -32,7 +32,8 @@ func doctorCommand() *cli.Command {
 		Description: `Checks each OCI runtime (runc, crun, runsc): binary, version, root, cgroups, the state
 directory, and a real sandboxed call of true. Checks the Docker engine (--docker-host) and
 containerd (--containerd-address, --containerd-namespace): the daemon answers, its
-runtimes, an image imported by dsh-sandbox, and a real call on it. Leaves nothing behind.
+runtimes, whether the engine remaps user namespaces, an image imported by dsh-sandbox, and a
+real call on it. Leaves nothing behind.
 The "deployment" entry checks the paths a call from --cwd would mount read-write: the
 workspace resolves without links, is no system directory, lies in --workspace-roots, and
 holds neither the dsh home, the sessions root nor the state or data directory.

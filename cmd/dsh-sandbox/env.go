@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 )
@@ -68,7 +69,7 @@ Example:
 						return err
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, api.SnapshotResponse{Env: snap.Environ()})
+						return writeJSON(c.App.Writer, types.SnapshotResponse{Env: snap.Environ()})
 					}
 					for _, kv := range snap.Environ() {
 						fmt.Fprintln(c.App.Writer, kv)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -35,16 +35,20 @@ directory is mounted read-only at its own path; the workspace (--cwd) per policy
 Stdin: a piped or redirected stdin is read whole (at most 64 MiB) and fed to the command
 ("echo hello | dsh-sandbox exec -- cat" prints hello), so a caller that leaves a pipe open
 must close it or redirect </dev/null; a terminal gives an empty stdin; -i streams stdin as
-it arrives, of any size; --stdin-file FILE (- for stdin) reads a file whole.
+it arrives, of any size; --stdin-file FILE (- for stdin) reads a file whole. -t runs the
+command on a terminal inside the container ("exec -t -- bash"): stdin must be a terminal,
+which is raw until the call ends; the output is one stream (see docs/policy.md, tty).
 
 A --policy FILE must be owned by root or the invoking user, writable by nobody else, and
 lie outside the workspace (--cwd) and the --workspace-roots: a policy a sandboxed call could
 have written is refused. It is opened without following links and must be a regular file.
 
 Per-call flags narrow the policy, never widen it: --memory, --cpus, --pids, --timeout and
---network ask for at most what the policy allows (more is refused naming the flag, exit 2);
---mount is always refused, as a policy names no roots a call may mount from (put mounts in
-the policy file). --env-file adds KEY=VALUE lines (# comments; DSH_* keys dropped) before
+--network ask for at most what the policy allows (more is refused naming the flag, exit 2).
+--mount SRC:DST[:ro] adds a bind mount only where the policy's mountRoots allow it: SRC
+at or below a root (read-write only below a root of mode rw), resolved without following
+links, neither inside nor holding the dsh home, the sessions root or the state and data
+directories. --env-file adds KEY=VALUE lines (# comments; DSH_* keys dropped) before
 --env. With --server the service checks them against its own policy.
 
 With --json, stdout holds one JSON document: the result, or, when the call did not run,
@@ -69,7 +73,8 @@ Examples:
 			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; more than its maximum is refused)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},
 			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` (- for the CLI's stdin) to the command's stdin, read whole, at most 64 MiB"},
-			&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "stream the CLI's stdin into the command as it arrives (any size; local calls only)"},
+			&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "stream the CLI's stdin into the command as it arrives (any size; with --server too)"},
+			&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "run the command on a terminal inside the container (implies -i; stdin must be a terminal; output is one terminal stream; local calls only)"},
 			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
 			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
 			jsonFlag,
@@ -85,7 +90,7 @@ Examples:
 func runExec(c *cli.Context) error {
 	err := runExecCall(c)
 	if err != nil && c.Bool("json") && !errors.As(err, new(*childExit)) {
-		if werr := writeJSON(c.App.Writer, api.ErrorResponse{Error: api.Body(err)}); werr != nil {
+		if werr := writeJSON(c.App.Writer, types.ErrorResponse{Error: types.Body(err)}); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}
@@ -125,7 +130,15 @@ func runExecCall(c *cli.Context) error {
 	if !asJSON {
 		req.Stdout, req.Stderr = c.App.Writer, c.App.ErrWriter
 	}
+	restore := func() {}
+	if req.Terminal != nil {
+		if restore, err = startTerminal(c, req); err != nil {
+			return err
+		}
+		defer restore()
+	}
 	res, err := ex.Run(c.Context, req)
+	restore()
 	if err != nil {
 		return err
 	}
@@ -169,7 +182,7 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	}
 	// With --server the service narrows its own policy (execRemote).
 	if c.String("server") == "" {
-		if pol, err = narrowPolicy(pol, n); err != nil {
+		if pol, err = s.narrowPolicy(pol, n); err != nil {
 			return nil, err
 		}
 	}
@@ -233,13 +246,13 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 func execStdin(c *cli.Context, req *sandbox.Request) error {
 	f := c.String("stdin-file")
 	in := c.App.Reader
+	if c.Bool("tty") {
+		return execTTY(c, req)
+	}
 	switch {
 	case c.Bool("interactive") && f != "":
 		return usageError("--interactive: streams the CLI's stdin; not together with --stdin-file")
 	case c.Bool("interactive"):
-		if c.String("server") != "" {
-			return usageError("--interactive: not available with --server (the service takes stdin whole: use --stdin-file or a pipe)")
-		}
 		req.StdinReader = in
 		return nil
 	case f == "-" || (f == "" && !isTerminal(in)):

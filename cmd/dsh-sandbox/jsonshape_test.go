@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
@@ -146,7 +147,7 @@ func TestImagesListJSONListsHost(t *testing.T) {
 func TestExecJSONErrorObject(t *testing.T) {
 	sock := "unix://" + filepath.Join(t.TempDir(), "none.sock")
 	out, errOut, code := run(t, "exec", "--json", "--cwd", t.TempDir(), "--server", sock, "--", "true")
-	var body api.ErrorResponse
+	var body types.ErrorResponse
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if code != 125 || dec.Decode(&body) != nil || body.Error.Class != "unavailable" || !strings.Contains(body.Error.Message, "unreachable") {

@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -51,7 +51,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.Is(err, api.ErrUnauthorized), errors.Is(err, api.ErrForbidden), errors.Is(err, api.ErrOverloaded):
+	case errors.Is(err, types.ErrUnauthorized), errors.Is(err, types.ErrForbidden), errors.Is(err, types.ErrOverloaded):
 		return sandbox.ExitSandbox
 	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrNotFound),
 		errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrInternal):

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -24,7 +24,7 @@ func narrowFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU quota of this call in cores (e.g. 0.5); at most the policy's"},
 		&cli.Int64Flag{Name: "pids", Usage: "task limit of this call; at most the policy's"},
 		&cli.StringFlag{Name: "network", Usage: "network of this call: none, or loopback under a loopback policy"},
-		&cli.StringSliceFlag{Name: "mount", Usage: "bind mount `SRC:DST[:ro]`; refused: a policy names no roots a call may mount from (add mounts to the policy file)"},
+		&cli.StringSliceFlag{Name: "mount", Usage: "bind mount `SRC:DST[:ro]` (repeatable); SRC must lie below one of the policy's mountRoots (read-write only under a rw root), resolve without links and hold no path the service trusts"},
 		&cli.StringFlag{Name: "env-file", Usage: "read ordinary environment from `FILE`: KEY=VALUE lines, # comments; DSH_* keys are dropped"},
 	}
 }
@@ -86,10 +86,15 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 	return n, nil
 }
 
-// narrowPolicy is p narrowed by n; a refusal is a usage error naming the
-// flag.
-func narrowPolicy(p sandbox.Policy, n policy.Narrowing) (sandbox.Policy, error) {
+// narrowPolicy is p narrowed by n, whose mount sources must resolve
+// without links and stay clear of what the service trusts
+// (policy.CheckMountSources with s.protectedPaths); a refusal is a usage
+// error naming the flag.
+func (s *settings) narrowPolicy(p sandbox.Policy, n policy.Narrowing) (sandbox.Policy, error) {
 	q, err := policy.Narrow(p, n)
+	if err == nil {
+		err = policy.CheckMountSources(n.Mounts, s.protectedPaths())
+	}
 	var ne *policy.NarrowError
 	if errors.As(err, &ne) {
 		return sandbox.Policy{}, usageError("%s: %s", narrowFlagNames[ne.Field], ne.Reason)
@@ -181,7 +186,7 @@ func warnf(c *cli.Context) func(format string, args ...any) {
 // narrowRun puts n in a request to the service, which narrows its own
 // policy (the CLI does not know it); the timeout goes in TimeoutMs, which
 // the service clamps to its policy's maximum.
-func narrowRun(rr *api.RunRequest, n policy.Narrowing) {
+func narrowRun(rr *types.RunRequest, n policy.Narrowing) {
 	rr.MemoryBytes, rr.CPUs, rr.Pids = n.MemoryBytes, n.CPUs, n.Pids
 	rr.Network, rr.Mounts = n.Network, n.Mounts
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -68,6 +70,7 @@ Examples:
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until removed)"},
 			&cli.StringFlag{Name: "audit-log", Usage: "audit log `FILE` (JSONL, hash-chained; default <data-dir>/audit.jsonl; \"none\" disables)"},
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
+			&cli.StringFlag{Name: "policy-dir", Usage: "`DIR` whose *.yaml, *.yml and *.json files are policies requests may name, as with --policy-file (listed again on SIGHUP)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
 		},
 		Action: runServe,
@@ -83,11 +86,17 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if f, err := newFlags(c); err == nil && !f.IsSet("log-level") {
+	if !newFlags(c).IsSet("log-level") {
 		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
 	}
-	policyFiles := c.StringSlice("policy-file")
-	policies, err := s.servePolicies(policyFiles)
+	policyFiles := func() ([]string, error) {
+		return servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
+	}
+	files, err := policyFiles()
+	if err != nil {
+		return err
+	}
+	policies, err := s.servePolicies(files)
 	if err != nil {
 		return err
 	}
@@ -145,16 +154,16 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	for _, addr := range listens {
-		scheme, target, err := api.ParseListen(addr)
+		scheme, target, err := types.ParseListen(addr)
 		if err != nil {
 			return usageError("--listen: %v", err)
 		}
 		var l net.Listener
 		var toks []api.TokenClient
 		switch scheme {
-		case api.SchemeUnix:
+		case types.SchemeUnix:
 			l, err = api.ListenUnix(target)
-		case api.SchemeTCP:
+		case types.SchemeTCP:
 			if len(tokens) == 0 {
 				return usageError("--listen %s: a TCP listener needs --token-file", addr)
 			}
@@ -240,7 +249,7 @@ serving:
 // file's head is logged to link them) and reloads the policies from the
 // built-ins and --policy-file. Whatever fails keeps the old one in use and
 // is logged at error; the service keeps serving.
-func (s *settings) reload(srv *api.Server, audit *api.AuditLog, auditPath string, policyFiles []string) {
+func (s *settings) reload(srv *api.Server, audit *api.AuditLog, auditPath string, policyFiles func() ([]string, error)) {
 	if audit != nil {
 		if head, err := audit.Reopen(); err != nil {
 			s.log.Error().Err(err).Str("path", auditPath).Msg("SIGHUP: reopening the audit log failed; still writing the old file")
@@ -248,7 +257,11 @@ func (s *settings) reload(srv *api.Server, audit *api.AuditLog, auditPath string
 			s.log.Info().Str("path", auditPath).Str("previousHead", head).Msg("SIGHUP: audit log reopened")
 		}
 	}
-	policies, err := s.servePolicies(policyFiles)
+	files, err := policyFiles()
+	var policies map[string]sandbox.Policy
+	if err == nil {
+		policies, err = s.servePolicies(files)
+	}
 	if err == nil {
 		err = srv.SetPolicies(policies)
 	}
@@ -294,7 +307,7 @@ func checkDeployment(s *settings, listens []string, auditPath string) (map[strin
 	}
 	n := 0
 	for _, addr := range listens {
-		if scheme, target, err := api.ParseListen(addr); err == nil && scheme == api.SchemeUnix {
+		if scheme, target, err := types.ParseListen(addr); err == nil && scheme == types.SchemeUnix {
 			n++
 			name := "service socket"
 			if n > 1 {
@@ -309,6 +322,36 @@ func checkDeployment(s *settings, listens []string, auditPath string) (map[strin
 		}
 	}
 	return protected, nil
+}
+
+// servePolicyFiles are the --policy-file files followed by the policy
+// files in --policy-dir (dir, "" for none), in name order: every entry
+// named *.yaml, *.yml or *.json. The directory is resolved without
+// following links; each file gets the checks of every policy file the
+// operator names (operatorPolicy).
+func servePolicyFiles(files []string, dir string) ([]string, error) {
+	if dir == "" {
+		return files, nil
+	}
+	abs, err := absFlag("policy-dir", dir)
+	if err != nil {
+		return nil, err
+	}
+	if abs, err = sandbox.ResolveDir("--policy-dir", abs); err != nil {
+		return nil, usageError("%v", err)
+	}
+	entries, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, usageError("--policy-dir: %v", err)
+	}
+	out := slices.Clone(files)
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+			out = append(out, filepath.Join(abs, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // servePolicies are the built-in profiles plus the --policy-file ones, by
@@ -435,7 +478,7 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 	if err != nil {
 		return usageError("--server: %v", err)
 	}
-	rr := api.RunRequest{
+	rr := types.RunRequest{
 		Session:        s.header,
 		Policy:         req.Policy.Name,
 		Command:        req.Command,
@@ -443,7 +486,6 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 		TimeoutMs:      req.TimeoutMs,
 		StdoutMaxBytes: req.StdoutMaxBytes,
 		Env:            req.Env,
-		Stdin:          req.Stdin,
 	}
 	if s.header == nil {
 		rr.Cwd = s.cwd
@@ -453,11 +495,20 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 		return err
 	}
 	narrowRun(&rr, n)
-	var resp *api.RunResponse
+	// Any stdin streams to the service (a multipart stdin part), so its
+	// size is not bound by the JSON body's.
+	stdout, stderr := c.App.Writer, c.App.ErrWriter
 	if c.Bool("json") {
+		stdout, stderr = nil, nil
+	}
+	var resp *types.RunResponse
+	switch stdin := req.StdinSource(); {
+	case stdin != nil:
+		resp, err = cl.StreamStdin(c.Context, rr, stdin, stdout, stderr)
+	case c.Bool("json"):
 		resp, err = cl.Run(c.Context, rr)
-	} else {
-		resp, err = cl.Stream(c.Context, rr, c.App.Writer, c.App.ErrWriter)
+	default:
+		resp, err = cl.Stream(c.Context, rr, stdout, stderr)
 	}
 	if err != nil {
 		return remoteError(addr, err)
@@ -472,11 +523,11 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 func remoteError(addr string, err error) error {
 	var why string
 	switch {
-	case errors.Is(err, api.ErrUnauthorized):
+	case errors.Is(err, types.ErrUnauthorized):
 		why = "the service refused the credentials (check --token-file)"
-	case errors.Is(err, api.ErrForbidden):
+	case errors.Is(err, types.ErrForbidden):
 		why = "the service refused this client"
-	case errors.Is(err, api.ErrOverloaded):
+	case errors.Is(err, types.ErrOverloaded):
 		why = "the service is overloaded and stayed so while retrying"
 	case errors.Is(err, sandbox.ErrUnavailable):
 		why = "the service is unreachable or cannot run the call now"

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
@@ -71,6 +72,10 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+	// Network is how the egress proxy of a call of network allowlist
+	// resolves names and dials; the zero value is the host's resolver
+	// and dialer. Tests point made-up names at local servers with it.
+	Network egress.Network
 }
 
 // teardownTimeout bounds the removal of one call's task, container and
@@ -352,6 +357,19 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err := sandbox.PreparePaths(req, call, ids.DiskUID); err != nil {
 		return nil, err
 	}
+	if req.Policy.Network == policy.NetworkAllowlist {
+		// Closed after the container is removed (deferred before it).
+		joinNet, closeNet, err := e.startEgress(req.Policy, call, log)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if recs := closeNet(); res != nil {
+				res.Egress = recs
+			}
+		}()
+		opts = append(opts, joinNet...)
+	}
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	spec := policy.BaseSpec("rootfs", nil)
 	all := append(opts,
@@ -359,6 +377,9 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		policy.WithAnnotations(labels),
 		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)
+	if req.Terminal != nil {
+		all = append(all, sandbox.WithTerminal(req.Terminal.Size))
+	}
 	for _, o := range all {
 		if err := o(spec); err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: spec: %w", call.ID, err)
@@ -558,7 +579,7 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	}
 	// The FIFOs go to a directory of ours, explicitly: the client's
 	// default is under /run/containerd, which the daemon may not share.
-	creator := cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))
+	creator := cio.NewCreator(ioOpts(req, cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))...)
 	task, err := c.NewTask(bg, creator)
 	if err != nil {
 		return classify(err, "call %s: create task", call.ID)
@@ -577,9 +598,11 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	}
 	finished := make(chan struct{})
 	defer close(finished)
-	if stdin != nil {
+	if stdin != nil && req.Terminal == nil {
 		// The shim keeps the process's stdin open until told to close
-		// it: the end of our copy alone is no EOF for the command.
+		// it: the end of our copy alone is no EOF for the command. (On
+		// a terminal it would close the terminal itself: there, end of
+		// input is a key, ^D.)
 		go func() {
 			select {
 			case <-stdinDone:
@@ -595,6 +618,7 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 		defer close(done)
 		status = <-exitC
 	}()
+	go followTerminal(bg, task, req.Terminal, done)
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
 		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping task")

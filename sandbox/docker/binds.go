@@ -10,6 +10,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // The engine's API has no nosuid, nodev or noexec for a bind mount, and
@@ -46,11 +48,14 @@ type stagedBind struct {
 }
 
 // stageBinds stages every bind mount of ms (the policy's mounts; others
-// are ignored) below the call's directory and returns them in order. On
-// failure it removes what it staged. release removes the staging mounts
-// and their directories; it is safe to call once the container is gone
-// (a mount the container still holds is detached lazily).
-func (e *Executor) stageBinds(callID string, ms []specs.Mount) (_ []stagedBind, release func() error, err error) {
+// are ignored) below the call's directory and returns them in order. With
+// usernsFD ≥ 0 (an open user namespace, see idmap.NewUserNamespace) each
+// staging mount is id-mapped with that namespace's maps (userns.go);
+// with -1 it is a plain bind. On failure it removes what it staged.
+// release removes the staging mounts and their directories; it is safe
+// to call once the container is gone (a mount the container still holds
+// is detached lazily).
+func (e *Executor) stageBinds(callID string, ms []specs.Mount, usernsFD int) (_ []stagedBind, release func() error, err error) {
 	dir := e.callBindsDir(callID)
 	var staged []string
 	rel := func() error {
@@ -88,7 +93,7 @@ func (e *Executor) stageBinds(callID string, ms []specs.Mount) (_ []stagedBind, 
 		if slices.Contains(m.Options, "ro") {
 			flags |= unix.MS_RDONLY
 		}
-		if err := stage(m.Source, p, flags, &staged); err != nil {
+		if err := stage(m.Source, p, flags, usernsFD, &staged); err != nil {
 			return nil, nil, fmt.Errorf("mount %q (source %q): %w", m.Destination, m.Source, err)
 		}
 		out = append(out, stagedBind{Source: p, Target: m.Destination})
@@ -97,9 +102,11 @@ func (e *Executor) stageBinds(callID string, ms []specs.Mount) (_ []stagedBind, 
 }
 
 // stage bind-mounts source at p (created as an empty directory or file,
-// like source) and remounts it with flags, recording p in staged as soon
-// as it exists. No component of source may be a symbolic link.
-func stage(source, p string, flags uintptr, staged *[]string) error {
+// like source) and remounts it with flags (MS_NOSUID, MS_NODEV, MS_NOEXEC,
+// MS_RDONLY), recording p in staged as soon as it exists; with usernsFD
+// ≥ 0 the mount is an id-mapped clone with those flags instead
+// (idmap.MountFD). No component of source may be a symbolic link.
+func stage(source, p string, flags uintptr, usernsFD int, staged *[]string) error {
 	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -129,6 +136,14 @@ func stage(source, p string, flags uintptr, staged *[]string) error {
 		return fmt.Errorf("staging point: %w", err)
 	}
 	*staged = append(*staged, p)
+	if usernsFD >= 0 {
+		// The clone of the mount tree at the descriptor: what was
+		// opened, never a link swapped in later.
+		if err := idmap.MountFD(fd, p, usernsFD, mountAttrs(flags)); err != nil {
+			return fmt.Errorf("id-mapped mount: %w", err)
+		}
+		return checkFlags(p, flags)
+	}
 	// The descriptor pins what was opened: a link swapped in for source
 	// after the open is not followed.
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), p, "", unix.MS_BIND, ""); err != nil {
@@ -144,6 +159,21 @@ func stage(source, p string, flags uintptr, staged *[]string) error {
 		return fmt.Errorf("remount with nosuid,nodev: %w", err)
 	}
 	return checkFlags(p, flags)
+}
+
+// mountAttrs are the MOUNT_ATTR_* attributes of the MS_* flags stage
+// uses.
+func mountAttrs(flags uintptr) uint64 {
+	var a uint64
+	for ms, attr := range map[uintptr]uint64{
+		unix.MS_NOSUID: unix.MOUNT_ATTR_NOSUID, unix.MS_NODEV: unix.MOUNT_ATTR_NODEV,
+		unix.MS_NOEXEC: unix.MOUNT_ATTR_NOEXEC, unix.MS_RDONLY: unix.MOUNT_ATTR_RDONLY,
+	} {
+		if flags&ms != 0 {
+			a |= attr
+		}
+	}
+	return a
 }
 
 // checkFlags fails unless the mount at p has every flag of want (MS_*

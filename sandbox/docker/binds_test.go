@@ -7,6 +7,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // requireRoot skips a test that mounts unless it runs as root; under
@@ -25,9 +27,24 @@ func requireRoot(t *testing.T) {
 // TestStageBindsFlags: every staged bind carries nosuid and nodev, plus
 // noexec and read-only where the policy mount says so, writes go through
 // a read-write one and not through a read-only one, and release leaves
-// nothing mounted or on disk.
+// nothing mounted or on disk; the same for id-mapped staging mounts
+// (an engine that remaps user namespaces), through which on-disk uid 0
+// is the engine's root uid.
 func TestStageBindsFlags(t *testing.T) {
 	requireRoot(t)
+	t.Run("plain", func(t *testing.T) { testStageBindsFlags(t, -1) })
+	t.Run("idmapped", func(t *testing.T) {
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+		ns, err := idmap.NewUserNamespace(m, m)
+		if err != nil {
+			t.Fatalf("NewUserNamespace() = %v", err)
+		}
+		defer ns.Close()
+		testStageBindsFlags(t, int(ns.Fd()))
+	})
+}
+
+func testStageBindsFlags(t *testing.T, usernsFD int) {
 	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
 	rw, ro, file := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, []byte("data"), 0o644); err != nil {
@@ -39,7 +56,7 @@ func TestStageBindsFlags(t *testing.T) {
 		{Destination: "/tr", Type: "bind", Source: ro, Options: []string{"bind", "nosuid", "nodev", "ro", "noexec"}},
 		{Destination: "/f", Type: "bind", Source: file, Options: []string{"bind", "nosuid", "nodev", "ro"}},
 	}
-	binds, release, err := e.stageBinds("call-1", ms)
+	binds, release, err := e.stageBinds("call-1", ms, usernsFD)
 	if err != nil {
 		t.Fatalf("stageBinds() = %v", err)
 	}
@@ -74,11 +91,28 @@ func TestStageBindsFlags(t *testing.T) {
 			t.Errorf("staging mount for %s has flags %#x, want %#x set and %#x clear", tc.target, flags, tc.want, tc.not)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(binds[0].Source, "new"), []byte("x"), 0o644); err != nil {
-		t.Errorf("write through the read-write staging mount = %v, want nil", err)
-	}
-	if _, err := os.Stat(filepath.Join(rw, "new")); err != nil {
-		t.Errorf("the write did not reach the source: %v", err)
+	if usernsFD >= 0 {
+		// On-disk uid k is host uid 100000+k through the mount.
+		own := filepath.Join(rw, "own")
+		if err := os.WriteFile(own, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(own, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]uint32{"": 100000, "own": 101000} {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(binds[0].Source, name), &st); err != nil || st.Uid != want || st.Gid != want {
+				t.Errorf("stat(%q through the id-mapped staging mount) = %d:%d, %v; want %d:%d", name, st.Uid, st.Gid, err, want, want)
+			}
+		}
+	} else {
+		if err := os.WriteFile(filepath.Join(binds[0].Source, "new"), []byte("x"), 0o644); err != nil {
+			t.Errorf("write through the read-write staging mount = %v, want nil", err)
+		}
+		if _, err := os.Stat(filepath.Join(rw, "new")); err != nil {
+			t.Errorf("the write did not reach the source: %v", err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(binds[1].Source, "new"), []byte("x"), 0o644); err == nil {
 		t.Errorf("write through the read-only staging mount succeeded")
@@ -93,7 +127,11 @@ func TestStageBindsFlags(t *testing.T) {
 	if _, err := os.Stat(e.bindsDir() + "/i-test"); !os.IsNotExist(err) {
 		t.Errorf("staging directory after release: %v, want it gone", err)
 	}
-	if _, err := os.Stat(filepath.Join(rw, "new")); err != nil {
+	kept := "new"
+	if usernsFD >= 0 {
+		kept = "own"
+	}
+	if _, err := os.Stat(filepath.Join(rw, kept)); err != nil {
 		t.Errorf("release touched the source: %v", err)
 	}
 }
@@ -112,7 +150,7 @@ func TestStageBindsRefusesSymlink(t *testing.T) {
 		{Destination: "/ok", Type: "bind", Source: dir, Options: []string{"bind", "rw"}},
 		{Destination: "/bad", Type: "bind", Source: link, Options: []string{"bind", "ro"}},
 	}
-	if _, _, err := e.stageBinds("call-2", ms); err == nil {
+	if _, _, err := e.stageBinds("call-2", ms, -1); err == nil {
 		t.Fatalf("stageBinds(symlink source) = nil error, want a refusal")
 	}
 	if _, err := os.Stat(filepath.Join(e.bindsDir(), "i-test")); !os.IsNotExist(err) {
@@ -127,11 +165,11 @@ func TestReapBinds(t *testing.T) {
 	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
 	src := t.TempDir()
 	ms := []specs.Mount{{Destination: "/ws", Type: "bind", Source: src, Options: []string{"bind", "rw"}}}
-	dead, _, err := e.stageBinds("dead", ms)
+	dead, _, err := e.stageBinds("dead", ms, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, releaseLive, err := e.stageBinds("live", ms)
+	live, releaseLive, err := e.stageBinds("live", ms, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

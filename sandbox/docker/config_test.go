@@ -39,7 +39,11 @@ func TestContainerConfigHardening(t *testing.T) {
 			binds = append(binds, stagedBind{Source: "/state/docker-binds/i-test/c/" + strconv.Itoa(i), Target: m.Destination})
 		}
 	}
-	_, hc, err := e.containerConfig(call, req, 1000, 1000, ms, binds)
+	user, err := remap{}.forCall(p, 1000, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hc, err := e.containerConfig(call, req, 1000, 1000, user, ms, binds)
 	if err != nil {
 		t.Fatalf("containerConfig() = %v", err)
 	}
@@ -79,7 +83,7 @@ func TestContainerConfigHardening(t *testing.T) {
 			t.Errorf("mount %d = %+v, want %s from %s, read-write at the engine", i, m, binds[i].Target, binds[i].Source)
 		}
 	}
-	if _, _, err := e.containerConfig(call, req, 1000, 1000, ms, binds[:len(binds)-1]); err == nil {
+	if _, _, err := e.containerConfig(call, req, 1000, 1000, user, ms, binds[:len(binds)-1]); err == nil {
 		t.Errorf("containerConfig() with a bind not staged = nil error, want a refusal")
 	}
 }

@@ -10,7 +10,12 @@
 // /proc and /sys paths, tmpfs /tmp, the workspace and the session
 // directory bound at their own paths from nosuid,nodev(,noexec) staging
 // mounts (binds.go: the engine cannot set those flags), cgroup limits,
-// the policy's user and the sandbox labels. An out-of-memory kill is read
+// the policy's user and the sandbox labels. On an engine that remaps user
+// namespaces (dockerd --userns-remap) every call runs in the engine's
+// namespace and its binds are id-mapped with the engine's map, so that it
+// never has host uid 0; on one that does not, a call as uid 0 is refused
+// unless the policy says user: host-root (userns.go, docs/identity.md).
+// An out-of-memory kill is read
 // from the engine's container state before removal. The
 // container has no log driver: its output reaches the caller only through
 // the attach stream, and the engine keeps no copy of it on disk. An engine

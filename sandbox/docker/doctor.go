@@ -24,7 +24,11 @@ const (
 // not, as checks in this order: "daemon" (the engine answers at which
 // host, with its server and API versions), "runtimes" (the runtimes it
 // has registered; failed when it lacks policy.DefaultRuntime, which the
-// test call uses), "state" (opts.StateDir is writable), "image" (an image
+// test call uses), "userns" (whether the engine remaps user namespaces,
+// and with which map; failed when it remaps with a map the host's
+// /etc/subuid and /etc/subgid do not tell, which New refuses; an engine
+// that does not remap passes, saying that calls as uid 0 are refused),
+// "state" (opts.StateDir is writable), "image" (an image
 // imported by dsh-sandbox, labelled sandbox.LabelOwner, exists; the
 // newest one is used) and "run" (a real call of `true` under the built-in
 // workspace-write policy on that image). It stops after a failed check
@@ -72,6 +76,14 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 			detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
 		}
 		add("runtimes", runtimesOK, "%s", detail)
+		switch r, err := detectRemap(info.SecurityOptions, info.DockerRootDir); {
+		case err != nil:
+			add("userns", false, "%v: calls cannot run", err)
+		case r.enabled():
+			add("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
+		default:
+			add("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
+		}
 	}
 
 	state := sandbox.CheckStateDir(opts.StateDir)
@@ -102,7 +114,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	}
 	add("image", true, "%s (%s, %.1f MB, imported %s)%s", name, shortID(picked.ID), float64(picked.Size)/1e6, time.Unix(picked.Created, 0).UTC().Format(time.RFC3339), others)
 
-	if !runtimesOK || !stateOK {
+	if !runtimesOK || !stateOK || !remapOK(checks) {
 		return checks
 	}
 	if d, err := doctorRun(ctx, opts, name); err != nil {
@@ -111,6 +123,11 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		add("run", true, "`true` ran in a fresh container of %s under policy %s in %v", name, policy.WorkspaceWrite, d.Round(time.Millisecond))
 	}
 	return checks
+}
+
+// remapOK reports whether no "userns" check failed.
+func remapOK(checks []sandbox.Check) bool {
+	return !slices.ContainsFunc(checks, func(c sandbox.Check) bool { return c.Name == "userns" && !c.OK })
 }
 
 // imageName is the first name of img, or "" when it has none.

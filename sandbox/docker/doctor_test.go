@@ -25,7 +25,7 @@ func TestDoctor(t *testing.T) {
 	for _, c := range checks {
 		t.Logf("%s ok=%v: %s", c.Name, c.OK, c.Detail)
 	}
-	want := []string{"daemon", "runtimes", "state", "image", "run"}
+	want := []string{"daemon", "runtimes", "userns", "state", "image", "run"}
 	if got := sandboxtest.CheckNames(checks); !slices.Equal(got, want) {
 		t.Fatalf("Doctor() checks = %q, want %q: %+v", got, want, checks)
 	}
@@ -39,6 +39,9 @@ func TestDoctor(t *testing.T) {
 	}
 	if d := checks[1].Detail; !strings.Contains(d, "runc") {
 		t.Errorf("Doctor() runtimes detail %q does not list runc", d)
+	}
+	if e := newTestExecutor(t); e.remap.enabled() != strings.Contains(checks[2].Detail, "the engine remaps") {
+		t.Errorf("Doctor() userns detail %q, but the engine's remapping is %v", checks[2].Detail, e.remap)
 	}
 
 	cli, err := newClient("")
@@ -81,13 +84,13 @@ func TestDoctorStateUnusable(t *testing.T) {
 	}
 	for _, dir := range []string{"relative/state", filepath.Join(file, "state")} {
 		checks := Doctor(t.Context(), Options{StateDir: dir})
-		want := []string{"daemon", "runtimes", "state", "image"}
+		want := []string{"daemon", "runtimes", "userns", "state", "image"}
 		if got := sandboxtest.CheckNames(checks); !slices.Equal(got, want) {
 			t.Errorf("Doctor(StateDir %q) checks = %q, want %q: %+v", dir, got, want, checks)
 			continue
 		}
-		if checks[2].OK || !strings.Contains(checks[2].Detail, dir) {
-			t.Errorf("Doctor(StateDir %q) state check = %+v, want failed, naming the directory", dir, checks[2])
+		if checks[3].OK || !strings.Contains(checks[3].Detail, dir) {
+			t.Errorf("Doctor(StateDir %q) state check = %+v, want failed, naming the directory", dir, checks[3])
 		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/rs/zerolog"
 
@@ -80,13 +79,20 @@ type Executor struct {
 	runtimes   []string // the engine's runtimes when last asked; see checkRuntime
 
 	importMu sync.Mutex // held by ImportRootfs
+
+	remap  remap      // the engine's user namespace remapping, read by New
+	nsMu   sync.Mutex // guards userns
+	userns *os.File   // a user namespace with remap's maps, made on first use
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
 
-// New validates opts and connects to the engine: it pings the daemon and
-// negotiates the API version. An unreachable daemon is an error wrapping
-// sandbox.ErrUnavailable.
+// New validates opts and connects to the engine: it pings the daemon,
+// negotiates the API version and reads whether the engine remaps user
+// namespaces, and with which map (userns.go; an engine restarted with
+// another remapping needs a new Executor). An unreachable daemon, or one
+// that remaps with a map the host's /etc/subuid and /etc/subgid do not
+// tell, is an error wrapping sandbox.ErrUnavailable.
 func New(ctx context.Context, opts Options) (*Executor, error) {
 	var err error
 	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("docker", opts.StateDir, opts.InstanceID); err != nil {
@@ -109,6 +115,11 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: engine at %s is not reachable: %w", cli.DaemonHost(), err)
 	}
 	cli.NegotiateAPIVersion(pctx)
+	rm, err := engineRemap(pctx, cli)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
 	probe, err := newProbe(opts.Host)
 	if err != nil {
 		_ = cli.Close()
@@ -125,6 +136,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		probe:    probe,
 		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
 		instance: opts.InstanceID,
+		remap:    rm,
 	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		err = fmt.Errorf("docker: %w", err)
@@ -206,6 +218,12 @@ func (e *Executor) Close() error {
 	}
 	e.closed = true
 	err := errors.Join(e.cli.Close(), e.probe.Close())
+	e.nsMu.Lock()
+	if e.userns != nil {
+		err = errors.Join(err, e.userns.Close())
+		e.userns = nil
+	}
+	e.nsMu.Unlock()
 	if e.lock != nil {
 		err = errors.Join(err, os.Remove(e.lock.Name()), e.lock.Close())
 		e.lock = nil
@@ -262,7 +280,14 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if req.Policy.Image == "" || req.Policy.Image == "host" {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.image %q: the host image exists only for the oci backend; import an image with `dsh-sandbox images import --backend docker`", req.Policy.Image)
 	}
+	if req.Policy.Network == policy.NetworkAllowlist {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network %q: the docker backend has no egress proxy yet; use backend oci or containerd", req.Policy.Network)
+	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	user, err := e.remap.forCall(req.Policy, uid, gid)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +340,15 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q is already running on this executor", call.ID)
 	}
 	defer e.active.Remove(call.ID)
-	binds, releaseBinds, err := e.stageBinds(call.ID, mounts)
+	usernsFD := -1
+	if user.idmapped {
+		ns, err := e.usernsFile()
+		if err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
+		}
+		usernsFD = int(ns.Fd())
+	}
+	binds, releaseBinds, err := e.stageBinds(call.ID, mounts, usernsFD)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
 	}
@@ -325,7 +358,7 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			log.Error().Err(err).Msg("teardown left staging mounts behind; `dsh-sandbox reap --backend docker` removes them")
 		}
 	}()
-	cfg, hc, err := e.containerConfig(call, req, uid, gid, mounts, binds)
+	cfg, hc, err := e.containerConfig(call, req, uid, gid, user, mounts, binds)
 	if err != nil {
 		return nil, err
 	}
@@ -409,12 +442,11 @@ func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) 
 //     backends install), not the engine's default; the engine's defaults
 //     supply the device allow-list;
 //   - the call has a cgroup namespace of its own, as on the other
-//     backends (policy.WithNamespaces).
-func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, ms []specs.Mount, binds []stagedBind) (*container.Config, *container.HostConfig, error) {
-	seccompJSON, err := policy.DefaultSeccompJSON()
-	if err != nil {
-		return nil, nil, err
-	}
+//     backends (policy.WithNamespaces);
+//   - user (forCall) chooses the seccomp profile and, for user:
+//     host-root or runsc on an engine that remaps, the host's user
+//     namespace.
+func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, user callUser, ms []specs.Mount, binds []stagedBind) (*container.Config, *container.HostConfig, error) {
 	p := req.Policy
 	l := p.Limits
 	mem := l.MemoryBytes
@@ -461,11 +493,12 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + seccompJSON},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + user.seccomp},
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		Runtime:        p.Runtime,
 		Tmpfs:          map[string]string{},
 		IpcMode:        "private",
+		UsernsMode:     usernsMode(user),
 		// No log driver: the engine's default (json-file) writes every
 		// line of output as a JSON record to disk, which made 200 MB of
 		// output take ~50 s instead of ~5 s and kept the command's
@@ -482,6 +515,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 			},
 		},
 	}
+	withTerminal(cfg, hc, req.Terminal)
 	for _, m := range ms {
 		switch m.Type {
 		case "tmpfs":
@@ -558,8 +592,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
-		copied <- err
+		copied <- copyOutput(stdout, stderr, hj.Reader, req.Terminal != nil)
 	}()
 	var copyErr error
 
@@ -572,7 +605,11 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 	if src := req.StdinSource(); src != nil {
 		go func() {
 			_, _ = io.Copy(hj.Conn, src) // fails once the attach is closed
-			_ = hj.CloseWrite()
+			if req.Terminal == nil {
+				// On a terminal the engine would close the terminal
+				// itself: there, end of input is a key, ^D.
+				_ = hj.CloseWrite()
+			}
 		}()
 	}
 
@@ -591,6 +628,7 @@ func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *s
 			waitErr = err
 		}
 	}()
+	go e.followTerminal(bg, id, req.Terminal, done)
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
 		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")

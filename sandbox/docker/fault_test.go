@@ -31,12 +31,14 @@ const stopWait = 90 * time.Second
 // and kill only this engine, never the one behind $DOCKER_HOST.
 type privateEngine struct {
 	script, dir, host string
+	env               []string // extra environment of daemons.sh
 }
 
 // startPrivateEngine starts a private engine (skipping without root,
 // dockerd or containerd, failing under CI=true), stopped and removed
-// with its shims and mounts when the test ends.
-func startPrivateEngine(t *testing.T) *privateEngine {
+// with its shims and mounts when the test ends. env is extra environment
+// for daemons.sh (e.g. DSH_SANDBOX_DOCKER_USERNS_REMAP=none).
+func startPrivateEngine(t *testing.T, env ...string) *privateEngine {
 	t.Helper()
 	missing := ""
 	if os.Geteuid() != 0 {
@@ -58,7 +60,7 @@ func startPrivateEngine(t *testing.T) *privateEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &privateEngine{script: fixtures.DaemonsScript(t), dir: dir}
+	d := &privateEngine{script: fixtures.DaemonsScript(t), dir: dir, env: env}
 	t.Cleanup(func() {
 		pids := d.recordedPIDs()
 		if out, err := d.command("stop-private").CombinedOutput(); err != nil {
@@ -82,7 +84,7 @@ func startPrivateEngine(t *testing.T) *privateEngine {
 
 func (d *privateEngine) command(verb string) *exec.Cmd {
 	cmd := exec.Command("bash", d.script, verb)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DSH_SANDBOX_DAEMONS_DIR=" + d.dir}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "DSH_SANDBOX_DAEMONS_DIR=" + d.dir}, d.env...)
 	return cmd
 }
 

@@ -92,20 +92,31 @@ func Mount(source, target string, usernsFD int) error {
 		return fmt.Errorf("id-mapped mount of %s: open: %w", source, err)
 	}
 	defer unix.Close(dfd)
-	tfd, err := unix.OpenTree(dfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err := MountFD(dfd, target, usernsFD, 0); err != nil {
+		return fmt.Errorf("id-mapped mount of %s: %w", source, err)
+	}
+	return nil
+}
+
+// MountFD is Mount of the file or directory open at fd (an O_PATH
+// descriptor is enough), with the mount attributes attrs
+// (unix.MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOEXEC, …) on top of nosuid and
+// nodev.
+func MountFD(fd int, target string, usernsFD int, attrs uint64) error {
+	tfd, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
-		return fmt.Errorf("id-mapped mount of %s: open_tree: %w", source, err)
+		return fmt.Errorf("open_tree: %w", err)
 	}
 	defer unix.Close(tfd)
 	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | attrs,
 		Userns_fd: uint64(usernsFD),
 	}
 	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		return fmt.Errorf("id-mapped mount of %s: mount_setattr: %w", source, err)
+		return fmt.Errorf("mount_setattr: %w", err)
 	}
 	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("id-mapped mount of %s: move_mount to %s: %w", source, target, err)
+		return fmt.Errorf("move_mount to %s: %w", target, err)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -91,7 +92,8 @@ func BaseEnv() []string {
 }
 
 // Run executes req as `bash -c` on the host. It refuses, as an invalid
-// argument naming policy.backend, any policy that does not say "local".
+// argument naming policy.backend, any policy that does not say "local",
+// and a call on a terminal (Request.Terminal), which it cannot give.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	t0 := time.Now()
 	if req == nil {
@@ -99,6 +101,12 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 	}
 	if req.Policy.Backend != "local" {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.backend %q: the local backend runs without a container and only under a policy that says \"local\"", req.Policy.Backend)
+	}
+	if req.Policy.Network == policy.NetworkAllowlist {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
+	}
+	if req.Terminal != nil {
+		return nil, sandbox.NoTerminal("local")
 	}
 	call, err := sandbox.Prepare(req, BaseEnv(), e.opts.Getenv)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -59,6 +60,10 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+	// Network is how the egress proxy of a call of network allowlist
+	// resolves names and dials; the zero value is the host's resolver
+	// and dialer. Tests point made-up names at local servers with it.
+	Network egress.Network
 }
 
 // teardownTimeout bounds the teardown of one call; it runs on a context
@@ -137,11 +142,9 @@ func New(opts Options) (*Executor, error) {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 	}
-	if e.rt.usernsCapable() {
-		for _, d := range []string{opts.StateDir, e.bundlesDir()} {
-			if err := os.Chmod(d, 0o711); err != nil {
-				return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
-			}
+	for _, d := range []string{opts.StateDir, e.bundlesDir()} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 	}
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
@@ -236,6 +239,9 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if err := e.checkPolicy(req.Policy); err != nil {
 		return nil, err
 	}
+	if req.Terminal != nil && !terminalCapable(e.rt.name) {
+		return nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
+	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
 		return nil, err
@@ -307,6 +313,13 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	}()
 
 	t1 := time.Now()
+	if req.Policy.Network == policy.NetworkAllowlist {
+		joinNet, err := e.startEgress(req.Policy, img.Host, call, log, &cu, res)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, joinNet...)
+	}
 	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts, ids)
 	if err != nil {
 		return nil, err
@@ -330,6 +343,9 @@ func (e *Executor) checkPolicy(p sandbox.Policy) error {
 	}
 	if p.Runtime != "" && p.Runtime != e.rt.name {
 		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.runtime %q: this executor runs %q", p.Runtime, e.rt.name)
+	}
+	if p.Network == policy.NetworkAllowlist && e.rt.name == RuntimeRunsc {
+		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.network %q is not supported with runtime runsc yet; use runc or crun", p.Network)
 	}
 	return nil
 }
@@ -452,6 +468,9 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		policy.WithAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
 		policy.WithCgroupsPath(containerCgroupsPath(e.instance, call.ID)),
 	)
+	if req.Terminal != nil {
+		all = append(all, sandbox.WithTerminal(req.Terminal.Size))
+	}
 	if e.rt.name == RuntimeRunsc {
 		all = append(all, withRunscPids())
 	}
@@ -477,12 +496,24 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.
-		if err := b.inNamespace(func() error { return b.mountPoints(spec.Mounts) }); err != nil {
+		mounts := spec.Mounts
+		if ids.Enabled && e.rt.name == RuntimeRunsc {
+			mounts = goferMountPoints(spec)
+		}
+		if err := b.inNamespace(func() error { return b.mountPoints(mounts) }); err != nil {
 			return nil, internal(err)
 		}
 	}
 	if ids.Enabled {
 		if err := b.ownRootfs(ids.RootUID, ids.RootGID, !img.Host); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if ids.Enabled && e.rt.name == RuntimeRunsc {
+		if err := e.step("gofer"); err != nil {
+			return nil, err
+		}
+		if err := b.prepareGofer(spec); err != nil {
 			return nil, internal(err)
 		}
 	}
@@ -506,7 +537,14 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 	// Stdin goes through a pipe of ours, not through exec's copy: Wait
 	// must not wait for a reader that never ends (exec -i on a terminal).
 	var inR, inW *os.File
-	if src := req.StdinSource(); src != nil {
+	var tty *callTerminal
+	if req.Terminal != nil {
+		var err error
+		if tty, err = openTerminal(cmd, e.rt.name, req.Terminal); err != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
+		}
+		defer tty.close()
+	} else if src := req.StdinSource(); src != nil {
 		var err error
 		if inR, inW, err = os.Pipe(); err != nil {
 			return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: stdin pipe: %w", call.ID, err)
@@ -519,7 +557,9 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 			}
 		}()
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if tty == nil {
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+	}
 	if err := e.step("start"); err != nil {
 		return err
 	}
@@ -540,6 +580,9 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 		waitErr = cmd.Wait()
 		close(done)
 	}()
+	if tty != nil {
+		tty.start(cmd, req, stdout, done)
+	}
 	// On an early return (a failure or a panic below), stop the runtime
 	// process before the container is deleted: a runtime still running
 	// would keep its cgroups busy.
@@ -570,6 +613,9 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 		return e.killAll(ctx, call.ID, cmd, pidFile, sig)
 	})
 	<-done
+	if tty != nil {
+		tty.finish(log)
+	}
 
 	out, oerr := stdout.Stream()
 	errOut, eerr := stderr.Stream()

@@ -35,19 +35,13 @@ func (b *bundle) stageIdmapped(spec *specs.Spec, dests map[string]bool) error {
 }
 
 // userNamespace decides the user namespace of a call of policy p running
-// as container uid:gid (idmap.ForCall). runc and crun always give one,
-// unless the policy says user: host-root; runsc gets none (gVisor runs
-// the call's processes under its own kernel, see docs/identity.md).
+// as container uid:gid (idmap.ForCall): every runtime gives one, unless
+// the policy says user: host-root. Under runsc the spec's namespace is
+// the one gVisor's gofer runs in (the Sentry runs as host nobody in a
+// namespace of its own); see stageForGofer and docs/identity.md.
 func (e *Executor) userNamespace(p sandbox.Policy, uid, gid uint32) (idmap.Call, error) {
-	if !e.rt.usernsCapable() {
-		return idmap.Call{HostUID: uid, DiskUID: uid}, nil
-	}
 	return idmap.ForCall("oci", p, uid, gid)
 }
-
-// usernsCapable reports whether the runtime runs calls in a user
-// namespace with mapped ids (runc and crun; not runsc).
-func (r *runtimeCLI) usernsCapable() bool { return r.name != RuntimeRunsc }
 
 // ownRootfs gives the rootfs of the bundle to the host uid:gid the call's
 // user namespace maps container root to, so that the runtime, which

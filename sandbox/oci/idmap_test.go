@@ -16,10 +16,11 @@ import (
 // per variant, interleaved in one run: user host-root (no user
 // namespace), a uid-1000 workspace (a user namespace, uid 1000 mapped
 // 1:1) and a root-owned workspace (a user namespace plus id-mapped
-// staging mounts of the workspace and session directory). Run it with
+// staging mounts of the workspace and session directory; under runsc
+// the gofer's staging mounts and read-only root too). Run it with
 // -benchtime=30x or more; it reports the median of each variant.
 func BenchmarkUserNamespace(b *testing.B) {
-	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+	for _, rt := range runtimes {
 		b.Run(rt, func(b *testing.B) {
 			e := newTestExecutor(b, rt)
 			type variant struct {

@@ -51,11 +51,12 @@ func TestTeardownAfterInjectedFailure(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			e := newTestExecutor(t, rt)
-			steps := append(callSteps, "panic")
-			if e.rt.usernsCapable() {
-				// The workspace is root's: its call stages id-mapped
-				// mounts, which every later failure must remove.
-				steps = append(steps, "idmap")
+			// The workspace is root's: its call stages id-mapped
+			// mounts (and under runsc, the gofer's staging mounts),
+			// which every later failure must remove.
+			steps := append(callSteps, "panic", "idmap")
+			if rt == RuntimeRunsc {
+				steps = append(steps, "gofer")
 			}
 			for _, step := range steps {
 				t.Run(step, func(t *testing.T) {

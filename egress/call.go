@@ -1,0 +1,234 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Addresses of the proxy and the DNS server inside a call's namespace.
+// The namespace is the call's own, so the ports are always free.
+const (
+	ProxyAddr = "127.0.0.1:3128"
+	DNSAddr   = "127.0.0.1:53"
+)
+
+// ProxyURL is what the proxy variables of a call hold.
+const ProxyURL = "http://" + ProxyAddr
+
+// ResolvConf is the resolv.conf of a call: the DNS server on its loopback.
+const ResolvConf = "nameserver 127.0.0.1\noptions ndots:1 attempts:2 timeout:2\n"
+
+// NSSwitch is the nsswitch.conf of a call of the host image: files, then
+// the call's DNS server (which glibc asks at 127.0.0.1 when there is no
+// resolv.conf).
+const NSSwitch = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"
+
+// Options configure Start. Allow and Deny are required in the sense that
+// empty lists allow nothing.
+type Options struct {
+	// Allow and Deny are the policy's network.allow and network.deny.
+	Allow, Deny []string
+	// Network is how the proxy reaches the outside; the zero value is
+	// the host's resolver and dialer.
+	Network Network
+	// Logger receives refusals at debug level (host and port, never
+	// payloads) and teardown errors.
+	Logger zerolog.Logger
+}
+
+// Call is the network of one call: a network namespace with only the
+// loopback interface up, the HTTP proxy listening on ProxyAddr and the
+// DNS server on DNSAddr inside it (UDP and TCP), served by goroutines of
+// this process that dial from the host's namespace. The call's container
+// joins the namespace at NamespacePath. Close ends everything. A Call is
+// safe for concurrent use.
+type Call struct {
+	ns    *os.File
+	p     *proxy
+	http  *http.Server
+	dns   []*dns.Server
+	wg    sync.WaitGroup
+	once  sync.Once
+	recs  []sandbox.Connection
+	close []func() error
+}
+
+// Start makes a call's network: it parses the rules (an error wraps
+// sandbox.ErrInvalid), creates the namespace on a thread of its own (which
+// ends with it, so no other goroutine ever runs in the namespace), brings
+// its loopback up, opens the listening sockets inside it and serves them.
+// It needs CAP_SYS_ADMIN and CAP_NET_ADMIN. On error nothing is left.
+func Start(opts Options) (_ *Call, err error) {
+	rules, err := ParseRules(opts.Allow, opts.Deny)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.%v", err)
+	}
+	c := &Call{p: newProxy(rules, opts.Network, opts.Logger)}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	var (
+		httpLn, dnsTCP net.Listener
+		dnsUDP         net.PacketConn
+	)
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, so its
+		// network namespace is never used by another goroutine.
+		runtime.LockOSThread()
+		done <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("new network namespace: %w", err)
+			}
+			ns, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				return err
+			}
+			c.ns = ns
+			if err := loopbackUp(); err != nil {
+				return err
+			}
+			if httpLn, err = net.Listen("tcp4", ProxyAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, httpLn.Close)
+			if dnsTCP, err = net.Listen("tcp4", DNSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, dnsTCP.Close)
+			if dnsUDP, err = net.ListenPacket("udp4", DNSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, dnsUDP.Close)
+			return nil
+		}()
+	}()
+	if err := <-done; err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "egress: %w", err)
+	}
+	c.http = &http.Server{
+		Handler:           c.p.handler(),
+		ReadHeaderTimeout: dialTimeout,
+		ErrorLog:          log.New(io.Discard, "", 0), // a call's broken requests are not the service's errors
+	}
+	c.dns = []*dns.Server{
+		{Listener: dnsTCP, Handler: c.p, ReadTimeout: 5 * time.Second},
+		{PacketConn: dnsUDP, Handler: c.p},
+	}
+	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
+	for _, s := range c.dns {
+		c.serve(s.ActivateAndServe)
+	}
+	return c, nil
+}
+
+func (c *Call) serve(f func() error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = f() // ends with an error when Close closes its socket
+	}()
+}
+
+// NamespacePath is the path a runtime opens to join the call's network
+// namespace (an OCI spec's network namespace path); valid until Close.
+func (c *Call) NamespacePath() string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), c.ns.Fd())
+}
+
+// ProxyEnv are the variables that point a call's tools at the proxy, in
+// both cases: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY, and NO_PROXY for
+// the loopback.
+func ProxyEnv() []string {
+	var env []string
+	for _, n := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env = append(env, n+"="+ProxyURL, strings.ToLower(n)+"="+ProxyURL)
+	}
+	return append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+}
+
+// WithProxyEnv returns env (NAME=value entries, sorted) with the
+// variables of ProxyEnv replacing any of the same names, sorted again.
+func WithProxyEnv(env []string) []string {
+	add := ProxyEnv()
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(add, func(a string) bool { return strings.HasPrefix(a, name+"=") })
+	})
+	out = append(out, add...)
+	slices.Sort(out)
+	return out
+}
+
+// Close ends the call's network: it stops the listeners, closes every
+// connection still open (those a client holds past the end of the call
+// too), waits for the servers' goroutines and releases the namespace. It
+// returns the record of every connection, in the order they ended.
+// Close is idempotent; later calls return the same record.
+func (c *Call) Close() []sandbox.Connection {
+	c.once.Do(func() {
+		var errs []error
+		if c.http != nil {
+			errs = append(errs, c.http.Close())
+		}
+		for _, s := range c.dns {
+			if err := s.Shutdown(); err != nil && !strings.Contains(err.Error(), "not started") {
+				errs = append(errs, err)
+			}
+		}
+		for _, f := range c.close {
+			if err := f(); err != nil && !errors.Is(err, net.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+		c.recs = c.p.close()
+		c.wg.Wait()
+		if c.ns != nil {
+			errs = append(errs, c.ns.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
+			c.p.log.Debug().Err(err).Msg("egress: teardown")
+		}
+	})
+	return c.recs
+}
+
+// loopbackUp sets the IFF_UP flag of lo in the calling thread's network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}

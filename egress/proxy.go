@@ -1,0 +1,341 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// Network is how the proxy reaches the outside. The zero value resolves
+// with the host's resolver and dials from the host's network namespace;
+// tests set both to reach local servers under made-up names.
+type Network struct {
+	// LookupNetIP resolves a host name; nil means net.DefaultResolver's.
+	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// DialContext opens a TCP connection to an address the rules
+	// allowed ("203.0.113.7:443"); nil means a net.Dialer's.
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Limits of one call's proxy.
+const (
+	// maxRecords bounds the connections one call's record keeps; the
+	// log says once that later ones were left out.
+	maxRecords = 1000
+	// dialTimeout bounds the resolution and dial of one connection.
+	dialTimeout = 30 * time.Second
+	// Verdict of an allowed connection whose upstream could not be
+	// reached.
+	failed = "failed"
+)
+
+// proxy serves one call: the HTTP proxy and DNS server handlers, the
+// connections they hold and the record of every connection.
+type proxy struct {
+	rules *Rules
+	net   Network
+	log   zerolog.Logger
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[io.Closer]struct{}
+	records []sandbox.Connection
+	dropped int
+	learned map[netip.Addr]string // addresses the DNS server answered, by name
+}
+
+func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
+	if nw.LookupNetIP == nil {
+		nw.LookupNetIP = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if nw.DialContext == nil {
+		nw.DialContext = (&net.Dialer{}).DialContext
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &proxy{
+		rules: rules, net: nw, log: log, ctx: ctx, stop: stop,
+		conns:   map[io.Closer]struct{}{},
+		learned: map[netip.Addr]string{},
+	}
+}
+
+// handler is the HTTP proxy: CONNECT tunnels and plain HTTP requests,
+// every upstream connection opened by p.dial. Plain HTTP connections are
+// not kept alive, so each is recorded when its request ends.
+func (p *proxy) handler() http.Handler {
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Tr = &http.Transport{
+		Proxy:               nil, // never the service's own proxy settings
+		DialContext:         p.dial,
+		DisableKeepAlives:   true,
+		TLSHandshakeTimeout: dialTimeout,
+	}
+	gp.ConnectDialWithReq = func(req *http.Request, network, addr string) (net.Conn, error) {
+		return p.dial(req.Context(), network, addr)
+	}
+	return gp
+}
+
+// track registers an open connection, closed by close at the latest; it
+// returns false (and closes c) once the proxy is closed.
+func (p *proxy) track(c io.Closer) bool {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.conns[c] = struct{}{}
+	}
+	p.mu.Unlock()
+	if closed {
+		c.Close() // outside the lock: a connection's Close untracks it
+	}
+	return !closed
+}
+
+func (p *proxy) untrack(c io.Closer) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// record adds one connection to the call's record.
+func (p *proxy) record(c sandbox.Connection) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.records) >= maxRecords {
+		if p.dropped == 0 {
+			p.log.Warn().Int("limit", maxRecords).Msg("egress: too many connections; later ones are not recorded")
+		}
+		p.dropped++
+		return
+	}
+	p.records = append(p.records, c)
+}
+
+// dial is the only way out: it checks host and port, resolves a name
+// itself, checks every address, and dials only an address it checked.
+// A refusal is recorded at once; an allowed connection when it closes.
+func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	if err != nil || perr != nil || port == 0 {
+		p.record(sandbox.Connection{Host: addr, Verdict: Denied, Reason: "not a host:port"})
+		return nil, fmt.Errorf("egress: %q is not a host:port", addr)
+	}
+	rec := sandbox.Connection{Host: host, Port: uint16(port)}
+	deny := func(reason string) (net.Conn, error) {
+		rec.Verdict, rec.Reason = Denied, reason
+		p.record(rec)
+		p.log.Debug().Str("host", host).Uint64("port", port).Str("reason", reason).Msg("egress: denied")
+		return nil, fmt.Errorf("egress: %s:%d denied: %s", host, port, reason)
+	}
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return deny("network " + network + " is not tcp")
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+
+	name, a, isAddr := NormalizeHost(host)
+	var addrs []netip.Addr
+	if isAddr {
+		p.mu.Lock()
+		learned, ok := p.learned[a]
+		p.mu.Unlock()
+		if ok {
+			// An address the DNS server gave this call for an allowed
+			// name is that name (a client that resolved first).
+			name, isAddr = learned, false
+		}
+		addrs = []netip.Addr{a}
+	}
+	d := p.rules.CheckHost(name, uint16(port))
+	if isAddr {
+		d = p.rules.CheckHost(a.String(), uint16(port))
+	}
+	if d.Verdict != Allowed {
+		return deny(d.Reason)
+	}
+	if addrs == nil {
+		if addrs, err = p.net.LookupNetIP(ctx, name); err != nil {
+			return deny("resolving " + name + " failed: " + dnsError(err))
+		}
+	}
+	ok, why := p.rules.filter(addrs, uint16(port))
+	if len(ok) == 0 {
+		return deny(why)
+	}
+	rec.Verdict, rec.Reason = Allowed, d.Reason
+	var errs []error
+	for _, a := range ok {
+		target := netip.AddrPortFrom(a, uint16(port)).String()
+		c, err := p.net.DialContext(ctx, "tcp", target)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rec.Address = target
+		cc := &countedConn{Conn: c, p: p, rec: rec}
+		if !p.track(cc) {
+			return nil, errors.New("egress: the call has ended")
+		}
+		return cc, nil
+	}
+	rec.Verdict, rec.Reason = failed, d.Reason+"; dial failed: "+errors.Join(errs...).Error()
+	p.record(rec)
+	return nil, fmt.Errorf("egress: %s:%d: %w", host, port, errors.Join(errs...))
+}
+
+// filter keeps the addresses CheckAddr allows; why is the first refusal.
+func (r *Rules) filter(addrs []netip.Addr, port uint16) (ok []netip.Addr, why string) {
+	for _, a := range addrs {
+		d := r.CheckAddr(a, port)
+		if d.Verdict == Allowed {
+			ok = append(ok, a.Unmap())
+		} else if why == "" {
+			why = d.Reason
+		}
+	}
+	if why == "" {
+		why = "the name has no address"
+	}
+	return ok, why
+}
+
+// dnsError shortens a resolver error to its cause, without the resolver
+// address.
+func dnsError(err error) string {
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		if de.IsNotFound {
+			return "no such host"
+		}
+		return de.Err
+	}
+	return err.Error()
+}
+
+// close ends the proxy: the connections still open are closed and the
+// record is returned, ordered as the connections ended.
+func (p *proxy) close() []sandbox.Connection {
+	p.stop()
+	p.mu.Lock()
+	p.closed = true
+	open := make([]io.Closer, 0, len(p.conns))
+	for c := range p.conns {
+		open = append(open, c)
+	}
+	p.mu.Unlock()
+	for _, c := range open {
+		c.Close() // a countedConn records itself
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.records)
+}
+
+// countedConn is an upstream connection that counts its bytes and records
+// itself when closed. It keeps the half-close methods of a TCP
+// connection, which the proxy's tunnels use.
+type countedConn struct {
+	net.Conn
+	p         *proxy
+	rec       sandbox.Connection
+	up, down  atomic.Int64
+	closeOnce sync.Once
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.down.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.up.Add(int64(n))
+	return n, err
+}
+
+// CloseWrite half-closes a TCP connection, else closes it.
+func (c *countedConn) CloseWrite() error {
+	if hc, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return hc.CloseWrite()
+	}
+	return c.Close()
+}
+
+// CloseRead half-closes a TCP connection, else closes it.
+func (c *countedConn) CloseRead() error {
+	if hc, ok := c.Conn.(interface{ CloseRead() error }); ok {
+		return hc.CloseRead()
+	}
+	return c.Close()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() {
+		c.p.untrack(c)
+		c.rec.BytesUp, c.rec.BytesDown = c.up.Load(), c.down.Load()
+		c.p.record(c.rec)
+	})
+	return err
+}
+
+// clientConn is a connection the call opened to the proxy, closed at the
+// end of the call at the latest. It keeps the half-close methods.
+type clientConn struct {
+	*net.TCPConn
+	p *proxy
+}
+
+func (c *clientConn) Close() error {
+	c.p.untrack(c)
+	return c.TCPConn.Close()
+}
+
+// trackedListener registers every accepted connection with the proxy.
+type trackedListener struct {
+	net.Listener
+	p *proxy
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		cc := &clientConn{TCPConn: tc, p: l.p}
+		if !l.p.track(cc) {
+			return nil, net.ErrClosed
+		}
+		return cc, nil
+	}
+}

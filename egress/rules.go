@@ -1,0 +1,338 @@
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// MaxRules bounds the entries of one allow or deny list.
+const MaxRules = 256
+
+// Verdicts of a Decision.
+const (
+	Allowed = "allowed"
+	Denied  = "denied"
+)
+
+// rule is one parsed entry of an allow or deny list: a host name, a
+// "*." wildcard (any name below suffix, not suffix itself) or an address
+// prefix (a single IP is a /32 or /128), with a port (0: any port).
+type rule struct {
+	text   string
+	name   string // lower-case, without a trailing dot
+	suffix string // ".example.com" for "*.example.com"
+	prefix netip.Prefix
+	port   uint16
+}
+
+// Rules are the parsed allow and deny lists of a policy. The zero value
+// allows nothing. Rules are immutable and safe for concurrent use.
+type Rules struct {
+	allow, deny []rule
+}
+
+// ParseRule checks one entry of an allow or deny list: a host name
+// ("api.example.com"), a wildcard ("*.example.com", names below it), an
+// IP address ("10.0.0.5", "fd00::1") or CIDR ("10.0.0.0/8"), each with an
+// optional port (":5432"; an IPv6 address with a port is written
+// "[fd00::1]:5432"). It returns an error saying what is wrong.
+func ParseRule(s string) error {
+	_, err := parseRule(s)
+	return err
+}
+
+// ParseRules parses the allow and deny lists of a policy (see ParseRule).
+// The error names the first bad entry as "allow[i]" or "deny[i]".
+func ParseRules(allow, deny []string) (*Rules, error) {
+	r := &Rules{}
+	for _, l := range []struct {
+		name string
+		in   []string
+		out  *[]rule
+	}{{"allow", allow, &r.allow}, {"deny", deny, &r.deny}} {
+		if len(l.in) > MaxRules {
+			return nil, fmt.Errorf("%s: %d entries; the limit is %d", l.name, len(l.in), MaxRules)
+		}
+		for i, s := range l.in {
+			ru, err := parseRule(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s[%d]: %w", l.name, i, err)
+			}
+			*l.out = append(*l.out, ru)
+		}
+	}
+	return r, nil
+}
+
+func parseRule(s string) (rule, error) {
+	r := rule{text: s}
+	host := s
+	if len(s) > 300 {
+		return r, fmt.Errorf("%.40q… is longer than 300 bytes", s)
+	}
+	// A port follows the last ':' of "host:port" or "[v6]:port"; a bare
+	// IPv6 address has several colons and no port.
+	if h, p, ok := strings.Cut(s, "]:"); ok && strings.HasPrefix(h, "[") {
+		host = h[1:]
+		port, err := parsePort(p)
+		if err != nil {
+			return r, fmt.Errorf("%q: %w", s, err)
+		}
+		r.port = port
+	} else if strings.Count(s, ":") == 1 {
+		h, p, _ := strings.Cut(s, ":")
+		port, err := parsePort(p)
+		if err != nil {
+			return r, fmt.Errorf("%q: %w", s, err)
+		}
+		host, r.port = h, port
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if pf, err := netip.ParsePrefix(host); err == nil {
+		if pf.Addr().Zone() != "" {
+			return r, fmt.Errorf("%q: an address with a zone is not allowed", s)
+		}
+		r.prefix = netip.PrefixFrom(pf.Addr().Unmap(), pf.Bits()-unmapBits(pf.Addr())).Masked()
+		return r, nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return r, fmt.Errorf("%q: an address with a zone is not allowed", s)
+		}
+		a = a.Unmap()
+		r.prefix = netip.PrefixFrom(a, a.BitLen())
+		return r, nil
+	}
+	if strings.ContainsAny(host, "/:[]") {
+		return r, fmt.Errorf("%q is not a host name, *.name, IP address or CIDR with an optional :port", s)
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if rest, ok := strings.CutPrefix(name, "*."); ok {
+		if err := checkName(rest); err != nil {
+			return r, fmt.Errorf("%q: %w", s, err)
+		}
+		if !strings.Contains(rest, ".") {
+			return r, fmt.Errorf("%q: a wildcard needs at least two labels after \"*.\" (\"*.example.com\")", s)
+		}
+		r.suffix = "." + rest
+		return r, nil
+	}
+	if err := checkName(name); err != nil {
+		return r, fmt.Errorf("%q: %w", s, err)
+	}
+	r.name = name
+	return r, nil
+}
+
+// unmapBits is how many bits an IPv4-mapped IPv6 prefix loses when it is
+// written as IPv4.
+func unmapBits(a netip.Addr) int {
+	if a.Is4In6() {
+		return 96
+	}
+	return 0
+}
+
+func parsePort(p string) (uint16, error) {
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", p)
+	}
+	return uint16(n), nil
+}
+
+// checkName accepts a DNS name of letters, digits, '-' and '_' in labels
+// of 1 to 63 bytes separated by dots, at most 253 bytes in all.
+func checkName(name string) error {
+	if name == "" || len(name) > 253 {
+		return fmt.Errorf("a host name must be 1 to 253 bytes")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 {
+			return fmt.Errorf("the labels of a host name must be 1 to 63 bytes")
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("a host name may hold only letters, digits, '-', '_' and dots")
+			}
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("a label of a host name may not start or end with '-'")
+		}
+	}
+	return nil
+}
+
+// portMatches compares a rule's port with the port asked for; port 0
+// (a DNS question, which has no port) matches an allow entry of any port
+// but only a deny entry without a port.
+func (r rule) portMatches(port uint16, deny bool) bool {
+	switch {
+	case r.port == 0:
+		return true
+	case port == 0:
+		return !deny
+	}
+	return r.port == port
+}
+
+func (r rule) matchName(name string, port uint16, deny bool) bool {
+	if !r.portMatches(port, deny) {
+		return false
+	}
+	switch {
+	case r.name != "":
+		return r.name == name
+	case r.suffix != "":
+		return strings.HasSuffix(name, r.suffix)
+	}
+	return false
+}
+
+func (r rule) matchAddr(a netip.Addr, port uint16, deny bool) bool {
+	return r.prefix.IsValid() && r.portMatches(port, deny) && r.prefix.Contains(a)
+}
+
+// NormalizeHost returns the name or address of host as the rules compare
+// it: lower case, no trailing dot, an IPv4-mapped address as IPv4.
+// isAddr is true for an IP literal.
+func NormalizeHost(host string) (norm string, addr netip.Addr, isAddr bool) {
+	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if a, err := netip.ParseAddr(h); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return a.String(), a, true
+	}
+	return strings.ToLower(strings.TrimSuffix(host, ".")), netip.Addr{}, false
+}
+
+// Decision is the verdict on a host and port before resolution: Allowed
+// or Denied, with the reason (the rule that decided, or why none did).
+type Decision struct {
+	Verdict string
+	Reason  string
+}
+
+// CheckHost decides on a host (a name or an IP literal) and port before
+// any name is resolved: a deny entry that matches wins; a name must match
+// an allow name or wildcard; an IP literal must lie in an allow address
+// or CIDR. An allowed name still needs CheckAddr for each address it
+// resolves to. Port 0 asks about any port (a DNS question): an allow
+// entry of any port matches, a deny entry only when it has no port.
+func (r *Rules) CheckHost(host string, port uint16) Decision {
+	h, a, isAddr := NormalizeHost(host)
+	match := func(ru rule, deny bool) bool { return ru.matchName(h, port, deny) }
+	none := "no allow entry matches"
+	switch {
+	case isAddr:
+		match = func(ru rule, deny bool) bool { return ru.matchAddr(a, port, deny) }
+		none = "an IP address that no allow entry lists"
+	case checkName(h) != nil:
+		return Decision{Denied, "not a valid host name"}
+	}
+	if d, ok := first(r.deny, match, true); ok {
+		return Decision{Denied, "deny entry " + strconv.Quote(d.text)}
+	}
+	if al, ok := first(r.allow, match, false); ok {
+		return Decision{Allowed, "allow entry " + strconv.Quote(al.text)}
+	}
+	return Decision{Denied, none}
+}
+
+// first returns the first rule of rs that match accepts.
+func first(rs []rule, match func(ru rule, deny bool) bool, deny bool) (rule, bool) {
+	for _, ru := range rs {
+		if match(ru, deny) {
+			return ru, true
+		}
+	}
+	return rule{}, false
+}
+
+// CheckAddr decides on one address a name resolved to (or an IP literal
+// asked for directly): a deny address or CIDR that contains it wins; an
+// address in a special range (SpecialRange: private, loopback,
+// link-local, CGNAT, metadata, multicast, …) is refused unless an allow
+// address or CIDR lists it explicitly; any other address is allowed.
+func (r *Rules) CheckAddr(a netip.Addr, port uint16) Decision {
+	a = a.Unmap()
+	match := func(ru rule, deny bool) bool { return ru.matchAddr(a, port, deny) }
+	if d, ok := first(r.deny, match, true); ok {
+		return Decision{Denied, "address " + a.String() + " is in deny entry " + strconv.Quote(d.text)}
+	}
+	kind := SpecialRange(a)
+	if kind == "" {
+		return Decision{Allowed, "public address " + a.String()}
+	}
+	if al, ok := first(r.allow, match, false); ok {
+		return Decision{Allowed, "address " + a.String() + " is listed by allow entry " + strconv.Quote(al.text)}
+	}
+	return Decision{Denied, "address " + a.String() + " is " + kind + " and not listed explicitly"}
+}
+
+// special are the ranges no name may resolve to unless an allow entry
+// lists the address: what is not the public internet.
+var special = []struct {
+	prefix netip.Prefix
+	kind   string
+}{
+	{netip.MustParsePrefix("169.254.169.254/32"), "a cloud metadata address"},
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "a cloud metadata address"},
+	{netip.MustParsePrefix("0.0.0.0/8"), "an unspecified address"},
+	{netip.MustParsePrefix("10.0.0.0/8"), "a private address"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "a CGNAT address"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "a loopback address"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "a link-local address"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "a private address"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "a reserved address"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "a documentation address"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "a private address"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "a benchmarking address"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "a documentation address"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "a documentation address"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "a multicast address"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address"},
+	{netip.MustParsePrefix("::/128"), "an unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "a loopback address"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "an IPv4-mapped address"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "a NAT64 address"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "a NAT64 address"},
+	{netip.MustParsePrefix("100::/64"), "a discard address"},
+	{netip.MustParsePrefix("2001::/32"), "a Teredo address"},
+	{netip.MustParsePrefix("2001:db8::/32"), "a documentation address"},
+	{netip.MustParsePrefix("2002::/16"), "a 6to4 address"},
+	{netip.MustParsePrefix("fc00::/7"), "a private address"},
+	{netip.MustParsePrefix("fe80::/10"), "a link-local address"},
+	{netip.MustParsePrefix("fec0::/10"), "a site-local address"},
+	{netip.MustParsePrefix("ff00::/8"), "a multicast address"},
+}
+
+// SpecialRange names the kind of range a lies in ("a private address",
+// "a cloud metadata address", …), or "" for a public address.
+func SpecialRange(a netip.Addr) string {
+	a = a.Unmap()
+	if !a.IsValid() {
+		return "an invalid address"
+	}
+	for _, s := range special {
+		if s.prefix.Contains(a) {
+			return s.kind
+		}
+	}
+	return ""
+}
+
+// Allow and Deny return the entries as written, for explanations.
+func (r *Rules) Allow() []string { return texts(r.allow) }
+
+// Deny returns the deny entries as written.
+func (r *Rules) Deny() []string { return texts(r.deny) }
+
+func texts(rs []rule) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.text
+	}
+	return out
+}

@@ -1,0 +1,46 @@
+package hooks
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// TestPlanRunRedactsPayload: a secret of the service's environment in the
+// payload (a command the agent ran, a tool response) does not reach the
+// hook's stdin; a redact file that cannot be read runs no hook.
+func TestPlanRunRedactsPayload(t *testing.T) {
+	const secret = "hook-secret-0123456789"
+	t.Setenv("HOOKTEST_API_TOKEN", secret)
+	zero := 0
+	r := &recordingRunner{answers: map[string]*sandbox.Result{"check": {ExitCode: &zero}}}
+	p := &Plan{
+		Event:       Event{Name: PreToolUse},
+		Stdin:       []byte(`{"tool_input":{"command":"echo ` + secret + `"}}`),
+		Invocations: []Invocation{{Hook: Hook{Command: "check", Timeout: time.Second, Place: "hooks.PreToolUse[0].hooks[0]"}}},
+	}
+	if _, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: sandbox.Policy{Name: "p", Backend: "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.reqs) != 1 {
+		t.Fatalf("ran %d hooks, want 1", len(r.reqs))
+	}
+	if got := string(r.reqs[0].Stdin); strings.Contains(got, secret) || !strings.Contains(got, "echo [REDACTED:HOOKTEST_API_TOKEN]") {
+		t.Errorf("hook stdin = %s, want the secret replaced by its marker", got)
+	}
+	if !bytes.Contains(p.Stdin, []byte(secret)) {
+		t.Error("Run changed the plan's own payload")
+	}
+
+	r = &recordingRunner{}
+	out, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: sandbox.Policy{Name: "p", Backend: "local", RedactFiles: []string{"/nonexistent/key"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.reqs) != 0 || len(out.Hooks) != 1 || out.Decision != Block {
+		t.Errorf("with an unreadable redact file: %d hooks ran, outcome %+v, want none and a blocking result", len(r.reqs), out)
+	}
+}

@@ -1,0 +1,112 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+)
+
+// hostAddr is an IPv4 address of this host other than loopback, which a
+// call of network allowlist may reach only when its policy lists it.
+func hostAddr(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI=true but the host has no IPv4 address besides loopback")
+	}
+	t.Skip("the host has no IPv4 address besides loopback")
+	return ""
+}
+
+// TestServeEgressAllowlist runs a call of a policy with network
+// allowlist through the service: the listed address and port is reached
+// through the proxy, everything else is refused, and the result, the
+// audit log and the metrics record each connection.
+func TestServeEgressAllowlist(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	ip := hostAddr(t)
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "upstream says hi") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	allowed := ln.Addr().String()
+	other, err := net.Listen("tcp", ip+":0") // listening, but not listed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "egress.yaml")
+	doc := "name: egress\nbackend: oci\nruntime: runc\nimage: host\n" +
+		"network: {mode: allowlist, allow: [\"" + allowed + "\"]}\n"
+	if err := os.WriteFile(pol, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sv := startServe(t, e, "--policy-file", pol)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := fixtures.ProbeShell + `probe allowed curl -sSf -m 10 http://` + allowed + `/
+probe port curl -sSf -m 10 http://` + other.Addr().String() + `/
+probe metadata curl -sSf -m 10 http://169.254.169.254/latest/meta-data/
+probe direct timeout 5 bash -c 'echo > /dev/tcp/` + strings.ReplaceAll(allowed, ":", "/") + `'
+probe dns getent hosts denied.invalid`
+	resp, err := sv.cl.Run(ctx, types.RunRequest{Session: e.header("s1"), Policy: "egress", Command: cmd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures.CheckProbes(t, resp.Result.Stdout.Text, resp.Result.Stderr.Text, map[string]string{
+		"allowed": "ok:upstream says hi", "port": "fail", "metadata": "fail", "direct": "fail", "dns": "fail",
+	})
+	verdicts := map[string]string{}
+	counts := map[string]int{}
+	for _, c := range resp.Result.Egress {
+		verdicts[fmt.Sprintf("%s:%d", c.Host, c.Port)] = c.Verdict
+		counts[c.Verdict]++
+	}
+	_, otherPort, _ := net.SplitHostPort(other.Addr().String())
+	for hp, want := range map[string]string{allowed: "allowed", ip + ":" + otherPort: "denied", "169.254.169.254:80": "denied", "denied.invalid:0": "denied"} {
+		if verdicts[hp] != want {
+			t.Errorf("result egress %s = %q, want %q (%+v)", hp, verdicts[hp], want, resp.Result.Egress)
+		}
+	}
+	audit, err := os.ReadFile(sv.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(audit), `"host":"169.254.169.254","port":80`) || !strings.Contains(string(audit), `"verdict":"allowed"`) {
+		t.Errorf("audit log lacks the egress record:\n%s", audit)
+	}
+	m := sv.metrics(t)
+	if counts["allowed"] != 1 || counts["denied"] < 3 {
+		t.Errorf("result egress counts %v, want 1 allowed and at least 3 denied", counts)
+	}
+	for verdict, n := range counts {
+		if want := fmt.Sprintf("dsh_sandbox_egress_connections_total{verdict=%q} %d\n", verdict, n); !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package oci
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// startEgress starts the egress network of a call of network allowlist
+// (its namespace, proxy and DNS server), points the call's env at the
+// proxy and returns the spec options that join the namespace and bind
+// the name-service files. Its end is pushed on cu, above the container's
+// removal, so it runs after the container is gone: connections still
+// open are closed then, and the record goes into res.Egress.
+func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log zerolog.Logger, cu *cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
+	if err := e.step("egress"); err != nil {
+		return nil, err
+	}
+	files := filepath.Join(e.opts.StateDir, "egress")
+	if err := egress.WriteFiles(files); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
+	}
+	nc, err := egress.Start(egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cu.add("egress", func(context.Context) error {
+		res.Egress = nc.Close()
+		return nil
+	})
+	call.Env = egress.WithProxyEnv(call.Env)
+	return []sandbox.SpecOpt{
+		policy.WithNetworkNamespace(nc.NamespacePath()),
+		policy.WithNetworkFiles(files, hostImage),
+	}, nil
+}

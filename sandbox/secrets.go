@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
+)
+
+// MaxRedactFileBytes bounds a file of Policy.RedactFiles.
+const MaxRedactFileBytes = 64 << 10
+
+// CallSecrets returns the secrets a call's output must not show (issue
+// 15), names with values, in this order:
+//
+//   - every variable of environ (the service's environment as
+//     KEY=VALUE) that the secret filter of DESIGN §3.6 keeps from a
+//     child: its name looks like a secret (SecretName) or its value does
+//     (SecretValue). Names that env.allowSecrets passes are included: the
+//     policy lets the call use the value, not show it;
+//   - the variables of p.RedactEnv, read with getenv (nil: none); a name
+//     that is not set adds nothing;
+//   - for each file of p.RedactFiles, read with safefile (no link in any
+//     component, a regular file of at most MaxRedactFileBytes, owned by
+//     root or this process's user and writable by nobody else), its
+//     content without surrounding white space and each of its lines
+//     likewise, named by the file's base name.
+//
+// Values shorter than redact.MinLen are kept here; redact.New skips
+// them. An unreadable file is an error wrapping ErrInvalid that names
+// the file (never its content): a call must not run when a secret it
+// should hide is unknown. CallSecrets is safe for concurrent use.
+func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool)) ([]redact.Secret, error) {
+	var out []redact.Secret
+	for _, e := range environ {
+		name, v, ok := strings.Cut(e, "=")
+		if ok && name != "" && (SecretName(name) || SecretValue(v)) {
+			out = append(out, redact.Secret{Name: name, Value: v})
+		}
+	}
+	if getenv != nil {
+		for _, name := range p.RedactEnv {
+			if v, ok := getenv(name); ok {
+				out = append(out, redact.Secret{Name: name, Value: v})
+			}
+		}
+	}
+	for i, path := range p.RedactFiles {
+		data, err := safefile.Read(path, safefile.Options{MaxBytes: MaxRedactFileBytes, OperatorOwned: true})
+		if err != nil {
+			return nil, Errorf(ErrInvalid, "sandbox: policy.redactFiles[%d]: %v", i, err)
+		}
+		name := filepath.Base(path)
+		text := string(data)
+		out = append(out, redact.Secret{Name: name, Value: strings.TrimSpace(text)})
+		for line := range strings.Lines(text) {
+			if line = strings.TrimSpace(line); line != "" {
+				out = append(out, redact.Secret{Name: name, Value: line})
+			}
+		}
+	}
+	return slices.Clip(out), nil
+}
+
+// Redactor compiles the CallSecrets of p, with their base64 forms when
+// p.RedactDetectors is set; nil when there is nothing to redact. Errors
+// are those of CallSecrets.
+func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*redact.Set, error) {
+	secrets, err := CallSecrets(p, environ, getenv)
+	if err != nil {
+		return nil, err
+	}
+	s := redact.New(secrets, redact.Options{Base64: p.RedactDetectors})
+	if s.Len() == 0 {
+		return nil, nil
+	}
+	return s, nil
+}

@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestWindowSizeOrDefault(t *testing.T) {
+	tests := []struct{ in, want WindowSize }{
+		{WindowSize{}, DefaultWindowSize},
+		{WindowSize{Rows: 40}, DefaultWindowSize},
+		{WindowSize{Cols: 120}, DefaultWindowSize},
+		{WindowSize{Rows: 40, Cols: 120}, WindowSize{Rows: 40, Cols: 120}},
+	}
+	for _, tt := range tests {
+		if got := tt.in.OrDefault(); got != tt.want {
+			t.Errorf("%+v.OrDefault() = %+v, want %+v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestWithTerminal(t *testing.T) {
+	s := &specs.Spec{Process: &specs.Process{}}
+	if err := WithTerminal(WindowSize{Rows: 33, Cols: 101})(s); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Process.Terminal || s.Process.ConsoleSize == nil || *s.Process.ConsoleSize != (specs.Box{Height: 33, Width: 101}) {
+		t.Errorf("WithTerminal(33×101) = terminal %v, console %+v; want true, 33×101", s.Process.Terminal, s.Process.ConsoleSize)
+	}
+	if err := WithTerminal(WindowSize{})(s); err != nil || *s.Process.ConsoleSize != (specs.Box{Height: 24, Width: 80}) {
+		t.Errorf("WithTerminal(zero) = %+v, %v; want 24×80", s.Process.ConsoleSize, err)
+	}
+	if err := WithTerminal(WindowSize{})(&specs.Spec{}); err == nil {
+		t.Errorf("WithTerminal on a spec without a process = nil error")
+	}
+}
+
+// TestKeepSize: the start size first, then each later one (a zero size
+// as the default), each with a deadline; it returns when done closes,
+// and at once for a nil terminal.
+func TestKeepSize(t *testing.T) {
+	resize := make(chan WindowSize, 3)
+	resize <- WindowSize{Rows: 10, Cols: 20}
+	resize <- WindowSize{}
+	term := &Terminal{Size: WindowSize{Rows: 5, Cols: 6}, Resize: resize}
+	done := make(chan struct{})
+	got := make(chan WindowSize, 3)
+	ended := make(chan struct{})
+	go func() {
+		term.KeepSize(context.Background(), done, func(ctx context.Context, s WindowSize) error {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Errorf("KeepSize called apply without a deadline")
+			}
+			got <- s
+			return errors.New("ignored")
+		})
+		close(ended)
+	}()
+	for _, want := range []WindowSize{{Rows: 5, Cols: 6}, {Rows: 10, Cols: 20}, DefaultWindowSize} {
+		if s := <-got; s != want {
+			t.Errorf("KeepSize applied %+v, want %+v", s, want)
+		}
+	}
+	close(done)
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("KeepSize did not return when done closed")
+	}
+	(*Terminal)(nil).KeepSize(context.Background(), nil, nil)
+}
+
+func TestNoTerminal(t *testing.T) {
+	err := NoTerminal("oci (runsc)")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "oci (runsc)") || ExitCode(nil, err) != ExitUsage {
+		t.Errorf("NoTerminal = %v (exit %d), want an invalid-argument error naming the backend", err, ExitCode(nil, err))
+	}
+}
