@@ -33,9 +33,16 @@ func requireTmux(t *testing.T) string {
 // terminal, driven by send-keys and read by capture-pane. The pane stays
 // when the program exits, so that its exit status can be read.
 type tmuxPane struct {
-	t          *testing.T
-	tmux, sock string
+	t                  *testing.T
+	tmux, sock, status string
 }
+
+// recordsStatus is the pane's outer program: sh runs the rest of its
+// arguments and writes their exit status to the file $1. tmux's own
+// pane_dead_status is not reliable (tmux 3.3a leaves it empty when the
+// program exits before the server has settled), so the tests read this
+// file instead.
+const recordsStatus = `f=$1; shift; "$@"; code=$?; echo "$code" >"$f.tmp" && mv "$f.tmp" "$f"; exit $code`
 
 // startPane starts argv (exactly, no shell parsing it) in a rows×cols
 // pane; the server is killed when the test ends.
@@ -46,9 +53,9 @@ func startPane(t *testing.T, tmux string, rows, cols int, argv ...string) *tmuxP
 	if err := os.WriteFile(conf, []byte("set-option -g remain-on-exit on\nset-option -g history-limit 10000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &tmuxPane{t: t, tmux: tmux, sock: filepath.Join(dir, "tmux.sock")}
+	p := &tmuxPane{t: t, tmux: tmux, sock: filepath.Join(dir, "tmux.sock"), status: filepath.Join(dir, "status")}
 	args := append([]string{"-f", conf, "new-session", "-d", "-s", "pty",
-		"-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "--"}, argv...)
+		"-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "--", "/bin/sh", "-c", recordsStatus, "sh", p.status}, argv...)
 	p.run(args...)
 	t.Cleanup(func() { _ = p.command("kill-server").Run() })
 	return p
@@ -106,11 +113,11 @@ func (p *tmuxPane) exitStatus() int {
 	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		f := strings.Fields(p.run("display-message", "-p", "-t", "pty", "#{pane_dead} #{pane_dead_status}"))
-		if len(f) == 2 && f[0] == "1" {
-			code, err := strconv.Atoi(f[1])
+		data, err := os.ReadFile(p.status)
+		if err == nil {
+			code, err := strconv.Atoi(strings.TrimSpace(string(data)))
 			if err != nil {
-				p.t.Fatalf("pane_dead_status %q", f[1])
+				p.t.Fatalf("exit status file holds %q", data)
 			}
 			return code
 		}
