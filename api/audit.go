@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -33,23 +34,25 @@ type AuditRecord struct {
 	SessionID   string    `json:"sessionId,omitempty"`
 	// Client is the key of the client that asked for the call
 	// (Client.Key: "socket:UID" or "token:NAME").
-	Client        string          `json:"client,omitempty"`
-	CallID        string          `json:"callId,omitempty"`
-	Background    bool            `json:"background,omitempty"`
-	Policy        string          `json:"policy"`
-	PolicyDigest  string          `json:"policyDigest,omitempty"`
-	Backend       string          `json:"backend"`
-	Runtime       string          `json:"runtime,omitempty"`
-	Image         string          `json:"image"`
-	ContainerID   string          `json:"containerId,omitempty"`
-	CommandSHA256 string          `json:"commandSha256"`
-	EnvNames      []string        `json:"envNames"`
-	Mounts        []sandbox.Mount `json:"mounts"`
-	Timings       AuditTimings    `json:"timings"`
-	ExitCode      *int            `json:"exitCode"`
-	Signal        string          `json:"signal,omitempty"`
-	TimedOut      bool            `json:"timedOut"`
-	Aborted       bool            `json:"aborted"`
+	Client        string   `json:"client,omitempty"`
+	CallID        string   `json:"callId,omitempty"`
+	Background    bool     `json:"background,omitempty"`
+	Policy        string   `json:"policy"`
+	PolicyDigest  string   `json:"policyDigest,omitempty"`
+	Backend       string   `json:"backend"`
+	Runtime       string   `json:"runtime,omitempty"`
+	Image         string   `json:"image"`
+	ContainerID   string   `json:"containerId,omitempty"`
+	CommandSHA256 string   `json:"commandSha256"`
+	EnvNames      []string `json:"envNames"`
+	// Mounts are the host paths the call was given, in mount order: the
+	// binds of its plan (policy.Plan), which the backend enforced.
+	Mounts   []AuditMount `json:"mounts"`
+	Timings  AuditTimings `json:"timings"`
+	ExitCode *int         `json:"exitCode"`
+	Signal   string       `json:"signal,omitempty"`
+	TimedOut bool         `json:"timedOut"`
+	Aborted  bool         `json:"aborted"`
 	// Error is the sandbox error's class and message when the call failed
 	// in the sandbox itself (nothing ran or the outcome is unknown).
 	Error        string `json:"error,omitempty"`
@@ -211,8 +214,8 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		Background:    background,
 		Policy:        req.Policy.Name,
 		PolicyDigest:  req.Policy.Digest,
-		Backend:       req.Policy.Backend,
-		Runtime:       req.Policy.Runtime,
+		Backend:       string(req.Policy.Backend),
+		Runtime:       string(req.Policy.Runtime),
 		Image:         req.Policy.Image,
 		CommandSHA256: hex.EncodeToString(sum[:]),
 		EnvNames:      envNames(req),
@@ -277,14 +280,29 @@ func envNames(req *sandbox.Request) []string {
 	return slices.Compact(names)
 }
 
-// auditMounts are the host paths the call's policy mounts.
-func auditMounts(req *sandbox.Request) []sandbox.Mount {
-	ms := []sandbox.Mount{}
-	if s := req.Session.Cwd; s != "" && (req.Policy.Workspace == "rw" || req.Policy.Workspace == "ro") {
-		ms = append(ms, sandbox.Mount{Source: s, Target: s, ReadOnly: req.Policy.Workspace == "ro"})
+// AuditMount is one host path a call was given: a bind of its plan
+// (sandbox.PlanMount), every one nosuid and nodev.
+type AuditMount struct {
+	// Kind says why: "workspace", "transcript", "policy-mount" or
+	// "mount-root" (sandbox.MountKind).
+	Kind     sandbox.MountKind `json:"kind"`
+	Source   string            `json:"source"`
+	Target   string            `json:"target"`
+	ReadOnly bool              `json:"readOnly"`
+	NoExec   bool              `json:"noexec,omitempty"`
+}
+
+// auditMounts are the binds of the call's plan, the host paths the
+// backend mounted; none when the plan is refused (the call then failed
+// before anything was mounted, and the record says why).
+func auditMounts(req *sandbox.Request) []AuditMount {
+	ms := []AuditMount{}
+	plan, err := policy.Plan(req.Policy, req.Session, policy.Identity{})
+	if err != nil {
+		return ms
 	}
-	if d := req.Session.TranscriptDir; d != "" && req.Policy.Transcript == "ro" {
-		ms = append(ms, sandbox.Mount{Source: d, Target: d, ReadOnly: true})
+	for _, m := range plan.Binds() {
+		ms = append(ms, AuditMount{Kind: m.Kind, Source: m.Source, Target: m.Target, ReadOnly: !m.Writable, NoExec: m.NoExec})
 	}
-	return append(ms, req.Policy.Mounts...)
+	return ms
 }

@@ -55,7 +55,7 @@ func (s *Server) track(ctx context.Context, cl Client, req *sandbox.Request, bac
 	}
 	rc := &runningCall{
 		info: types.CallInfo{ID: req.CallID, Kind: kind, SessionID: req.Session.ID, Policy: req.Policy.Name,
-			Backend: req.Policy.Backend, State: types.CallQueued, Started: time.Now().UTC()},
+			Backend: string(req.Policy.Backend), State: types.CallQueued, Started: time.Now().UTC()},
 		client: cl.Key(), job: job, cancel: cancel, ended: make(chan struct{}),
 	}
 	s.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -204,19 +205,13 @@ func validateRun(r *types.RunRequest) error {
 }
 
 // narrowed is pol narrowed by the request's per-call fields
-// (policy.Narrow); a refusal is a *FieldError naming the request's field.
+// (request.Narrow); a refusal is a *FieldError naming the request's field.
 // TimeoutMs is not part of it: the sandbox clamps it to the policy's
 // maximum. Mount sources must also resolve without links and stay clear
 // of the protected paths (policy.CheckMountSources).
 func narrowed(r *types.RunRequest, pol sandbox.Policy, protected map[string]string) (sandbox.Policy, error) {
-	n := policy.Narrowing{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs, Pids: r.Pids, Network: r.Network, Mounts: r.Mounts}
-	if n.MemoryBytes == 0 && n.CPUs == 0 && n.Pids == 0 && n.Network == "" && len(n.Mounts) == 0 {
-		return pol, nil
-	}
-	q, err := policy.Narrow(pol, n)
-	if err == nil {
-		err = policy.CheckMountSources(n.Mounts, protected)
-	}
+	n := policy.Narrowing{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs, Pids: r.Pids, Network: sandbox.NetworkMode(r.Network), Mounts: r.Mounts}
+	q, err := request.Narrow(pol, n, protected)
 	var ne *policy.NarrowError
 	if errors.As(err, &ne) {
 		return sandbox.Policy{}, fieldErrorf(ne.Field, "%s", ne.Reason)

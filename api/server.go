@@ -20,6 +20,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -454,66 +455,60 @@ func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (
 			return nil, err
 		}
 	}
-	var transcriptDir string
-	if loc, ok := s.locate(*rr); ok && loc.Kind == persistence.KindJSONL {
-		blame := "session.cwd"
-		if rr.DSHEnv != nil {
-			blame = "dshEnv." + overlay.KeySessionJSONL
-		}
-		if err := s.checkTranscript(blame, loc.Path); err != nil {
-			return nil, err
-		}
-		transcriptDir = dirOf(loc.Path)
+	blame := "session.cwd"
+	if rr.DSHEnv != nil {
+		blame = "dshEnv." + overlay.KeySessionJSONL
 	}
-	snap, err := s.opts.Registry.Collect(ctx, overlay.Execution{Home: s.opts.Home, Session: rr.Session})
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "DSH_* snapshot: %v", err)
-	}
-	dshEnv, err := s.harnessEnv(cl, rr.DSHEnv, snap)
-	if err != nil {
-		return nil, err
-	}
-	req := &sandbox.Request{
-		Command:        rr.Command,
-		Workdir:        rr.Workdir,
-		TimeoutMs:      rr.TimeoutMs,
-		StdoutMaxBytes: rr.StdoutMaxBytes,
-		Stdin:          rr.Stdin,
-		Env:            rr.Env,
-		DSHEnv:         dshEnv,
-		Policy:         pol,
-		CallID:         sandbox.NewCallID(),
-	}
-	req.Session.Cwd = workspace
-	if h := rr.Session; h != nil {
-		req.Session.ID = h.ID
-		req.Session.TranscriptDir = transcriptDir
+	in := request.Input{
+		Policy:          pol, // narrowed above, so that a refusal names its field first
+		Header:          rr.Session,
+		Workspace:       workspace,
+		Locator:         s.locator(),
+		CheckTranscript: func(path string) error { return s.checkTranscript(blame, path) },
+		Snapshot: func(ctx context.Context) ([]string, error) {
+			snap, err := s.opts.Registry.Collect(ctx, overlay.Execution{Home: s.opts.Home, Session: rr.Session})
+			if err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrInternal, "DSH_* snapshot: %v", err)
+			}
+			return s.harnessEnv(cl, rr.DSHEnv, snap)
+		},
 	}
 	// The harness user owns the session directory: a socket peer by its
 	// credentials; a token or anonymous client leaves it to the service.
 	if cl.Kind == ClientSocket && cl.UID >= 0 && cl.GID >= 0 {
-		req.Session.Owner = sandbox.Owner{UID: uint32(cl.UID), GID: uint32(cl.GID), Set: true}
+		in.Owner = sandbox.Owner{UID: uint32(cl.UID), GID: uint32(cl.GID), Set: true}
 	}
+	req, err := request.Build(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	req.Command = rr.Command
+	req.Workdir = rr.Workdir
+	req.TimeoutMs = rr.TimeoutMs
+	req.StdoutMaxBytes = rr.StdoutMaxBytes
+	req.Stdin = rr.Stdin
+	req.Env = rr.Env
+	req.CallID = sandbox.NewCallID()
 	return req, nil
 }
 
-func (s *Server) locate(rr types.RunRequest) (persistence.Location, bool) {
-	if s.opts.Locator == nil || rr.Session == nil {
-		return persistence.Location{}, false
+// locator is the current persistence's Locate, or nil for none.
+func (s *Server) locator() request.Locator {
+	if s.opts.Locator == nil {
+		return nil
 	}
-	l := s.opts.Locator()
-	if l == nil {
+	if l := s.opts.Locator(); l != nil {
+		return l
+	}
+	return nil
+}
+
+func (s *Server) locate(rr types.RunRequest) (persistence.Location, bool) {
+	l := s.locator()
+	if l == nil || rr.Session == nil {
 		return persistence.Location{}, false
 	}
 	return l.Locate(*rr.Session)
-}
-
-func dirOf(p string) string {
-	i := strings.LastIndexByte(p, '/')
-	if i <= 0 {
-		return "/"
-	}
-	return p[:i]
 }
 
 type callMetaKey struct{}
@@ -562,9 +557,9 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 	start := time.Now()
 	res, err := o.s.opts.Executor.Run(ctx, req)
 	took := time.Since(start)
-	o.s.metrics.observe(req.Policy.Backend, took, res, err)
+	o.s.metrics.observe(string(req.Policy.Backend), took, res, err)
 	ev := o.s.opts.Logger.Info().Str("call", req.CallID).Str("session", req.Session.ID).Str("client", cl.Key()).
-		Str("policy", req.Policy.Name).Str("backend", req.Policy.Backend).Bool("background", o.background).
+		Str("policy", req.Policy.Name).Str("backend", string(req.Policy.Backend)).Bool("background", o.background).
 		Str("outcome", outcome(res, err)).Dur("duration", took)
 	if res != nil && res.ExitCode != nil {
 		ev = ev.Int("exitCode", *res.ExitCode)

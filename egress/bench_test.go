@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkStartClose times the egress network of one call alone: the
-// namespace, its loopback, three listening sockets and their servers,
+// namespace, its loopback, four listening sockets and their servers,
 // then Close. Its median is what network allowlist adds to a call
 // before the runtime joins the namespace.
 func BenchmarkStartClose(b *testing.B) {

@@ -26,10 +26,15 @@ import (
 const (
 	ProxyAddr = "127.0.0.1:3128"
 	DNSAddr   = "127.0.0.1:53"
+	SOCKSAddr = "127.0.0.1:1080"
 )
 
-// ProxyURL is what the proxy variables of a call hold.
+// ProxyURL is what HTTP_PROXY and HTTPS_PROXY of a call hold.
 const ProxyURL = "http://" + ProxyAddr
+
+// SOCKSURL is what ALL_PROXY of a call holds: the SOCKS5 server, which
+// resolves names itself (socks5h), for TCP other than HTTP.
+const SOCKSURL = "socks5h://" + SOCKSAddr
 
 // ResolvConf is the resolv.conf of a call: the DNS server on its loopback.
 const ResolvConf = "nameserver 127.0.0.1\noptions ndots:1 attempts:2 timeout:2\n"
@@ -50,11 +55,17 @@ type Options struct {
 	// Logger receives refusals at debug level (host and port, never
 	// payloads) and teardown errors.
 	Logger zerolog.Logger
+	// Namespace is the path of an existing network namespace to serve
+	// in, a running container's ("/proc/<pid>/ns/net"), for a runtime
+	// that cannot join one by path (the docker backend); its loopback is
+	// brought up. Empty means Start makes a new namespace.
+	Namespace string
 }
 
 // Call is the network of one call: a network namespace with only the
-// loopback interface up, the HTTP proxy listening on ProxyAddr and the
-// DNS server on DNSAddr inside it (UDP and TCP), served by goroutines of
+// loopback interface up, the HTTP proxy listening on ProxyAddr, the
+// SOCKS5 server on SOCKSAddr and the DNS server on DNSAddr inside it
+// (UDP and TCP), served by goroutines of
 // this process that dial from the host's namespace. The call's container
 // joins the namespace at NamespacePath. Close ends everything. A Call is
 // safe for concurrent use.
@@ -70,8 +81,9 @@ type Call struct {
 }
 
 // Start makes a call's network: it parses the rules (an error wraps
-// sandbox.ErrInvalid), creates the namespace on a thread of its own (which
-// ends with it, so no other goroutine ever runs in the namespace), brings
+// sandbox.ErrInvalid), creates the namespace (or joins opts.Namespace) on
+// a thread of its own (which ends with it, so no other goroutine ever
+// runs in the namespace), brings
 // its loopback up, opens the listening sockets inside it and serves them.
 // It needs CAP_SYS_ADMIN and CAP_NET_ADMIN. On error nothing is left.
 func Start(opts Options) (_ *Call, err error) {
@@ -86,19 +98,20 @@ func Start(opts Options) (_ *Call, err error) {
 		}
 	}()
 	var (
-		httpLn, dnsTCP net.Listener
-		dnsUDP         net.PacketConn
+		httpLn, socksLn, dnsTCP net.Listener
+		dnsUDP                  net.PacketConn
 	)
+	socks, err := c.p.socksServer()
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "egress: SOCKS5 server: %w", err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread ends with this goroutine, so its
 		// network namespace is never used by another goroutine.
 		runtime.LockOSThread()
 		done <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("new network namespace: %w", err)
-			}
-			ns, err := os.Open("/proc/thread-self/ns/net")
+			ns, err := enterNamespace(opts.Namespace)
 			if err != nil {
 				return err
 			}
@@ -110,6 +123,10 @@ func Start(opts Options) (_ *Call, err error) {
 				return err
 			}
 			c.close = append(c.close, httpLn.Close)
+			if socksLn, err = net.Listen("tcp4", SOCKSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, socksLn.Close)
 			if dnsTCP, err = net.Listen("tcp4", DNSAddr); err != nil {
 				return err
 			}
@@ -134,6 +151,7 @@ func Start(opts Options) (_ *Call, err error) {
 		{PacketConn: dnsUDP, Handler: c.p},
 	}
 	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
+	c.serve(func() error { return socks.Serve(&trackedListener{Listener: socksLn, p: c.p}) })
 	for _, s := range c.dns {
 		c.serve(s.ActivateAndServe)
 	}
@@ -155,14 +173,16 @@ func (c *Call) NamespacePath() string {
 }
 
 // ProxyEnv are the variables that point a call's tools at the proxy, in
-// both cases: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY, and NO_PROXY for
-// the loopback.
+// both cases: HTTP_PROXY and HTTPS_PROXY at the HTTP proxy, ALL_PROXY at
+// the SOCKS5 server, and NO_PROXY for the loopback; sorted.
 func ProxyEnv() []string {
 	var env []string
-	for _, n := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
-		env = append(env, n+"="+ProxyURL, strings.ToLower(n)+"="+ProxyURL)
+	for n, u := range map[string]string{"HTTP_PROXY": ProxyURL, "HTTPS_PROXY": ProxyURL, "ALL_PROXY": SOCKSURL} {
+		env = append(env, n+"="+u, strings.ToLower(n)+"="+u)
 	}
-	return append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	slices.Sort(env)
+	return env
 }
 
 // WithProxyEnv returns env (NAME=value entries, sorted) with the
@@ -209,6 +229,27 @@ func (c *Call) Close() []sandbox.Connection {
 		}
 	})
 	return c.recs
+}
+
+// enterNamespace moves the calling thread, which must be locked and
+// must end without being unlocked, into the network namespace at path,
+// or into a new one when path is empty, and returns the namespace open.
+func enterNamespace(path string) (*os.File, error) {
+	if path == "" {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return nil, fmt.Errorf("new network namespace: %w", err)
+		}
+		return os.Open("/proc/thread-self/ns/net")
+	}
+	ns, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("join network namespace %s: %w", path, err)
+	}
+	return ns, nil
 }
 
 // loopbackUp sets the IFF_UP flag of lo in the calling thread's network

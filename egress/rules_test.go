@@ -147,7 +147,7 @@ func TestCheckAddr(t *testing.T) {
 
 func TestWithProxyEnv(t *testing.T) {
 	got := WithProxyEnv([]string{"A=1", "HTTP_PROXY=http://evil:1", "https_proxy=x", "Z=2"})
-	want := map[string]string{"A": "1", "Z": "2", "HTTP_PROXY": ProxyURL, "https_proxy": ProxyURL, "ALL_PROXY": ProxyURL, "no_proxy": "localhost,127.0.0.1,::1"}
+	want := map[string]string{"A": "1", "Z": "2", "HTTP_PROXY": ProxyURL, "https_proxy": ProxyURL, "ALL_PROXY": SOCKSURL, "no_proxy": "localhost,127.0.0.1,::1"}
 	seen := map[string]int{}
 	for _, kv := range got {
 		k, v, _ := strings.Cut(kv, "=")

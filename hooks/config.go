@@ -297,23 +297,23 @@ func (c *Config) WithMounts(p sandbox.Policy, s sandbox.Session, pluginRoot stri
 		}
 		dirs = append(dirs, filepath.Clean(pluginRoot))
 	}
-	type seen struct{ field, path string }
-	var visible []seen
-	if p.Workspace != "none" && s.Cwd != "" {
-		visible = append(visible, seen{"the workspace", s.Cwd})
-	}
-	if p.Transcript == "ro" && s.TranscriptDir != "" {
-		visible = append(visible, seen{"the transcript directory", s.TranscriptDir})
+	// The session's mounts are those of the call's plan.
+	names := map[sandbox.MountKind]string{sandbox.MountWorkspace: "the workspace", sandbox.MountTranscript: "the transcript directory"}
+	var visible []sandbox.PlanMount
+	for _, m := range sandbox.NewPlan(p, s, sandbox.Identity{}).Binds() {
+		if names[m.Kind] != "" {
+			visible = append(visible, m)
+		}
 	}
 	mounts := slices.Clone(p.Mounts)
 	for _, dir := range dirs {
 		skip := slices.ContainsFunc(mounts, func(m sandbox.Mount) bool { return m.Target == dir })
 		for _, v := range visible {
 			switch {
-			case within(dir, v.path):
+			case within(dir, v.Target):
 				skip = true
-			case within(v.path, dir):
-				return p, invalid("hook directory %q contains %s %q; mounting it would expose more than the hooks: move the hook configuration", dir, v.field, v.path)
+			case within(v.Target, dir):
+				return p, invalid("hook directory %q contains %s %q; mounting it would expose more than the hooks: move the hook configuration", dir, names[v.Kind], v.Target)
 			}
 		}
 		if !skip {

@@ -1,11 +1,8 @@
 package hooks
 
 import (
-	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Plan is what runs for one event: the payload every matching hook gets on
@@ -21,10 +18,6 @@ type Plan struct {
 	// placeholders in hook commands get their values: the hook's shell
 	// expands them. Hooks never get a DSH_* snapshot.
 	Env []string
-	// Session is the sandbox view of the event's session: id, cwd (the
-	// hooks' working directory) and the transcript directory, mounted
-	// read-only so that hooks can read transcript_path.
-	Session sandbox.Session
 	// Invocations are the matching hooks in file order, commands as
 	// written (nothing is substituted into them); identical commands run
 	// once.
@@ -55,10 +48,6 @@ func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*P
 		return nil, err
 	}
 	p := &Plan{Event: ev, Stdin: stdin, Env: d.Env(ev, pluginRoot)}
-	p.Session = sandbox.Session{ID: SessionID(ev), Cwd: ev.Cwd}
-	if path, ok := TranscriptPath(ev, loc); ok {
-		p.Session.TranscriptDir = filepath.Dir(path)
-	}
 	seen := map[string]bool{}
 	for _, g := range c.Events[ev.Name] {
 		if !g.Matches(ev) {

@@ -22,6 +22,12 @@ type RunOptions struct {
 	// the service's configuration), never one a hook configuration names;
 	// the caller adds Config.WithMounts to it.
 	Policy sandbox.Policy
+	// Session is the hooks' session as request.Build makes it for the
+	// event's: its id, its workspace (the hooks' working directory), its
+	// transcript directory (mounted read-only so that hooks can read
+	// transcript_path, when it exists) and its owner. The zero value is a
+	// call with no agent and no workspace.
+	Session sandbox.Session
 	// StdoutMaxBytes is the tail of each output stream kept per hook;
 	// 0 means the policy's (default 64 000). Whatever a hook prints,
 	// memory stays bounded by it.
@@ -41,7 +47,7 @@ func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 	if o.Runner == nil {
 		return nil, invalid("hooks: RunOptions.Runner is nil")
 	}
-	sess := p.Session
+	sess := o.Session
 	if sess.TranscriptDir != "" {
 		// Hooks only read the transcript: when its directory does not
 		// exist yet there is nothing to read, and mounting it would create

@@ -39,7 +39,7 @@ func hostAddr(t *testing.T) string {
 
 // TestServeEgressAllowlist runs a call of a policy with network
 // allowlist through the service: the listed address and port is reached
-// through the proxy, everything else is refused, and the result, the
+// through the HTTP proxy and the SOCKS5 server, everything else is refused, and the result, the
 // audit log and the metrics record each connection.
 func TestServeEgressAllowlist(t *testing.T) {
 	requireRoot(t)
@@ -71,6 +71,8 @@ func TestServeEgressAllowlist(t *testing.T) {
 	defer cancel()
 	cmd := fixtures.ProbeShell + `probe allowed curl -sSf -m 10 http://` + allowed + `/
 probe port curl -sSf -m 10 http://` + other.Addr().String() + `/
+probe socks curl -sSf -m 10 -x socks5h://127.0.0.1:1080 http://` + allowed + `/
+probe socksport curl -sSf -m 10 -x socks5h://127.0.0.1:1080 http://` + other.Addr().String() + `/
 probe metadata curl -sSf -m 10 http://169.254.169.254/latest/meta-data/
 probe direct timeout 5 bash -c 'echo > /dev/tcp/` + strings.ReplaceAll(allowed, ":", "/") + `'
 probe dns getent hosts denied.invalid`
@@ -80,6 +82,7 @@ probe dns getent hosts denied.invalid`
 	}
 	fixtures.CheckProbes(t, resp.Result.Stdout.Text, resp.Result.Stderr.Text, map[string]string{
 		"allowed": "ok:upstream says hi", "port": "fail", "metadata": "fail", "direct": "fail", "dns": "fail",
+		"socks": "ok:upstream says hi", "socksport": "fail",
 	})
 	verdicts := map[string]string{}
 	counts := map[string]int{}
@@ -101,8 +104,8 @@ probe dns getent hosts denied.invalid`
 		t.Errorf("audit log lacks the egress record:\n%s", audit)
 	}
 	m := sv.metrics(t)
-	if counts["allowed"] != 1 || counts["denied"] < 3 {
-		t.Errorf("result egress counts %v, want 1 allowed and at least 3 denied", counts)
+	if counts["allowed"] != 2 || counts["denied"] < 4 {
+		t.Errorf("result egress counts %v, want 2 allowed (HTTP and SOCKS5) and at least 4 denied", counts)
 	}
 	for verdict, n := range counts {
 		if want := fmt.Sprintf("dsh_sandbox_egress_connections_total{verdict=%q} %d\n", verdict, n); !strings.Contains(m, want) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -45,7 +46,7 @@ type idWorld struct {
 	base     string
 	sock     string
 	bin      string            // the binary, where every test uid may run it
-	policies map[string]string // "<backend>-<rw|ro>[-<user>]" → policy file
+	policies map[string]string // "<backend>-<rw|ro>[-<user>]" → the name of a policy the service loads from a file
 }
 
 func newIDWorld(t *testing.T) *idWorld {
@@ -100,7 +101,7 @@ func newIDWorld(t *testing.T) *idWorld {
 			if err := os.WriteFile(file, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			w.policies[v.key] = file
+			w.policies[v.key] = "id-" + v.key // exec --server names it; the service has the file
 			serveArgs = append(serveArgs, "--policy-file", file)
 		}
 	}
@@ -157,7 +158,7 @@ func (w *idWorld) seed(t *testing.T, ws, id string, uid int) (string, []byte) {
 }
 
 // callAs sends command to the service as a harness client running as
-// uid:uid, for session id in workspace ws under the policy file pol, and
+// uid:uid, for session id in workspace ws under the service's policy pol, and
 // returns the call's result.
 func (w *idWorld) callAs(t *testing.T, uid int, ws, id, pol string, env []string, command string) *sandbox.Result {
 	t.Helper()
@@ -278,11 +279,6 @@ func TestIdentityMatrix(t *testing.T) {
 					}
 					if usernsBackend(b) && (got["hostuid"] == "0" || got["hostuid"] == "") {
 						t.Errorf("the call's uid %s is host uid %q in /proc/self/uid_map terms, want an unprivileged one", got["uid"], got["hostuid"])
-					}
-					if owner == 0 && !usernsBackend(b) {
-						// Known gap (issue 11): oci/runsc gives calls no
-						// user namespace so far.
-						t.Logf("known gap: the call of a root-owned workspace runs as host uid %s on %s", got["uid"], b.name)
 					}
 					created := filepath.Join(ws, "by-call")
 					if prof == "rw" {
@@ -437,9 +433,11 @@ func hostOf(m []uidMapLine, c uint64) (uint64, bool) {
 	return 0, false
 }
 
-// usernsBackend reports whether b runs every call in a user namespace:
-// oci with runc or crun, containerd (its runc shim), and docker (the
-// engine scripts/daemons.sh starts remaps user namespaces).
+// usernsBackend reports whether b runs every call in a user namespace
+// that /proc/self/uid_map shows inside: oci with runc or crun,
+// containerd (its runc shim), and docker (the engine scripts/daemons.sh
+// starts remaps user namespaces). oci/runsc runs its calls in one too,
+// but gVisor's uid_map is its own: runscUserNamespace looks from the host.
 func usernsBackend(b idBackend) bool {
 	return b.backend == "containerd" || b.backend == "docker" || b.backend == "oci" && b.runtime != "runsc"
 }
@@ -456,8 +454,12 @@ func usernsBackend(b idBackend) bool {
 func TestIdentityUserNamespace(t *testing.T) {
 	w := newIDWorld(t)
 	for _, b := range idBackends {
+		if b.runtime == "runsc" {
+			runscUserNamespace(t, w, b)
+			continue
+		}
 		if !usernsBackend(b) {
-			continue // runsc: no user namespace (docs/identity.md)
+			continue
 		}
 		for _, owner := range []int{0, 1000} {
 			t.Run(fmt.Sprintf("%s/uid-%d", b.name, owner), func(t *testing.T) {
@@ -522,5 +524,109 @@ func TestIdentityUserNamespace(t *testing.T) {
 				t.Errorf("user: host-root: uid %s maps to host %d (mapped %v), want host uid 0 as the policy says", kv["uid"], host, ok)
 			}
 		})
+	}
+}
+
+// runscUserNamespace is TestIdentityUserNamespace under runsc, where
+// /proc/self/uid_map is gVisor's own: the host processes of the call,
+// gVisor's gofer (which makes the call's files on the host) and its
+// Sentry, are seen from the host while the call runs. Neither is host
+// uid 0, also for a root-owned workspace, whose files the call still
+// creates as root (an id-mapped mount) but without setuid bits; a
+// uid-1000 workspace gets files of uid 1000; user: host-root runs the
+// gofer as host uid 0 on purpose.
+func runscUserNamespace(t *testing.T, w *idWorld, b idBackend) {
+	for _, c := range []struct {
+		name, pol    string
+		owner        int
+		gofer        uint64
+		setidRefused bool
+	}{
+		{"uid-0", "rw", 0, uint64(1) << 31, true},
+		{"uid-1000", "rw", 1000, uint64(1) << 31, false},
+		{"host-root", "rw-hostroot", 0, 0, false},
+	} {
+		t.Run(b.name+"/"+c.name, func(t *testing.T) {
+			cell := fmt.Sprintf("userns-%s-%s", b.name, c.name)
+			ws := w.workspace(t, "ws-"+cell, c.owner)
+			w.seed(t, ws, "s-"+cell, c.owner)
+			done := make(chan struct{})
+			seen := make(chan map[string][]uint64, 1)
+			go func() { seen <- watchRunsc(w.e.state+"/", done) }()
+			res := w.callAs(t, c.owner, ws, "s-"+cell, w.policies[b.name+"-"+c.pol], nil, userNSScript+"\nsleep 1")
+			close(done)
+			procs := <-seen
+			_, kv := parseUserNS(t, res)
+			if kv["uid"] != fmt.Sprint(c.owner) {
+				t.Errorf("uid inside = %s, want %d", kv["uid"], c.owner)
+			}
+			for _, name := range []string{"runsc-gofer", "runsc-sandbox"} {
+				uids, ok := procs[name]
+				if !ok {
+					t.Errorf("no %s process of the call was seen on the host (saw %v)", name, procs)
+				}
+				for _, u := range uids {
+					if name == "runsc-gofer" && u != c.gofer || name == "runsc-sandbox" && u == 0 {
+						t.Errorf("%s runs as host uids %v, want %s", name, uids, map[bool]string{true: fmt.Sprint(c.gofer), false: "not 0"}[name == "runsc-gofer"])
+						break
+					}
+				}
+			}
+			for _, name := range []string{"by-call", "plain", "suid"} {
+				if uid, _, _ := owned(t, filepath.Join(ws, name)); uid != c.owner {
+					t.Errorf("%s the call created is owned by uid %d on the host, want the workspace owner %d", name, uid, c.owner)
+				}
+			}
+			if kv["chmod-plain"] != "1" {
+				t.Errorf("chmod 755 inside = %s, want it to work", kv["chmod-plain"])
+			}
+			fi, err := os.Lstat(filepath.Join(ws, "suid"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.setidRefused && (kv["chmod-suid"] != "0" || fi.Mode()&os.ModeSetuid != 0) {
+				t.Errorf("chmod 4755 of a root-owned file inside = %s, host mode %v; want it refused", kv["chmod-suid"], fi.Mode())
+			}
+		})
+	}
+}
+
+// watchRunsc collects, until done is closed, the host uids (real,
+// effective, saved, file system) of every gofer and Sentry process of
+// runsc whose command line names a path below state, by argv[0].
+func watchRunsc(state string, done <-chan struct{}) map[string][]uint64 {
+	seen := map[string][]uint64{}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		entries, _ := os.ReadDir("/proc")
+		for _, ent := range entries {
+			cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+			if err != nil || !strings.Contains(string(cmdline), state) {
+				continue
+			}
+			name, _, _ := strings.Cut(string(cmdline), "\x00")
+			if name != "runsc-gofer" && name != "runsc-sandbox" {
+				continue
+			}
+			status, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "status"))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(status), "\n") {
+				if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+					for _, f := range strings.Fields(rest) {
+						if u, err := strconv.ParseUint(f, 10, 32); err == nil {
+							seen[name] = append(seen[name], u)
+						}
+					}
+				}
+			}
+		}
+		select {
+		case <-done:
+			return seen
+		case <-tick.C:
+		}
 	}
 }

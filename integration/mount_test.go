@@ -135,9 +135,8 @@ func TestServeMountUnderRootsFromConfig(t *testing.T) {
 	}
 	sv := startServe(t, e, "--config", cfg)
 	remote := func(pol, mount, command string) result {
-		// The CLI names the policy by its file; the service uses its own copy.
-		file := filepath.Join(policies, pol+".yaml")
-		args := append([]string{"exec", "--server", "unix://" + sv.sock, "--policy", file, "--mount", mount}, e.flags("s1")...)
+		// The CLI names the policy; the service has it from its --policy-dir.
+		args := append([]string{"exec", "--server", "unix://" + sv.sock, "--policy", pol, "--mount", mount}, e.flags("s1")...)
 		return run(t, nil, append(args, "--", command)...)
 	}
 	if r := remote("mounts", ref+":/ref:ro", "cat /ref/hello.txt"); r.code != 0 || r.stdout != "via the service\n" {

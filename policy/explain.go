@@ -26,12 +26,12 @@ func Explain(p sandbox.Policy) string {
 	l := p.Limits
 
 	line("policy %s (%s)", p.Name, p.Digest)
-	if p.Backend == "local" {
+	if p.Backend == sandbox.BackendLocal {
 		line("WARNING: backend local runs every command directly on the host, with no container: it can read, write and reach whatever the service's own user can. Use it only for trusted development.")
 		line("backend: local (no container); image, user, network, mounts and cgroup limits do not apply")
 	} else {
 		runtime := "runtime " + p.Runtime
-		if p.Runtime == "runsc" {
+		if p.Runtime == sandbox.RuntimeRunsc {
 			runtime += " (gVisor: system calls are served by a user-space kernel)"
 		}
 		line("backend: %s with %s, image %s; one fresh container per call, removed when the call ends", p.Backend, runtime, p.Image)
@@ -53,7 +53,7 @@ func Explain(p sandbox.Policy) string {
 	switch {
 	case p.DenyTTY:
 		line("terminal: refused (tty: false); exec -t fails and nothing runs")
-	case p.Backend == "local":
+	case p.Backend == sandbox.BackendLocal:
 		line("terminal: the local backend has none to give; exec -t fails and nothing runs")
 	default:
 		line("terminal: allowed: exec -t runs the command on a terminal inside the call (output is then one stream)")
@@ -61,16 +61,16 @@ func Explain(p sandbox.Policy) string {
 	return b.String()
 }
 
-func explainUser(user string, line func(string, ...any)) {
-	if user == "auto" {
+func explainUser(user sandbox.User, line func(string, ...any)) {
+	if user.Auto() {
 		line("user: auto: the owner of the session's workspace; else of the nearest existing parent of its transcript directory; else nobody (65534:65534); no supplementary groups")
 		return
 	}
-	if user == UserHostRoot {
+	if user.HostRoot() {
 		line("WARNING: user: host-root runs every call as host uid 0:0 without a user namespace (no capabilities, but uid 0 on every host file its mounts expose: it can rewrite root-owned files and leave setuid-root programs there); use it only for trusted work")
 		return
 	}
-	if uid, _, _, err := parseUser(user); err == nil && uid == 0 {
+	if uid, _, _, err := user.IDs(); err == nil && uid == 0 {
 		line("user: %s; no supplementary groups; uid 0 without capabilities cannot override file permissions", user)
 		return
 	}
@@ -83,24 +83,29 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 	} else {
 		line("reads: the files of image %s; the root file system is read-only", p.Image)
 	}
-	switch p.Workspace {
-	case "rw":
-		line("reads and writes: the session's workspace (its cwd), at the same path")
-	case "ro":
-		line("reads: the session's workspace (its cwd), read-only, at the same path")
-	default:
+	// What any session's call sees: the plan of a session with a
+	// workspace and a session directory.
+	plan := sandbox.NewPlan(p, anySession, Identity{})
+	switch ws, ok := plan.Mount(sandbox.MountWorkspace); {
+	case !ok:
 		line("workspace: not mounted")
+	case ws.Writable:
+		line("reads and writes: the session's workspace (its cwd), at the same path")
+	default:
+		line("reads: the session's workspace (its cwd), %s, at the same path", access(ws))
 	}
-	if p.Transcript == "ro" {
-		line("reads: the session's own transcript directory, read-only and noexec, at the same path (never the sessions root or other sessions)")
+	if tr, ok := plan.Mount(sandbox.MountTranscript); ok {
+		line("reads: the session's own transcript directory, %s, at the same path (never the sessions root or other sessions)", access(tr))
 	} else {
 		line("transcript: not mounted")
 	}
-	for _, m := range p.Mounts {
-		if m.ReadOnly {
-			line("reads: %s from the host's %s, read-only", m.Target, m.Source)
-		} else {
+	for _, m := range plan.Binds() {
+		switch {
+		case m.Kind != sandbox.MountPolicy && m.Kind != sandbox.MountRequested:
+		case m.Writable:
 			line("reads and writes: %s from the host's %s", m.Target, m.Source)
+		default:
+			line("reads: %s from the host's %s, %s", m.Target, m.Source, access(m))
 		}
 	}
 	for _, r := range p.MountRoots {
@@ -110,7 +115,10 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 			line("may add: read-only or read-write bind mounts of what lies below the host's %s, when a call asks (exec --mount, the API's mounts)", r.Path)
 		}
 	}
-	for _, t := range p.Tmpfs {
+	for _, t := range plan.Mounts {
+		if t.Bind() {
+			continue
+		}
 		size := "no size of its own"
 		if t.SizeBytes > 0 {
 			size = "at most " + formatSize(t.SizeBytes)
@@ -121,9 +129,88 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 	line("paths: the workspace, the session directory and mount sources are resolved without following links; a link in any component, a system directory (/, /etc, /usr, /proc, …) as the workspace, a workspace outside the configured workspace roots, or a read-write workspace holding the dsh home, the sessions root or the state directory is refused")
 }
 
+// anySession stands for every session in Explain: one with a workspace
+// and a session directory, at paths no policy mount uses.
+var anySession = sandbox.Session{Cwd: "/dsh-sandbox-explain/workspace", TranscriptDir: "/dsh-sandbox-explain/session"}
+
+// access is how a call may use a read-only bind: "read-only", with "and
+// noexec" when it cannot run programs from it.
+func access(m sandbox.PlanMount) string {
+	a := "read-only"
+	if m.Writable {
+		a = "read-write"
+	}
+	if m.NoExec {
+		a += " and noexec"
+	}
+	return a
+}
+
+// ExplainSession is what `dsh-sandbox policy check` says about a call of
+// session s under the valid policy p: the user it runs as (ResolveUser)
+// and its plan (ExplainPlan of Plan), then the Warnings for that user. A
+// session with neither a cwd nor a transcript directory gets no text. A
+// user or plan that cannot be resolved is a warning saying why (the
+// service would refuse the call). It reads the file system as
+// ResolveUser and Warnings do.
+func ExplainSession(p sandbox.Policy, s sandbox.Session) (text string, warnings []string) {
+	uid, gid, err := ResolveUser(p, s)
+	if err != nil {
+		return "", []string{fmt.Sprintf("the user cannot be resolved here: %v", err)}
+	}
+	warnings = Warnings(p, s, uid, gid)
+	if s.Cwd == "" && s.TranscriptDir == "" {
+		return "", warnings
+	}
+	plan, err := Plan(p, s, Identity{UID: uid, GID: gid})
+	if err != nil {
+		return "", append(warnings, fmt.Sprintf("a call of this session is refused: %v", err))
+	}
+	return fmt.Sprintf("this session's calls run as %d:%d and see:\n", uid, gid) + ExplainPlan(plan), warnings
+}
+
+// ExplainPlan describes, one line each, the mounts, working directory and
+// directories of one call's plan (Plan): what `dsh-sandbox policy check`
+// prints for the session its flags name, the same plan the backend
+// enforces and the audit record lists.
+func ExplainPlan(plan sandbox.Plan) string {
+	var b strings.Builder
+	for _, m := range plan.Mounts {
+		flags := []string{map[bool]string{true: "read-write", false: "read-only"}[m.Writable]}
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{m.NoSuid, "nosuid"}, {m.NoDev, "nodev"}, {m.NoExec, "noexec"}} {
+			if f.on {
+				flags = append(flags, f.name)
+			}
+		}
+		if m.Bind() {
+			fmt.Fprintf(&b, "mount %s: %s from the host's %s, %s\n", m.Kind, m.Target, m.Source, strings.Join(flags, ", "))
+			continue
+		}
+		if m.SizeBytes > 0 {
+			flags = append(flags, "at most "+formatSize(m.SizeBytes))
+		}
+		fmt.Fprintf(&b, "mount tmpfs: %s, mode %s, %s\n", m.Target, modeString(m.Mode), strings.Join(flags, ", "))
+	}
+	fmt.Fprintf(&b, "workdir: %s unless the call names one\n", plan.Workdir)
+	for _, d := range plan.Dirs {
+		fmt.Fprintf(&b, "creates: %s, mode %s, owned by the harness user\n", d.Path, modeString(d.Mode))
+	}
+	if plan.SpillDir != "" {
+		where := "not visible to later calls (the session directory is not mounted)"
+		if plan.SpillInside {
+			where = "visible read-only to later calls of the session"
+		}
+		fmt.Fprintf(&b, "spill: %s, %s\n", plan.SpillDir, where)
+	}
+	return b.String()
+}
+
 func explainEnv(p sandbox.Policy, line func(string, ...any)) {
 	base := "the image's base env (PATH, HOME)"
-	if p.Backend == "local" {
+	if p.Backend == sandbox.BackendLocal {
 		base = "a standard base env (PATH, HOME)"
 	}
 	inherit := "nothing"
@@ -157,4 +244,7 @@ func explainRedact(p sandbox.Policy, line func(string, ...any)) {
 		what += ", and their base64 forms,"
 	}
 	line("redact: %s are replaced by [REDACTED:NAME] in the output, spill files, job output, audit log and hook payloads; values shorter than %d bytes are not redacted", what, redact.MinLen)
+	if p.RedactDetectors {
+		line("redact: detectors: text of the shapes of known tokens and keys (gitleaks's rules: GitHub, AWS, Slack, private keys, …) is replaced by [REDACTED:<rule>]; output is then passed on line by line (at most %d bytes held back)", redact.MaxLine)
+	}
 }

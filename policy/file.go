@@ -96,7 +96,8 @@ type documentRedact struct {
 	// Files are absolute host paths whose contents are secrets, read at
 	// call start.
 	Files []string `json:"files,omitempty"`
-	// Detectors also redacts the base64 forms of the secrets.
+	// Detectors also redacts the base64 forms of the secrets and what
+	// the registered pattern detector finds (redact.Options.Detect).
 	Detectors *bool `json:"detectors,omitempty"`
 }
 
@@ -160,7 +161,7 @@ func (v *networkValue) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the string form unless there are lists to write.
 func (v networkValue) MarshalJSON() ([]byte, error) {
-	if v.Allow == nil && v.Deny == nil && v.Mode != nil && *v.Mode != "allowlist" {
+	if v.Allow == nil && v.Deny == nil && v.Mode != nil && sandbox.NetworkMode(*v.Mode) != sandbox.NetworkAllowlist {
 		return json.Marshal(*v.Mode)
 	}
 	return json.Marshal(documentNetwork(v))

@@ -296,7 +296,7 @@ func TestFormatSizeCase(t *testing.T) {
 func TestBuiltinCase(t *testing.T) {
 	tests := []struct {
 		name      string
-		workspace string
+		workspace sandbox.WorkspaceMode
 		memory    int64
 		cpus      float64
 		pids      int64

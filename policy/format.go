@@ -19,8 +19,9 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	s := func(v string) *string { return &v }
 	size := func(n int64) *sizeValue { v := sizeValue(formatSize(n)); return &v }
 	doc := document{
-		Name: s(p.Name), Backend: s(p.Backend), Runtime: s(p.Runtime), Image: s(p.Image),
-		User: s(p.User), Network: &networkValue{Mode: s(p.Network), Allow: p.NetworkAllow, Deny: p.NetworkDeny}, Workspace: s(p.Workspace), Transcript: s(p.Transcript),
+		Name: s(p.Name), Backend: s(string(p.Backend)), Runtime: s(string(p.Runtime)), Image: s(p.Image),
+		User: s(string(p.User)), Network: &networkValue{Mode: s(string(p.Network)), Allow: p.NetworkAllow, Deny: p.NetworkDeny},
+		Workspace: s(string(p.Workspace)), Transcript: s(string(p.Transcript)),
 		Limits: &documentLimits{
 			Memory:         size(p.Limits.MemoryBytes),
 			CPUs:           &p.Limits.CPUs,

@@ -26,8 +26,8 @@ type Narrowing struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 	// Network is "none" (always allowed), "loopback" (only when the
 	// policy's network is loopback or allowlist) or "allowlist" (only
-	// when the policy's is, keeping its lists).
-	Network string `json:"network,omitempty"`
+	// when the policy's is, keeping its lists); "" keeps the policy's.
+	Network sandbox.NetworkMode `json:"network,omitempty"`
 	// Mounts are extra bind mounts the call asks for. Each source must
 	// be a clean absolute path at or below one of the policy's
 	// mountRoots, and a read-write mount needs a read-write root; the
@@ -48,9 +48,6 @@ func (e *NarrowError) Error() string { return "policy: " + e.Field + ": " + e.Re
 
 // Unwrap makes a NarrowError an invalid-argument error (exit code 2, 400).
 func (e *NarrowError) Unwrap() error { return sandbox.ErrInvalid }
-
-// networkRank orders networks by what they allow.
-var networkRank = map[string]int{"none": 0, "loopback": 1, NetworkAllowlist: 2}
 
 // Narrow returns p tightened by n, normalized and digested again (its
 // name is kept). A field asking more than p allows, or an invalid value,
@@ -100,11 +97,10 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 		l.TimeoutMs = t
 	}
 	if n.Network != "" {
-		want, ok := networkRank[n.Network]
 		switch {
-		case !ok:
-			return refuse("network", "%q is not a network; want %s", n.Network, strings.Join(networks, " or "))
-		case want > networkRank[q.Network]:
+		case !n.Network.Valid():
+			return refuse("network", "%q is not a network; want %s", n.Network, sandbox.JoinModes(sandbox.NetworkModes, " or "))
+		case n.Network.Rank() > q.Network.Rank():
 			return refuse("network", "%q is more than the policy's %q", n.Network, q.Network)
 		}
 		if n.Network != q.Network {
@@ -116,6 +112,7 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 		if why := mountAllowed(q.MountRoots, m); why != "" {
 			return refuse("mounts", "%s", why)
 		}
+		m.FromRoot = true
 		q.Mounts = append(q.Mounts, m)
 	}
 	q.Limits = l

@@ -103,7 +103,7 @@ func TestNarrow(t *testing.T) {
 			}
 			if got.Limits.MemoryBytes > tc.p.Limits.MemoryBytes || got.Limits.CPUs > tc.p.Limits.CPUs ||
 				got.Limits.Pids > tc.p.Limits.Pids || got.Limits.MaxTimeoutMs != tc.p.Limits.MaxTimeoutMs ||
-				networkRank[got.Network] > networkRank[tc.p.Network] || len(got.Mounts) != len(tc.p.Mounts)+len(tc.n.Mounts) {
+				got.Network.Rank() > tc.p.Network.Rank() || len(got.Mounts) != len(tc.p.Mounts)+len(tc.n.Mounts) {
 				t.Errorf("Narrow widened %+v to %+v", tc.p, got)
 			}
 			if tc.check != nil {

@@ -15,17 +15,17 @@ import (
 // NetworkAllowlist is the network mode whose calls reach, through an
 // egress proxy and DNS server on their loopback, only the hosts of
 // network.allow (package egress).
-const NetworkAllowlist = "allowlist"
+const NetworkAllowlist = sandbox.NetworkAllowlist
 
 // networkBackends are the backends that enforce network allowlist.
-var networkBackends = []string{"oci", "containerd"}
+var networkBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendContainerd, sandbox.BackendDocker}
 
 // checkNetworkRules checks network.allow and network.deny: lists only
 // with mode allowlist, each entry an egress rule (egress.ParseRule), and
 // mode allowlist only on a backend that enforces it.
-func checkNetworkRules(backend, mode string, allow, deny []string, ps *problems) {
-	if mode == NetworkAllowlist && !slices.Contains(networkBackends, backend) && slices.Contains(backends, backend) {
-		ps.add("network", "mode %q is not supported by backend %s (no egress proxy there yet); use backend %s", mode, backend, strings.Join(networkBackends, " or "))
+func checkNetworkRules(backend sandbox.Backend, mode sandbox.NetworkMode, allow, deny []string, ps *problems) {
+	if mode == NetworkAllowlist && !slices.Contains(networkBackends, backend) && backend.Valid() {
+		ps.add("network", "mode %q is not supported by backend %s (no egress proxy there yet); use backend %s", mode, backend, sandbox.JoinModes(networkBackends, " or "))
 	}
 	if mode != NetworkAllowlist {
 		if len(allow) > 0 || len(deny) > 0 {
@@ -59,7 +59,7 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 	if len(p.NetworkAllow) > 0 {
 		allow = strings.Join(p.NetworkAllow, ", ")
 	}
-	line("network: allowlist: a private network namespace with only the loopback interface, no route out; HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (and lower-case) point at an egress proxy on %s (HTTP CONNECT and plain HTTP) and a DNS server on %s, both served by the service, which resolves names itself and dials only allowed addresses", egress.ProxyAddr, egress.DNSAddr)
+	line("network: allowlist: a private network namespace with only the loopback interface, no route out; HTTP_PROXY and HTTPS_PROXY (and lower-case) point at an egress proxy on %s (HTTP CONNECT and plain HTTP), ALL_PROXY at a SOCKS5 server on %s (CONNECT, for other TCP), and a DNS server on %s answers the call's name lookups, all served by the service, which resolves names itself and dials only allowed addresses", egress.ProxyAddr, egress.SOCKSAddr, egress.DNSAddr)
 	line("network: reachable through the proxy: %s (a *.name entry matches the names below name; an entry without a port matches every port)", allow)
 	if len(p.NetworkDeny) > 0 {
 		line("network: refused even when allowed: %s", strings.Join(p.NetworkDeny, ", "))

@@ -33,10 +33,10 @@ func Builtin(name string) (sandbox.Policy, bool) {
 	case WorkspaceWrite:
 	case ReadOnly:
 		p.Name = ReadOnly
-		p.Workspace = "ro"
+		p.Workspace = sandbox.WorkspaceRO
 	case CI:
 		p.Name = CI
-		p.Workspace = "rw"
+		p.Workspace = sandbox.WorkspaceRW
 		p.Limits.MemoryBytes = 4 << 30
 		p.Limits.CPUs = 2
 		p.Limits.Pids = 1024

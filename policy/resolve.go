@@ -16,13 +16,13 @@ import (
 // Defaults of a policy file's absent keys (DESIGN §3.9); they are the
 // workspace-write profile.
 const (
-	DefaultBackend    = "oci"
-	DefaultRuntime    = "runc"
+	DefaultBackend    = sandbox.BackendOCI
+	DefaultRuntime    = sandbox.RuntimeRunc
 	DefaultImage      = "host"
-	DefaultUser       = "auto"
-	DefaultNetwork    = "none"
-	DefaultWorkspace  = "rw"
-	DefaultTranscript = "ro"
+	DefaultUser       = sandbox.UserAuto
+	DefaultNetwork    = sandbox.NetworkNone
+	DefaultWorkspace  = sandbox.WorkspaceRW
+	DefaultTranscript = sandbox.TranscriptRO
 	// DefaultMemoryBytes is the memory limit, swap included: 1 GiB.
 	DefaultMemoryBytes = 1 << 30
 	// DefaultCPUs is the CPU quota in cores.
@@ -86,11 +86,6 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 	p := defaults()
 	p.Name = defaultName
 	var ps problems
-	str := func(dst *string, src *string) {
-		if src != nil {
-			*dst = *src
-		}
-	}
 	str(&p.Name, doc.Name)
 	str(&p.Backend, doc.Backend)
 	str(&p.Runtime, doc.Runtime)
@@ -98,9 +93,9 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 	str(&p.User, doc.User)
 	if n := doc.Network; n != nil {
 		if n.Mode == nil {
-			ps.add("network.mode", "is missing; want one of %s", strings.Join(networks, ", "))
+			ps.add("network.mode", "is missing; want one of %s", sandbox.JoinModes(sandbox.NetworkModes, ", "))
 		} else {
-			p.Network = *n.Mode
+			p.Network = sandbox.NetworkMode(*n.Mode)
 		}
 		p.NetworkAllow, p.NetworkDeny = slices.Clone(n.Allow), slices.Clone(n.Deny)
 	}
@@ -206,6 +201,14 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		return sandbox.Policy{}, err
 	}
 	return finish(p), nil
+}
+
+// str sets *dst to the document's value src, when it has one; validate
+// checks it afterwards.
+func str[T ~string](dst *T, src *string) {
+	if src != nil {
+		*dst = T(*src)
+	}
 }
 
 // mountMode reads the mode of a mount or mount root, ro or rw (required),
@@ -324,17 +327,10 @@ func finish(p sandbox.Policy) sandbox.Policy {
 
 // comparePaths orders mount targets parents first: by depth, then by name.
 func comparePaths(a, b string) int {
-	if da, db := depth(a), depth(b); da != db {
+	if da, db := sandbox.PathDepth(a), sandbox.PathDepth(b); da != db {
 		return da - db
 	}
 	return strings.Compare(a, b)
-}
-
-func depth(p string) int {
-	if p == "/" {
-		return 0
-	}
-	return strings.Count(p, "/")
 }
 
 // digest is the sha256 of the policy's JSON encoding without its Digest.

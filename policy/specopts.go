@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -58,35 +56,15 @@ var allowedDevices = []struct{ major, minor int64 }{
 // and cwd, the rootfs path, and the /proc, /dev and /sys mounts):
 // WithNamespaces, WithNoCapabilities, WithNoNewPrivileges,
 // WithDefaultSeccomp, WithMaskedPaths, WithDeviceAllowList, WithResources,
-// WithReadonlyRoot, WithUser, WithRlimits and WithMounts(Mounts(…)).
+// WithReadonlyRoot, WithUser, WithRlimits and WithMounts of the call's
+// Plan (SpecMounts).
 //
-// p is validated first, except for its environment settings, which the
-// spec does not carry; zero limits take their defaults. Errors wrap
-// sandbox.ErrInvalid and name the field: an invalid policy, a session path
-// that is not absolute and clean or lies on /, /proc, /dev or /sys, the
-// workspace and transcript on the same path, or a policy mount or tmpfs
-// that overlaps them. The options are pure and independent of each other;
+// p, s and uid:gid are checked by Plan (p's environment settings aside,
+// which the spec does not carry); zero limits take their defaults. Errors
+// are Plan's. The options are pure and independent of each other;
 // each is safe to apply to many specs concurrently.
 func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.SpecOpt, error) {
-	// Validate as Normalize does, without the copy, sort and digest that
-	// SpecOpts does not need: it runs once per call. The environment
-	// settings are not looked at: sandbox.Prepare builds the environment
-	// (dropping DSH_* and secret-shaped names, DESIGN §3.6), and the
-	// stricter check that refuses such names in a policy file is Load's.
-	p.EnvInherit, p.EnvAllowSecrets, p.EnvSet = nil, nil, nil
-	if p.Runtime == "" {
-		p.Runtime = DefaultRuntime
-	}
-	p.Limits = defaultLimits(p.Limits)
-	var ps problems
-	validate(&p, &ps)
-	if err := ps.err("policy"); err != nil {
-		return nil, err
-	}
-	if uid == math.MaxUint32 || gid == math.MaxUint32 {
-		return nil, invalidf("user %d:%d: 4294967295 is not a valid id", uid, gid)
-	}
-	mounts, err := Mounts(p, s, uid, gid)
+	plan, err := Plan(p, s, Identity{UID: uid, GID: gid})
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +79,7 @@ func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.S
 		WithReadonlyRoot(),
 		WithUser(uid, gid),
 		WithRlimits(),
-		WithMounts(mounts...),
+		WithMounts(SpecMounts(plan)...),
 	}, nil
 }
 
@@ -291,82 +269,16 @@ func WithMounts(ms ...specs.Mount) sandbox.SpecOpt {
 	}
 }
 
-// Mounts returns the mounts policy p gives a call of session s, parents
-// before children: the tmpfs mounts (/tmp with mode 1777, others mode 0755
-// owned by uid:gid), the workspace (s.Cwd, read-write or read-only per
-// p.Workspace) and the transcript's session directory (s.TranscriptDir,
-// read-only, noexec) each at its own path, and the policy's bind mounts.
-// Every mount is nosuid and nodev; binds are not recursive, so read-only
-// holds for everything below them. /tmp is included even when p.Tmpfs
-// lacks it. p must be valid (see Validate); the session is checked here.
+// Mounts returns the OCI spec mounts policy p gives a call of session s
+// running as uid:gid: SpecMounts of Plan(p, s, …), parents first. Errors
+// are Plan's.
 func Mounts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]specs.Mount, error) {
-	if !slices.ContainsFunc(p.Tmpfs, func(t sandbox.Tmpfs) bool { return t.Target == "/tmp" }) {
-		p.Tmpfs = append([]sandbox.Tmpfs{{Target: "/tmp"}}, p.Tmpfs...)
-	}
-	var ps problems
-	var roles []role
-	if p.Workspace != "none" && s.Cwd != "" {
-		if checkSessionPath("session.cwd", s.Cwd, &ps) {
-			roles = append(roles, role{"session.cwd", s.Cwd})
-		}
-	}
-	if p.Transcript == "ro" && s.TranscriptDir != "" {
-		if checkSessionPath("session.transcriptDir", s.TranscriptDir, &ps) {
-			roles = append(roles, role{"session.transcriptDir", s.TranscriptDir})
-		}
-	}
-	if len(roles) == 2 && roles[0].path == roles[1].path {
-		ps.add("session.transcriptDir", "%q is also the workspace (session.cwd); the transcript must stay read-only", s.TranscriptDir)
-	}
-	for i, t := range p.Tmpfs {
-		for _, r := range roles {
-			if within(t.Target, r.path) {
-				ps.add(fmt.Sprintf("tmpfs[%d].target", i), "%q would hide %s %q", t.Target, r.field, r.path)
-			}
-		}
-	}
-	for i, m := range p.Mounts {
-		for _, r := range roles {
-			if within(m.Target, r.path) || within(r.path, m.Target) {
-				ps.add(fmt.Sprintf("mounts[%d].target", i), "%q overlaps %s %q", m.Target, r.field, r.path)
-			}
-		}
-	}
-	if err := ps.err("policy"); err != nil {
+	plan, err := Plan(p, s, Identity{UID: uid, GID: gid})
+	if err != nil {
 		return nil, err
 	}
-
-	var out []specs.Mount
-	for _, t := range p.Tmpfs {
-		opts := []string{"nosuid", "nodev"}
-		if t.Target == "/tmp" {
-			opts = append(opts, "mode=1777")
-		} else {
-			opts = append(opts, "mode=0755", "uid="+strconv.FormatUint(uint64(uid), 10), "gid="+strconv.FormatUint(uint64(gid), 10))
-		}
-		if t.SizeBytes > 0 {
-			opts = append(opts, "size="+strconv.FormatInt(t.SizeBytes, 10))
-		}
-		out = append(out, specs.Mount{Destination: t.Target, Type: "tmpfs", Source: "tmpfs", Options: opts})
-	}
-	if p.Workspace != "none" && s.Cwd != "" {
-		out = append(out, bind(s.Cwd, s.Cwd, p.Workspace == "ro"))
-	}
-	if p.Transcript == "ro" && s.TranscriptDir != "" {
-		m := bind(s.TranscriptDir, s.TranscriptDir, true)
-		m.Options = append(m.Options, "noexec")
-		out = append(out, m)
-	}
-	for _, m := range p.Mounts {
-		out = append(out, bind(m.Source, m.Target, m.ReadOnly))
-	}
-	// Parents first; at equal depth the order above (tmpfs, workspace,
-	// transcript, policy mounts) stands.
-	slices.SortStableFunc(out, func(a, b specs.Mount) int { return depth(a.Destination) - depth(b.Destination) })
-	return out, nil
+	return SpecMounts(plan), nil
 }
-
-type role struct{ field, path string }
 
 // checkSessionPath accepts an absolute, clean session path that is not /
 // and does not lie in /proc, /dev or /sys.
@@ -379,17 +291,6 @@ func checkSessionPath(field, p string, ps *problems) bool {
 		return false
 	}
 	return true
-}
-
-func bind(source, target string, readOnly bool) specs.Mount {
-	mode := "rw"
-	if readOnly {
-		mode = "ro"
-	}
-	return specs.Mount{
-		Destination: target, Type: "bind", Source: source,
-		Options: []string{"bind", "nosuid", "nodev", mode},
-	}
 }
 
 func ptr[T any](v T) *T { return &v }

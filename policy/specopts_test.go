@@ -112,7 +112,7 @@ func TestSpecOptsNamespaces(t *testing.T) {
 }
 
 func TestSpecOptsNetworkAlwaysNew(t *testing.T) {
-	for _, network := range networks {
+	for _, network := range sandbox.NetworkModes {
 		p := builtin(t, WorkspaceWrite)
 		p.Network = network
 		spec := applied(t, p, testSession, 1, 1)
@@ -327,7 +327,7 @@ func TestSpecOptsSessionMountsCase(t *testing.T) {
 	}
 	for _, tt := range tests {
 		p := builtin(t, WorkspaceWrite)
-		p.Workspace, p.Transcript = tt.workspace, tt.transcript
+		p.Workspace, p.Transcript = sandbox.WorkspaceMode(tt.workspace), sandbox.TranscriptMode(tt.transcript)
 		spec := applied(t, p, tt.session, 1, 1)
 		var got []string
 		for _, m := range spec.Mounts {

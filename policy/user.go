@@ -32,7 +32,7 @@ import (
 // sandbox.ErrUnavailable when a path cannot be inspected (other than not
 // existing).
 func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err error) {
-	uid, gid, auto, err := parseUser(p.User)
+	uid, gid, auto, err := p.User.IDs()
 	if err != nil {
 		return 0, 0, invalidf("user: %v", err)
 	}
@@ -48,7 +48,7 @@ func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err erro
 		switch {
 		case err == nil:
 			return owner(info)
-		case !notExist(err) && (p.Workspace == "rw" || p.Workspace == "ro"):
+		case !notExist(err) && p.Workspace.Mounted():
 			return 0, 0, err
 		}
 		// A cwd that is not mounted and does not resolve (missing, or
@@ -161,7 +161,9 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 		ws = append(ws, "user: host-root runs calls as host uid 0 without a user namespace: a call can rewrite root-owned files its mounts expose and leave setuid-root programs there")
 	}
 	who := fmt.Sprintf("user %d:%d", uid, gid)
-	if p.Transcript == "ro" && s.TranscriptDir != "" {
+	// What the call would see: its plan (unchecked: this only advises).
+	plan := sandbox.NewPlan(p, s, Identity{UID: uid, GID: gid})
+	if _, ok := plan.Mount(sandbox.MountTranscript); ok {
 		harness := sandbox.EffectiveOwner(s.Owner)
 		self := uint32(os.Geteuid())
 		info, err := os.Stat(s.TranscriptDir)
@@ -204,7 +206,7 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 			}
 		}
 	}
-	if p.Workspace != "none" && s.Cwd != "" {
+	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok {
 		info, err := os.Stat(s.Cwd)
 		switch {
 		case notExist(err):
@@ -215,7 +217,7 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 			ws = append(ws, fmt.Sprintf("workspace %s is not a directory", s.Cwd))
 		case !may(info, uid, gid, permRead|permExec):
 			ws = append(ws, fmt.Sprintf("%s cannot read the workspace %s (%s)", who, s.Cwd, describe(info)))
-		case p.Workspace == "rw" && !may(info, uid, gid, permWrite|permExec):
+		case wsm.Writable && !may(info, uid, gid, permWrite|permExec):
 			ws = append(ws, fmt.Sprintf("%s cannot write the workspace %s although the policy mounts it read-write (%s)", who, s.Cwd, describe(info)))
 		}
 	}
@@ -227,10 +229,10 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 // call one (oci with runc or crun). It is never implied: "auto" and
 // "0:0" run a root-owned workspace's call as container uid 0, which is a
 // mapped unprivileged host uid. Warnings and Explain flag it.
-const UserHostRoot = "host-root"
+const UserHostRoot = sandbox.UserHostRoot
 
 // HostRoot reports whether p asks for UserHostRoot.
-func HostRoot(p sandbox.Policy) bool { return p.User == UserHostRoot }
+func HostRoot(p sandbox.Policy) bool { return p.User.HostRoot() }
 
 // The host ids a call's user namespace maps the container's ids to:
 // container ids 0 … MappedIDCount-1 are host ids MappedIDBase +

@@ -78,13 +78,13 @@ func TestCallIDMappingCase(t *testing.T) {
 }
 
 func TestParseUserHostRoot(t *testing.T) {
-	uid, gid, auto, err := parseUser(UserHostRoot)
+	uid, gid, auto, err := UserHostRoot.IDs()
 	if err != nil || uid != 0 || gid != 0 || auto {
-		t.Fatalf("parseUser(%q) = %d, %d, %v, %v; want 0, 0, false, nil", UserHostRoot, uid, gid, auto, err)
+		t.Fatalf("IDs(%q) = %d, %d, %v, %v; want 0, 0, false, nil", UserHostRoot, uid, gid, auto, err)
 	}
-	for _, bad := range []string{"host-root:0", "Host-Root", "root", "hostroot"} {
-		if _, _, _, err := parseUser(bad); err == nil {
-			t.Errorf("parseUser(%q) = nil error, want refused", bad)
+	for _, bad := range []sandbox.User{"host-root:0", "Host-Root", "root", "hostroot"} {
+		if _, _, _, err := bad.IDs(); err == nil {
+			t.Errorf("IDs(%q) = nil error, want refused", bad)
 		}
 	}
 	p := sandbox.Policy{User: UserHostRoot}
@@ -107,7 +107,7 @@ func TestParseUserHostRoot(t *testing.T) {
 }
 
 // withDefaults is a valid built-in policy with user set.
-func withDefaults(t *testing.T, user string) sandbox.Policy {
+func withDefaults(t *testing.T, user sandbox.User) sandbox.Policy {
 	t.Helper()
 	p, ok := Builtin("workspace-write")
 	if !ok {

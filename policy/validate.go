@@ -5,7 +5,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,12 +14,7 @@ import (
 // Allowed values of the enumerated fields, in the order error messages
 // list them.
 var (
-	backends    = []string{"oci", "docker", "containerd", "local"}
-	runtimes    = []string{"runc", "crun", "runsc"}
-	networks    = []string{"none", "loopback", NetworkAllowlist}
-	workspaces  = []string{"rw", "ro", "none"}
-	transcripts = []string{"ro", "none"}
-	mountModes  = []string{"ro", "rw"}
+	mountModes = []string{"ro", "rw"}
 )
 
 // Bounds of the limits. The lower bounds are what the kernel and the
@@ -51,16 +45,16 @@ var reservedTargets = []string{"/proc", "/dev", "/sys"}
 // the document.
 func validate(p *sandbox.Policy, ps *problems) {
 	checkName(p.Name, ps)
-	checkEnum("backend", p.Backend, backends, ps)
-	checkEnum("runtime", p.Runtime, runtimes, ps)
+	checkEnum("backend", p.Backend, sandbox.Backends, ps)
+	checkEnum("runtime", p.Runtime, sandbox.Runtimes, ps)
 	checkImage(p.Image, ps)
-	if _, _, _, err := parseUser(p.User); err != nil {
+	if _, _, _, err := p.User.IDs(); err != nil {
 		ps.add("user", "%v", err)
 	}
-	checkEnum("network", p.Network, networks, ps)
+	checkEnum("network", p.Network, sandbox.NetworkModes, ps)
 	checkNetworkRules(p.Backend, p.Network, p.NetworkAllow, p.NetworkDeny, ps)
-	checkEnum("workspace", p.Workspace, workspaces, ps)
-	checkEnum("transcript", p.Transcript, transcripts, ps)
+	checkEnum("workspace", p.Workspace, sandbox.WorkspaceModes, ps)
+	checkEnum("transcript", p.Transcript, sandbox.TranscriptModes, ps)
 	checkMounts(p.Mounts, p.Tmpfs, ps)
 	checkMountRoots(p.MountRoots, ps)
 	checkLimits(p.Limits, ps)
@@ -93,9 +87,9 @@ func isAlnum(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
-func checkEnum(field, v string, allowed []string, ps *problems) {
+func checkEnum[T ~string](field string, v T, allowed []T, ps *problems) {
 	if !slices.Contains(allowed, v) {
-		ps.add(field, "%q is not allowed; want one of %s", v, strings.Join(allowed, ", "))
+		ps.add(field, "%q is not allowed; want one of %s", v, sandbox.JoinModes(allowed, ", "))
 	}
 }
 
@@ -112,35 +106,6 @@ func checkImage(image string, ps *problems) {
 			return
 		}
 	}
-}
-
-// parseUser reads "auto" (auto is true), "host-root" (0:0) or "uid:gid"
-// with decimal ids below 4294967295 (which means "no id" to the kernel).
-func parseUser(s string) (uid, gid uint32, auto bool, err error) {
-	switch s {
-	case "auto":
-		return 0, 0, true, nil
-	case UserHostRoot:
-		return 0, 0, false, nil
-	}
-	u, g, ok := strings.Cut(s, ":")
-	uid, uerr := parseID(u)
-	gid, gerr := parseID(g)
-	if !ok || uerr != nil || gerr != nil {
-		return 0, 0, false, fmt.Errorf("%q is not allowed; want \"auto\" or \"uid:gid\" with numeric ids, e.g. \"1000:1000\" (or \"host-root\")", s)
-	}
-	return uid, gid, false, nil
-}
-
-func parseID(s string) (uint32, error) {
-	if s == "" || strings.Trim(s, "0123456789") != "" {
-		return 0, fmt.Errorf("%q is not a decimal id", s)
-	}
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil || n == math.MaxUint32 {
-		return 0, fmt.Errorf("%q is out of range", s)
-	}
-	return uint32(n), nil
 }
 
 // checkAbsPath accepts an absolute, clean path of at most 4096 bytes

@@ -46,6 +46,11 @@ type Options struct {
 	// value can have inside a longer base64 text), under the value's
 	// name.
 	Base64 bool
+	// Detect also replaces what the registered Detector (RegisterDetector)
+	// finds, by "[REDACTED:<rule>]"; a Writer then holds its output back
+	// until a newline or MaxLine bytes. Without a registered Detector it
+	// adds nothing.
+	Detect bool
 }
 
 // Set is a compiled list of secrets. The nil *Set redacts nothing. A Set
@@ -57,6 +62,7 @@ type Set struct {
 	pairs   [1 << 13]byte // bit set of the patterns' first two bytes
 	maxLen  int
 	skipped []string
+	detect  Detector // nil unless Options.Detect and one is registered
 }
 
 type pattern struct {
@@ -73,6 +79,9 @@ func New(secrets []Secret, o Options) *Set {
 	sorted := slices.Clone(secrets)
 	slices.SortStableFunc(sorted, func(a, b Secret) int { return strings.Compare(a.Name, b.Name) })
 	s := &Set{}
+	if o.Detect {
+		s.detect = registered()
+	}
 	seen := map[string]bool{}
 	add := func(v, marker string) {
 		if len(v) < MinLen || seen[v] {
@@ -168,11 +177,15 @@ func base64Forms(v string) []string {
 	return forms
 }
 
-// Len returns the number of byte patterns s redacts (values and their
-// encodings); 0 for nil.
+// Len returns the number of rules s applies: the byte patterns it
+// redacts (values and their encodings), plus one for a Detector. 0 (also
+// for nil) means s changes nothing.
 func (s *Set) Len() int {
 	if s == nil {
 		return 0
+	}
+	if s.detect != nil {
+		return len(s.pats) + 1
 	}
 	return len(s.pats)
 }
@@ -189,21 +202,22 @@ func (s *Set) Skipped() []string {
 // String returns v with every secret replaced, longest match first,
 // scanning from the left.
 func (s *Set) String(v string) string {
-	if s.Len() == 0 || !s.mayMatch([]byte(v)) {
+	if s.Len() == 0 {
 		return v
 	}
-	out, _ := s.scan(nil, []byte(v), true)
-	return string(out)
+	return string(s.Bytes([]byte(v)))
 }
 
 // Bytes is String for a byte slice; it returns p itself when nothing
 // matched.
 func (s *Set) Bytes(p []byte) []byte {
-	if s.Len() == 0 || !s.mayMatch(p) {
+	if s.Len() == 0 {
 		return p
 	}
-	out, _ := s.scan(nil, p, true)
-	return out
+	if len(s.pats) > 0 && s.mayMatch(p) {
+		p, _ = s.scan(nil, p, true)
+	}
+	return s.detected(p)
 }
 
 // mayMatch reports whether p holds a byte that begins a pattern.
@@ -287,6 +301,7 @@ type Writer struct {
 	carry []byte
 	buf   []byte
 	out   []byte
+	line  []byte // decided bytes the Detector has not seen yet
 	err   error
 }
 
@@ -304,6 +319,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.s.Len() == 0 {
 		return w.pass(p, len(p))
 	}
+	if len(w.s.pats) == 0 {
+		return w.lines(p, len(p), false)
+	}
 	in := p
 	if len(w.carry) > 0 {
 		w.buf = append(append(w.buf[:0], w.carry...), p...)
@@ -312,19 +330,23 @@ func (w *Writer) Write(p []byte) (int, error) {
 	var held int
 	w.out, held = w.s.scan(w.out[:0], in, false)
 	w.carry = append(w.carry[:0], in[held:]...)
-	return w.pass(w.out, len(p))
+	return w.lines(w.out, len(p), false)
 }
 
 // Close writes the bytes still held back (redacted as a stream's end).
 // It does not close the underlying writer. Close may be called more than
 // once; later writes start a new stream.
 func (w *Writer) Close() error {
-	if w.err != nil || len(w.carry) == 0 {
+	if w.err != nil {
 		return w.err
 	}
-	w.out, _ = w.s.scan(w.out[:0], w.carry, true)
-	w.carry = w.carry[:0]
-	_, err := w.pass(w.out, 0)
+	var end []byte
+	if len(w.carry) > 0 {
+		w.out, _ = w.s.scan(w.out[:0], w.carry, true)
+		w.carry = w.carry[:0]
+		end = w.out
+	}
+	_, err := w.lines(end, 0, true)
 	return err
 }
 

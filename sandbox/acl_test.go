@@ -280,7 +280,7 @@ func TestPreparePathsOwnerCase(t *testing.T) {
 func TestPreparePathsExistingSessionDir(t *testing.T) {
 	requireRootACL(t)
 	harness := Owner{UID: 1000, GID: 1000, Set: true}
-	prepare := func(t *testing.T, td string, transcript string) error {
+	prepare := func(t *testing.T, td string, transcript TranscriptMode) error {
 		req := testRequest()
 		req.Session.Cwd, req.Workdir = "", ""
 		req.Policy.Transcript = transcript

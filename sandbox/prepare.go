@@ -101,8 +101,9 @@ type Call struct {
 // Resolution: the timeout is TimeoutMs, else Policy.Limits.TimeoutMs,
 // else DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
 // DefaultMaxTimeout); the tail size is StdoutMaxBytes, else the policy's,
-// else DefaultStdoutMaxBytes; the workdir is Workdir, else Session.Cwd
-// when the workspace is mounted ("rw" or "ro"), else /tmp. The env is
+// else DefaultStdoutMaxBytes; the workdir is Workdir, else the plan's
+// (NewPlan: Session.Cwd when the workspace is mounted, else /tmp), and
+// the spill directory and its visibility are the plan's. The env is
 // BuildEnv of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
 // Env as the ordinary layer; DSHEnv as the snapshot. DSH_* names in Env
 // and Policy.EnvSet are dropped, as the Request documents, not rejected.
@@ -138,19 +139,12 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 	c.SpillTotal = cmp.Or(lim.SpillTotalBytes, DefaultSpillTotalBytes)
 	c.SpillRetention = cmp.Or(time.Duration(lim.SpillRetentionMs)*time.Millisecond, DefaultSpillRetention)
 
-	switch {
-	case req.Workdir != "":
+	plan := NewPlan(req.Policy, req.Session, Identity{})
+	c.Workdir = plan.Workdir
+	if req.Workdir != "" {
 		c.Workdir = filepath.Clean(req.Workdir)
-	case req.Session.Cwd != "" && (req.Policy.Workspace == "rw" || req.Policy.Workspace == "ro"):
-		c.Workdir = filepath.Clean(req.Session.Cwd)
-	default:
-		c.Workdir = "/tmp"
 	}
-
-	if req.Session.TranscriptDir != "" {
-		c.SpillDir = filepath.Join(req.Session.TranscriptDir, "spill")
-		c.SpillInside = req.Policy.Transcript == "ro"
-	}
+	c.SpillDir, c.SpillInside = plan.SpillDir, plan.SpillInside
 
 	ordinary := make([]string, 0, len(req.Policy.EnvSet)+len(req.Env))
 	for _, k := range slices.Sorted(maps.Keys(req.Policy.EnvSet)) {
@@ -173,6 +167,17 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		return nil, err
 	}
 	return c, nil
+}
+
+// Validate checks req the way Prepare does, without resolving it: a
+// backend calls it before asking a daemon or an image store anything, so
+// that a malformed request is refused at once (sandbox/driver). Errors
+// are Prepare's and wrap ErrInvalid.
+func Validate(req *Request) error {
+	if req == nil {
+		return Errorf(ErrInvalid, "sandbox: request is nil")
+	}
+	return checkRequest(req)
 }
 
 // checkRequest validates the fields of req that Prepare relies on, naming
@@ -362,8 +367,9 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 	if req == nil || call == nil {
 		return Errorf(ErrInvalid, "sandbox: PreparePaths: request or call is nil")
 	}
-	local := req.Policy.Backend == "local"
-	mounted := req.Session.Cwd != "" && (req.Policy.Workspace == "rw" || req.Policy.Workspace == "ro")
+	local := req.Policy.Backend == BackendLocal
+	plan := NewPlan(req.Policy, req.Session, Identity{UID: callUID})
+	_, mounted := plan.Mount(MountWorkspace)
 	if mounted {
 		ws, err := ResolveDir("session.cwd", req.Session.Cwd)
 		if err != nil {
@@ -389,10 +395,13 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 			return Errorf(ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
 		}
 	}
-	if req.Session.TranscriptDir == "" {
+	if len(plan.Dirs) == 0 {
 		return nil
 	}
-	td := filepath.Clean(req.Session.TranscriptDir)
+	// The plan's directories are the session directory and its spill/
+	// subdirectory, which MakeSessionDir creates together.
+	dir := plan.Dirs[0]
+	td := dir.Path
 	if SystemDir(td) {
 		return Errorf(ErrInvalid, "sandbox: session.transcriptDir %q is a system directory", td)
 	}
@@ -401,11 +410,8 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 			return err
 		}
 	}
-	var reader Owner
-	if req.Policy.Transcript == "ro" {
-		reader = Owner{UID: callUID, Set: true}
-	}
-	owner, err := MakeSessionDir(td, req.Session.Owner, reader)
+	reader := dir.Reader
+	owner, err := MakeSessionDir(td, dir.Owner, reader)
 	if err != nil {
 		return err
 	}

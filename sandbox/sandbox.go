@@ -151,27 +151,28 @@ type Policy struct {
 	// Name is the policy's name; Digest the sha256 of its normalized form.
 	Name   string `json:"name"`
 	Digest string `json:"digest,omitempty"`
-	// Backend is "oci", "docker", "containerd" or "local".
-	Backend string `json:"backend"`
-	// Runtime is "runc", "crun" or "runsc" for OCI-speaking backends.
-	Runtime string `json:"runtime,omitempty"`
+	// Backend is "oci", "docker", "containerd" or "local" (Backends).
+	Backend Backend `json:"backend"`
+	// Runtime is "runc", "crun" or "runsc" (Runtimes) for OCI-speaking
+	// backends.
+	Runtime Runtime `json:"runtime,omitempty"`
 	// Image is "host" or a local image name the backend has.
 	Image string `json:"image"`
-	// User is "auto" or "uid:gid".
-	User string `json:"user"`
+	// User is "auto", "host-root" or "uid:gid".
+	User User `json:"user"`
 	// Network is "none" or "loopback", which both have only the lo
 	// interface, or "allowlist": only lo too, plus an egress proxy and a
 	// DNS server on it that reach the hosts of NetworkAllow (package
 	// egress).
-	Network string `json:"network"`
+	Network NetworkMode `json:"network"`
 	// NetworkAllow and NetworkDeny are the host rules of network
 	// "allowlist" (egress.ParseRules); nil for the other networks.
 	NetworkAllow []string `json:"networkAllow,omitempty"`
 	NetworkDeny  []string `json:"networkDeny,omitempty"`
 	// Workspace is "rw", "ro" or "none" for the session cwd mount.
-	Workspace string `json:"workspace"`
+	Workspace WorkspaceMode `json:"workspace"`
 	// Transcript is "ro" or "none" for the session directory mount.
-	Transcript string `json:"transcript"`
+	Transcript TranscriptMode `json:"transcript"`
 	// Mounts are extra bind mounts.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// MountRoots are the host directories below which a caller may add
@@ -200,8 +201,10 @@ type Policy struct {
 	// secrets to redact, read at call start (policy redact.files; see
 	// CallSecrets). Nil adds none.
 	RedactFiles []string `json:"redactFiles,omitempty"`
-	// RedactDetectors also redacts the base64 forms of every secret
-	// (policy redact.detectors). False redacts the values as they are.
+	// RedactDetectors also redacts the base64 forms of every secret and
+	// what the registered pattern detector finds (policy
+	// redact.detectors; redact.Options.Detect). False redacts the values
+	// as they are.
 	RedactDetectors bool `json:"redactDetectors,omitempty"`
 	// DenyTTY refuses calls that ask for a terminal (Request.Terminal;
 	// policy file tty: false). The zero value allows them.
@@ -213,6 +216,12 @@ type Mount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly"`
+	// FromRoot is true for a mount one call added below the policy's
+	// MountRoots (policy.Narrow sets it); a policy file's mounts never
+	// have it. It only names the mount's kind in the call's Plan
+	// (MountRequested). It is in no JSON encoding: a client cannot set
+	// it, and a policy's digest and wire form do not change with it.
+	FromRoot bool `json:"-"`
 }
 
 // MountRoot is a host directory below which a call may ask for a bind

@@ -64,7 +64,8 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 	return slices.Clip(out), nil
 }
 
-// Redactor compiles the CallSecrets of p, with their base64 forms when
+// Redactor compiles the CallSecrets of p, with their base64 forms and
+// the registered pattern detector (redact.RegisterDetector) when
 // p.RedactDetectors is set; nil when there is nothing to redact. Errors
 // are those of CallSecrets.
 func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*redact.Set, error) {
@@ -72,7 +73,7 @@ func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*
 	if err != nil {
 		return nil, err
 	}
-	s := redact.New(secrets, redact.Options{Base64: p.RedactDetectors})
+	s := redact.New(secrets, redact.Options{Base64: p.RedactDetectors, Detect: p.RedactDetectors})
 	if s.Len() == 0 {
 		return nil, nil
 	}

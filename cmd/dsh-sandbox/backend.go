@@ -1,18 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/local"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 // openImages opens the local image store, creating it on first use.
@@ -24,106 +24,125 @@ func (s *settings) openImages() (*images.Store, error) {
 	return st, nil
 }
 
-func (s *settings) dockerOptions() docker.Options {
-	return docker.Options{Host: s.dockerHost, StateDir: s.stateDir, Logger: s.log}
+// backendConfig is what the backend d reads of the settings; the local
+// image store is opened only when d needs it.
+func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) {
+	cfg := backend.Config{
+		StateDir:            s.stateDir,
+		DockerHost:          s.dockerHost,
+		ContainerdAddress:   s.containerdAddress,
+		ContainerdNamespace: s.containerdNamespace,
+		Getenv:              os.LookupEnv,
+		Logger:              s.log,
+	}
+	if d.Needs.Images {
+		imgs, err := s.openImages()
+		if err != nil {
+			return backend.Config{}, err
+		}
+		cfg.Images = imgs
+	}
+	return cfg, nil
 }
 
-func (s *settings) containerdOptions() containerd.Options {
-	return containerd.Options{Address: s.containerdAddress, Namespace: s.containerdNamespace, StateDir: s.stateDir, Logger: s.log}
+// flagBackend returns the backend a flag names, among those keep keeps
+// (nil: all); another name is a usage error listing them ("a backend"
+// plus what, e.g. " with images").
+func flagBackend(flag string, name sandbox.Backend, keep func(*backend.Descriptor) bool, what string) (*backend.Descriptor, error) {
+	d, ok := backends.Lookup(name)
+	if !ok || (keep != nil && !keep(d)) {
+		return nil, usageError("%s: %q is not a backend%s (%s)", flag, name, what, sandbox.JoinModes(backends.Names(keep), ", "))
+	}
+	return d, nil
+}
+
+// overridable keeps the backends --backend may name: all but those only a
+// policy file may name (local).
+func overridable(d *backend.Descriptor) bool { return !d.Explicit }
+
+// overrideFlags are the --backend and --runtime flags of exec and mcp,
+// listing the registered backends and runtimes.
+func overrideFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: " + sandbox.JoinModes(backends.Names(overridable), ", ") +
+			" (those whose images live in a daemon need --image)"},
+		&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: " + sandbox.JoinModes(backends.Runtimes(), ", ") +
+			" (docker: one the engine has registered)"},
+	}
 }
 
 // newExecutor builds the backend p names. It never substitutes another
 // backend: an unusable one is an error (fail closed).
 func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), error) {
-	switch p.Backend {
-	case "oci":
-		imgs, err := s.openImages()
-		if err != nil {
-			return nil, nil, err
-		}
-		ex, err := oci.New(oci.Options{
-			Runtime:  p.Runtime,
-			StateDir: s.stateDir,
-			Images:   imgs,
-			Logger:   s.log,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		return ex, func() { _ = ex.Close() }, nil
-	case "local":
-		ex, err := local.New(local.Options{StateDir: s.stateDir, Getenv: os.LookupEnv})
-		if err != nil {
-			return nil, nil, err
-		}
-		return ex, func() {}, nil
-	case docker.Backend, containerd.Backend:
-		ex, err := s.openDaemon(context.Background(), p.Backend)
-		if err != nil {
-			return nil, nil, err
-		}
-		return ex, func() { _ = ex.Close() }, nil
-	default:
-		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.backend: unknown backend %q", p.Backend)
+	d, ok := backends.Lookup(p.Backend)
+	if !ok {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.backend: unknown backend %q (%s)", p.Backend, sandbox.JoinModes(backends.Names(nil), ", "))
 	}
+	t := backend.Target{Descriptor: d}
+	if len(d.Runtimes) > 0 {
+		t.Runtime = cmp.Or(p.Runtime, d.Runtimes[0])
+	}
+	return s.openTarget(context.Background(), t)
 }
 
-// reapExecutor removes what dead instances left on ex's backend. It
-// returns the backend's report, how many objects it removed, and the
-// error; an executor without leftovers to reap (local) reports nothing.
-func reapExecutor(ctx context.Context, ex sandbox.Executor) (report any, removed int, err error) {
-	switch e := ex.(type) {
-	case *oci.Executor:
-		rep, err := e.Reap(ctx)
-		return rep, len(rep.Containers) + len(rep.Bundles) + len(rep.Mounts) + len(rep.Cgroups), err
-	case *docker.Executor:
-		rep, err := e.Reap(ctx)
-		return rep, len(rep.Containers) + len(rep.Images), err
-	case *containerd.Executor:
-		rep, err := e.Reap(ctx)
-		return rep, len(rep.Containers) + len(rep.Snapshots), err
+// openTarget opens an executor of t; closeEx releases it.
+func (s *settings) openTarget(ctx context.Context, t backend.Target) (ex sandbox.Executor, closeEx func(), err error) {
+	cfg, err := s.backendConfig(t.Descriptor)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, 0, nil
+	if ex, err = t.Open(ctx, cfg, t.Runtime); err != nil {
+		return nil, nil, err
+	}
+	closeEx = func() {}
+	if c, ok := ex.(io.Closer); ok {
+		closeEx = func() { _ = c.Close() }
+	}
+	return ex, closeEx, nil
+}
+
+// reapExecutor removes what dead instances left on ex's backend; an
+// executor without leftovers to reap (local) reports nothing.
+func reapExecutor(ctx context.Context, ex sandbox.Executor) (sandbox.ReapReport, error) {
+	if r, ok := ex.(backend.Reaper); ok {
+		return r.Reap(ctx)
+	}
+	return sandbox.ReapReport{}, nil
 }
 
 // reapBeforeCalls is reapExecutor for a command about to run calls
-// (exec, mcp): the oci executor reaps only when its state directory
-// shows a dead instance, so that a call spawns the runtime once; the
-// daemon backends ask their daemon, which spawns nothing.
+// (exec, mcp): an executor that can tell whether there may be leftovers
+// (oci: its state directory shows a dead instance) reaps only then, so
+// that a call spawns the runtime once; the daemon backends ask their
+// daemon, which spawns nothing.
 func reapBeforeCalls(ctx context.Context, ex sandbox.Executor) error {
-	if e, ok := ex.(*oci.Executor); ok {
-		_, err := e.ReapDead(ctx)
+	if r, ok := ex.(backend.DeadReaper); ok {
+		_, err := r.ReapDead(ctx)
 		return err
 	}
-	_, _, err := reapExecutor(ctx, ex)
+	_, err := reapExecutor(ctx, ex)
 	return err
 }
 
-// daemonExecutor is a daemon backend's executor (docker, containerd):
-// it also takes root-filesystem tarballs as images and lists them.
-type daemonExecutor interface {
-	sandbox.Executor
-	ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error
-	Images(ctx context.Context) ([]images.Image, error)
-	Close() error
-}
+// imageBackends keeps the backends that have images to manage.
+func imageBackends(d *backend.Descriptor) bool { return d.Images != backend.ImagesNone }
 
-// openDaemon connects to the daemon of backend docker or containerd.
-func (s *settings) openDaemon(ctx context.Context, backend string) (daemonExecutor, error) {
-	var ex daemonExecutor
-	var err error
-	switch backend {
-	case docker.Backend:
-		ex, err = docker.New(ctx, s.dockerOptions())
-	case containerd.Backend:
-		ex, err = containerd.New(ctx, s.containerdOptions())
-	default:
-		return nil, usageError("--backend: %q is not a daemon backend (docker or containerd)", backend)
+// openImageStore connects to the backend d, whose images live in its
+// daemon (backend.ImagesExecutor); closeSt releases it.
+func (s *settings) openImageStore(ctx context.Context, d *backend.Descriptor) (st backend.ImageStore, closeSt func(), err error) {
+	if d.Images != backend.ImagesExecutor {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "backend %s keeps no images in a daemon", d.Name)
 	}
+	ex, closeEx, err := s.openTarget(ctx, backend.Target{Descriptor: d})
 	if err != nil {
-		return nil, err // not ex: a nil *Executor in an interface is not nil
+		return nil, nil, err
 	}
-	return ex, nil
+	st, ok := ex.(backend.ImageStore)
+	if !ok {
+		closeEx()
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "backend %s has no image store", d.Name)
+	}
+	return st, closeEx, nil
 }
 
 // importIntoDaemon loads an image into a daemon backend. The file goes
@@ -132,7 +151,7 @@ func (s *settings) openDaemon(ctx context.Context, backend string) (daemonExecut
 // no links leaving the root, no devices, no setuid) apply whatever the
 // backend; the checked root filesystem is then streamed to the daemon.
 // progress gets the phase ("unpacking", "loading") with its counts.
-func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name string, progress func(phase string, done, total int64)) (*images.Image, error) {
+func (s *settings) importIntoDaemon(ctx context.Context, d *backend.Descriptor, file, imageName string, progress func(phase string, done, total int64)) (*images.Image, error) {
 	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "data directory: %v", err)
 	}
@@ -142,11 +161,11 @@ func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name str
 	}
 	defer os.RemoveAll(staging)
 
-	ex, err := s.openDaemon(ctx, backend)
+	ex, closeEx, err := s.openImageStore(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	defer ex.Close()
+	defer closeEx()
 
 	st, err := images.OpenStore(staging)
 	if err != nil {
@@ -156,7 +175,7 @@ func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name str
 	if progress != nil {
 		unpack = func(done, total int64) { progress("unpacking", done, total) }
 	}
-	img, err := st.Import(ctx, file, name, unpack)
+	img, err := st.Import(ctx, file, imageName, unpack)
 	if err != nil {
 		return nil, err
 	}
@@ -176,30 +195,16 @@ func (s *settings) importIntoDaemon(ctx context.Context, backend, file, name str
 	return img, nil
 }
 
-// describeReport says what a backend's reap report lists, for people.
-func describeReport(rep any) string {
-	switch r := rep.(type) {
-	case oci.ReapReport:
-		return fmt.Sprintf("%d containers, %d bundles, %d mounts, %d cgroups of %d dead instances",
-			len(r.Containers), len(r.Bundles), len(r.Mounts), len(r.Cgroups), len(r.Instances))
-	case docker.ReapReport:
-		return fmt.Sprintf("%d containers, %d unused unnamed images; %d dead instances", len(r.Containers), len(r.Images), len(r.Instances))
-	case containerd.ReapReport:
-		return fmt.Sprintf("%d containers, %d snapshots; %d dead instances", len(r.Containers), len(r.Snapshots), len(r.Instances))
-	}
-	return fmt.Sprintf("%v", rep)
-}
-
-// listImages lists the images of a backend: the local store's for oci,
-// those dsh-sandbox imported for a daemon backend.
-func (s *settings) listImages(ctx context.Context, backend string) ([]images.Image, error) {
-	if backend != "oci" {
-		ex, err := s.openDaemon(ctx, backend)
+// listImages lists the images of backend d: the local store's, or those
+// dsh-sandbox imported into its daemon.
+func (s *settings) listImages(ctx context.Context, d *backend.Descriptor) ([]images.Image, error) {
+	if d.Images == backend.ImagesExecutor {
+		st, closeSt, err := s.openImageStore(ctx, d)
 		if err != nil {
 			return nil, err
 		}
-		defer ex.Close()
-		return ex.Images(ctx)
+		defer closeSt()
+		return st.Images(ctx)
 	}
 	st, err := s.openImages()
 	if err != nil {

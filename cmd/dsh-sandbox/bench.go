@@ -19,9 +19,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 func benchCommand() *cli.Command {
@@ -102,49 +100,68 @@ func runBench(c *cli.Context) error {
 		err := exec.CommandContext(ctx, "bash", "-c", "true").Run()
 		return time.Since(start), 0, err
 	}})
-	if runc, err := exec.LookPath("runc"); err == nil {
-		all = append(all, &series{name: "raw runc run", call: func() (time.Duration, time.Duration, error) {
-			d, err := oci.BenchRaw(ctx, runc, s.stateDir)
-			return d, 0, err
-		}})
-	}
-	var execs []*oci.Executor
-	defer func() {
-		for _, ex := range execs {
-			ex.Close()
-		}
-	}()
-	var runcExec *oci.Executor
-	for _, rt := range []string{"runc", "crun", "runsc"} {
-		ex, err := oci.New(oci.Options{Runtime: rt, StateDir: s.stateDir, Logger: s.log})
-		if err != nil {
-			all = append(all, &series{name: "oci/" + rt, err: err})
+	// The default backend's default runtime is what the other series of
+	// its backend are compared with, and what streams the RSS measurement.
+	var defaultLabel string
+	var defaultExec sandbox.Executor
+	var tarball []byte // the bench image, read once for every backend that needs it
+	var tarErr error
+	for _, d := range backends.All() {
+		if d.Bench == nil || (c.Bool("no-daemons") && d.Needs.Daemon != nil) {
 			continue
 		}
-		execs = append(execs, ex)
-		if rt == "runc" {
-			runcExec = ex
+		cfg, err := s.backendConfig(d)
+		if err != nil {
+			all = append(all, &series{name: d.Bench.Baseline, err: err})
+			continue
 		}
-		p := base
-		p.Runtime = rt
-		if p, err = policy.Normalize(p); err != nil {
-			return err
+		image := ""
+		if d.Bench.Image {
+			image = benchImage
+			if tarball == nil && tarErr == nil {
+				var buf bytes.Buffer
+				if tarErr = images.BusyboxRootfsTar(&buf, images.DefaultBusyboxPath); tarErr != nil {
+					tarErr = fmt.Errorf("bench image: %w (apt-get install busybox-static)", tarErr)
+				}
+				tarball = buf.Bytes()
+			}
 		}
-		all = append(all, &series{name: "oci/" + rt, baseline: "raw runc run", call: timeCall(ctx, ex, p, work)})
-	}
-	if !c.Bool("no-daemons") {
-		for _, d := range s.benchDaemons(ctx, base) {
-			if d.err != nil {
-				all = append(all, &series{name: d.baseline, err: d.err}, &series{name: d.name, err: d.err})
+		bench := d.Bench
+		baseline := &series{name: bench.Baseline, call: func() (time.Duration, time.Duration, error) {
+			dur, err := bench.Run(ctx, cfg, image)
+			return dur, 0, err
+		}}
+		all = append(all, baseline)
+		for _, t := range backends.Targets(func(x *backend.Descriptor) bool { return x == d }) {
+			ex, closeEx, err := s.openTarget(ctx, t)
+			if err == nil && image != "" {
+				if err = tarErr; err == nil {
+					err = importBenchImage(ctx, ex, tarball)
+				}
+				if err != nil {
+					closeEx()
+				}
+			}
+			if err != nil {
+				if image != "" { // the baseline needs the image too
+					baseline.err = err
+				}
+				all = append(all, &series{name: t.Label(), err: err})
 				continue
 			}
-			defer d.close()
-			all = append(all,
-				&series{name: d.baseline, call: func() (time.Duration, time.Duration, error) {
-					dur, err := d.baselineCall(ctx)
-					return dur, 0, err
-				}},
-				&series{name: d.name, baseline: d.baseline, call: timeCall(ctx, d.ex, d.policy, work)})
+			defer closeEx()
+			p := base
+			p.Backend, p.Runtime = t.Name, t.Runtime
+			if image != "" {
+				p.Image = image
+			}
+			if p, err = policy.Normalize(p); err != nil {
+				return err
+			}
+			if defaultLabel == "" {
+				defaultLabel, defaultExec = t.Label(), ex
+			}
+			all = append(all, &series{name: t.Label(), baseline: bench.Baseline, call: timeCall(ctx, ex, p, work)})
 		}
 	}
 
@@ -199,14 +216,14 @@ func runBench(c *cli.Context) error {
 		if b := medians[r.Baseline]; b > 0 && r.MedianMs > 0 {
 			r.VsBaseline = r.MedianMs / ms(b)
 		}
-		if rc := medians["oci/runc"]; rc > 0 && r.MedianMs > 0 && strings.HasPrefix(r.Name, "oci/") {
+		if rc := medians[defaultLabel]; rc > 0 && r.MedianMs > 0 && sameBackend(r.Name, defaultLabel) {
 			r.VsBackendRc = r.MedianMs / ms(rc)
 		}
 	}
 
-	if size := c.Int64("stream-bytes"); size > 0 && runcExec != nil {
+	if size := c.Int64("stream-bytes"); size > 0 && defaultExec != nil {
 		rep.StreamBytes = size
-		growth, err := streamRSS(ctx, runcExec, base, work, size)
+		growth, err := streamRSS(ctx, defaultExec, base, work, size)
 		if err != nil {
 			rep.StreamError = err.Error()
 		}
@@ -240,7 +257,7 @@ func runBench(c *cli.Context) error {
 		if rep.StreamError != "" {
 			fmt.Fprintf(c.App.Writer, "streaming %d bytes: %s\n", rep.StreamBytes, rep.StreamError)
 		} else {
-			fmt.Fprintf(c.App.Writer, "RSS growth while streaming %d MB through oci/runc: %.1f MB\n", rep.StreamBytes/1_000_000, float64(rep.RSSGrowthBytes)/1e6)
+			fmt.Fprintf(c.App.Writer, "RSS growth while streaming %d MB through %s: %.1f MB\n", rep.StreamBytes/1_000_000, defaultLabel, float64(rep.RSSGrowthBytes)/1e6)
 		}
 	}
 	return nil
@@ -266,66 +283,28 @@ func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work s
 // busybox-static, nothing else.
 const benchImage = "dsh-sandbox-bench:latest"
 
-// daemonBench is one daemon backend in the bench: its executor and
-// policy, and its baseline (the daemon's own CLI on the same image).
-type daemonBench struct {
-	name, baseline string
-	ex             sandbox.Executor
-	policy         sandbox.Policy
-	baselineCall   func(context.Context) (time.Duration, error)
-	close          func()
-	err            error
+// importBenchImage imports the bench image (tarball, a root file
+// system) through ex, the executor of a backend whose images live in its
+// daemon.
+func importBenchImage(ctx context.Context, ex sandbox.Executor, tarball []byte) error {
+	st, ok := ex.(backend.ImageStore)
+	if !ok {
+		return sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
+	}
+	return st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
 }
 
-// benchDaemons connects to the Docker engine and containerd and imports
-// the bench image into each; a daemon that does not answer gets its error.
-func (s *settings) benchDaemons(ctx context.Context, base sandbox.Policy) []daemonBench {
-	var tarball bytes.Buffer
-	tarErr := images.BusyboxRootfsTar(&tarball, images.DefaultBusyboxPath)
-	load := func(ex daemonExecutor) error {
-		if tarErr != nil {
-			return fmt.Errorf("bench image: %w (apt-get install busybox-static)", tarErr)
-		}
-		return ex.ImportRootfs(ctx, bytes.NewReader(tarball.Bytes()), benchImage, nil)
-	}
-	policyFor := func(backend string) sandbox.Policy {
-		p := base
-		p.Backend, p.Image = backend, benchImage
-		if n, err := policy.Normalize(p); err == nil {
-			p = n
-		}
-		return p
-	}
-	setUp := func(name, baseline string, call func(context.Context) (time.Duration, error)) daemonBench {
-		d := daemonBench{name: name, baseline: baseline, policy: policyFor(name), baselineCall: call}
-		ex, err := s.openDaemon(ctx, name)
-		if err != nil {
-			d.err = err
-			return d
-		}
-		if err := load(ex); err != nil {
-			ex.Close()
-			d.err = err
-			return d
-		}
-		d.ex, d.close = ex, func() { ex.Close() }
-		return d
-	}
-	return []daemonBench{
-		setUp("docker", "docker run --rm",
-			func(ctx context.Context) (time.Duration, error) {
-				return docker.BenchDockerRun(ctx, s.dockerHost, benchImage)
-			}),
-		setUp("containerd", "ctr run --rm",
-			func(ctx context.Context) (time.Duration, error) {
-				return containerd.BenchCtrRun(ctx, s.containerdAddress, s.containerdNamespace, benchImage)
-			}),
-	}
+// sameBackend reports whether two series labels ("oci/runc", "oci/crun")
+// name the same backend.
+func sameBackend(a, b string) bool {
+	ba, _, _ := strings.Cut(a, "/")
+	bb, _, _ := strings.Cut(b, "/")
+	return ba == bb
 }
 
 // streamRSS runs one call that writes size bytes and returns how far this
 // process's peak RSS rose above its RSS before the call.
-func streamRSS(ctx context.Context, ex *oci.Executor, p sandbox.Policy, work string, size int64) (int64, error) {
+func streamRSS(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work string, size int64) (int64, error) {
 	// Writing 5 to clear_refs resets the peak (VmHWM) to the current RSS.
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 		return 0, fmt.Errorf("resetting peak RSS: %w", err)

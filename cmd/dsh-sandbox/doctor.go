@@ -7,23 +7,20 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 // daemonHint says how to get a daemon backend's daemon, when it is not
 // installed here.
-func daemonHint(backend string) string {
-	bin, pkg := "dockerd", "docker.io"
-	if backend == "containerd" {
-		bin, pkg = "containerd", "containerd"
+func daemonHint(d *backend.Daemon) string {
+	if _, err := exec.LookPath(d.Binary); err != nil {
+		return fmt.Sprintf(" (%s is not installed: apt-get install %s)", d.Binary, d.Package)
 	}
-	if _, err := exec.LookPath(bin); err != nil {
-		return fmt.Sprintf(" (%s is not installed: apt-get install %s)", bin, pkg)
-	}
-	return fmt.Sprintf(" (%s is installed: is it running, and is the address right?)", bin)
+	return fmt.Sprintf(" (%s is installed: is it running, and is the address right?)", d.Binary)
 }
+
+// doctors keeps the backends that have a doctor.
+func doctors(d *backend.Descriptor) bool { return d.Doctor != nil }
 
 func doctorCommand() *cli.Command {
 	return &cli.Command{
@@ -54,29 +51,34 @@ Example:
 				Checks  []sandbox.Check `json:"checks"`
 			}
 			var reports []report
-			for _, rt := range []string{"runc", "crun", "runsc"} {
-				reports = append(reports, report{Backend: "oci", Runtime: rt,
-					Checks: oci.Doctor(c.Context, oci.Options{Runtime: rt, StateDir: s.stateDir, Logger: s.log})})
+			for _, t := range backends.Targets(doctors) {
+				r := report{Backend: string(t.Name), Runtime: string(t.Runtime)}
+				cfg, err := s.backendConfig(t.Descriptor)
+				if err != nil {
+					r.Checks = []sandbox.Check{{Name: "config", Detail: err.Error()}}
+				} else {
+					r.Checks = t.Doctor(c.Context, cfg, t.Runtime)
+				}
+				for j, ch := range r.Checks {
+					if !ch.OK && ch.Name == "daemon" && t.Needs.Daemon != nil {
+						r.Checks[j].Detail += daemonHint(t.Needs.Daemon)
+					}
+				}
+				reports = append(reports, r)
 			}
-			reports = append(reports,
-				report{Backend: "docker", Checks: docker.Doctor(c.Context, s.dockerOptions())},
-				report{Backend: "containerd", Checks: containerd.Doctor(c.Context, s.containerdOptions())})
 			if checks := s.pathChecks("rw"); len(checks) > 0 {
 				reports = append(reports, report{Backend: "deployment", Checks: checks})
 			}
 			for i := range reports {
 				r := &reports[i]
 				r.Usable = len(r.Checks) > 0
-				for j, ch := range r.Checks {
+				for _, ch := range r.Checks {
 					r.Usable = r.Usable && ch.OK
-					if !ch.OK && ch.Name == "daemon" {
-						r.Checks[j].Detail += daemonHint(r.Backend)
-					}
 				}
 			}
 			var failure error
 			if !reports[0].Usable {
-				failure = sandbox.Errorf(sandbox.ErrUnavailable, "the default runtime runc is not usable here")
+				failure = sandbox.Errorf(sandbox.ErrUnavailable, "the default backend %s is not usable here", backends.Targets(doctors)[0].Label())
 			}
 			if c.Bool("json") {
 				if err := writeJSON(c.App.Writer, reports); err != nil {

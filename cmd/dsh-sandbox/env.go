@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
@@ -64,7 +65,7 @@ Example:
 					if err != nil {
 						return err
 					}
-					snap, err := s.snapshot(c)
+					snap, err := s.snapshot(c.Context)
 					if err != nil {
 						return err
 					}
@@ -92,10 +93,10 @@ func (s *settings) registry() (*overlay.Registry, error) {
 }
 
 // snapshot collects the DSH_* snapshot for the configured session.
-func (s *settings) snapshot(c *cli.Context) (overlay.Snapshot, error) {
+func (s *settings) snapshot(ctx context.Context) (overlay.Snapshot, error) {
 	r, err := s.registry()
 	if err != nil {
 		return overlay.Snapshot{}, err
 	}
-	return r.Collect(c.Context, overlay.Execution{Home: s.home, Session: s.header})
+	return r.Collect(ctx, overlay.Execution{Home: s.home, Session: s.header})
 }

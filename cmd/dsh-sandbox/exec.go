@@ -1,18 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
-	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -42,6 +42,8 @@ which is raw until the call ends; the output is one stream (see docs/policy.md, 
 A --policy FILE must be owned by root or the invoking user, writable by nobody else, and
 lie outside the workspace (--cwd) and the --workspace-roots: a policy a sandboxed call could
 have written is refused. It is opened without following links and must be a regular file.
+With --server, --policy NAME is sent as it is and the service resolves it among its own
+policies; a FILE is refused (the API takes no policy body).
 
 Per-call flags narrow the policy, never widen it: --memory, --cpus, --pids, --timeout and
 --network ask for at most what the policy allows (more is refused naming the flag, exit 2).
@@ -66,8 +68,6 @@ Examples:
    dsh-sandbox exec --runtime runsc --json -- uname -a`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json, operator-owned, outside the workspace)"},
-			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci, docker or containerd (these need --image)"},
-			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc (docker: one the engine has registered)"},
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` inside the container (default: the session cwd, else /tmp)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; more than its maximum is refused)"},
@@ -78,7 +78,7 @@ Examples:
 			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
 			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
 			jsonFlag,
-		}, narrowFlags()...),
+		}, append(overrideFlags(), narrowFlags()...)...),
 		Action: runExec,
 	}
 }
@@ -170,31 +170,32 @@ func finishExec(c *cli.Context, res *sandbox.Result, asJSON bool) error {
 }
 
 // execRequest builds the request of `exec` from the flags: the policy with
-// its overrides, the DSH_* snapshot and the session's mounts.
+// its overrides and the per-call narrowing, the DSH_* snapshot and the
+// session (buildRequest). With --server only the policy's name goes in
+// it: the service resolves and narrows its own policy and takes the
+// snapshot (execRemote).
 func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
-	pol, err := s.execPolicy(c)
-	if err != nil {
-		return nil, err
-	}
 	n, err := narrowing(c)
 	if err != nil {
 		return nil, err
 	}
-	// With --server the service narrows its own policy (execRemote).
-	if c.String("server") == "" {
-		if pol, err = s.narrowPolicy(pol, n); err != nil {
+	var req *sandbox.Request
+	if c.String("server") != "" {
+		name, err := remotePolicy(c.String("policy"))
+		if err != nil {
+			return nil, err
+		}
+		req = &sandbox.Request{Policy: sandbox.Policy{Name: name}}
+	} else {
+		pol, err := s.execPolicy(c)
+		if err != nil {
+			return nil, err
+		}
+		if req, err = s.buildRequest(c.Context, pol, n, true); err != nil {
 			return nil, err
 		}
 	}
-	snap, err := s.snapshot(c)
-	if err != nil {
-		return nil, err
-	}
-	req := &sandbox.Request{
-		Workdir: c.String("workdir"),
-		DSHEnv:  snap.Environ(),
-		Policy:  pol,
-	}
+	req.Workdir = c.String("workdir")
 	// One argument is a command line for bash -c; several are an argv,
 	// run exactly (DESIGN §4), never joined into a shell string.
 	if args := c.Args().Slice(); len(args) == 1 {
@@ -225,17 +226,48 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 	if err := execStdin(c, req); err != nil {
 		return nil, err
 	}
-	if s.header != nil {
-		req.Session.ID = s.header.ID
-		req.Session.Cwd = s.header.Cwd
-		if loc, ok := s.locator().Locate(*s.header); ok && loc.Kind == persistence.KindJSONL {
-			req.Session.TranscriptDir = filepath.Dir(loc.Path)
-		}
-	} else {
-		req.Session.Cwd = s.cwd // a call with no agent still works in its directory
-	}
-	req.Session.Owner = harnessOwner()
 	return req, nil
+}
+
+// buildRequest is request.Build for the CLI's own calls (exec, mcp, hooks
+// run): pol narrowed by n, the session the global flags name with its
+// workspace (the cleaned cwd; a call with no agent still works in its
+// directory) and its transcript from the configured persistence, owned
+// by the harness user; withSnapshot adds the DSH_* snapshot. A narrowing
+// refusal is a usage error naming the flag.
+func (s *settings) buildRequest(ctx context.Context, pol sandbox.Policy, n policy.Narrowing, withSnapshot bool) (*sandbox.Request, error) {
+	in := request.Input{
+		Policy:    pol,
+		Narrowing: n,
+		Protected: s.protectedPaths(),
+		Header:    s.header,
+		Workspace: s.cwd,
+		Locator:   s.locator(),
+		Owner:     harnessOwner(),
+	}
+	if withSnapshot {
+		in.Snapshot = func(ctx context.Context) ([]string, error) {
+			snap, err := s.snapshot(ctx)
+			return snap.Environ(), err
+		}
+	}
+	req, err := request.Build(ctx, in)
+	var ne *policy.NarrowError
+	if errors.As(err, &ne) {
+		return nil, usageError("%s: %s", narrowFlagNames[ne.Field], ne.Reason)
+	}
+	return req, err
+}
+
+// remotePolicy is the policy name `exec --server` sends for --policy: the
+// service resolves it among the policies it knows. A policy file is
+// refused naming the flag: the API takes no policy body, and a file the
+// CLI reads is not one the service trusts.
+func remotePolicy(nameOrFile string) (string, error) {
+	if _, builtin := policy.Builtin(nameOrFile); !builtin && isPolicyFile(nameOrFile) {
+		return "", usageError("--policy: %s is a policy file; with --server name a policy the service knows (serve --policy-file, --policy-dir): the API takes no policy body", nameOrFile)
+	}
+	return nameOrFile, nil
 }
 
 // execStdin sets the command's stdin: --interactive streams the CLI's
@@ -305,14 +337,18 @@ func (s *settings) execPolicy(c *cli.Context) (sandbox.Policy, error) {
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	if b := c.String("backend"); b != "" {
-		if b == "local" && p.Backend != "local" {
-			return sandbox.Policy{}, usageError("--backend local: the unsandboxed local backend runs only when a policy file says backend: local")
+	if b := sandbox.Backend(c.String("backend")); b != "" {
+		d, err := flagBackend("--backend", b, nil, "")
+		if err != nil {
+			return sandbox.Policy{}, err
+		}
+		if d.Explicit && p.Backend != b {
+			return sandbox.Policy{}, usageError("--backend %s: this unsandboxed backend runs only when a policy file says backend: %s", b, b)
 		}
 		p.Backend = b
 	}
 	if r := c.String("runtime"); r != "" {
-		p.Runtime = r
+		p.Runtime = sandbox.Runtime(r)
 	}
 	if i := c.String("image"); i != "" {
 		p.Image = i

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -80,5 +83,42 @@ func TestExecServerCallThatRanKeepsItsCodes(t *testing.T) {
 	url = fakeService(t, http.StatusBadRequest, `{"error":{"class":"invalid","field":"policy","message":"policy: \"nope\" is not a policy this service knows"}}`, &n)
 	if _, errOut, code := run(t, "exec", "--json", "--cwd", t.TempDir(), "--server", url, "--", "true"); code != 2 || !strings.Contains(errOut, "policy") {
 		t.Errorf("an invalid request: exit %d (%q), want 2 naming the field", code, errOut)
+	}
+}
+
+// TestExecServerSendsPolicyName: exec --server sends --policy NAME as it
+// is, for the service to resolve (a policy only the service knows works);
+// a policy FILE is refused naming the flag, and nothing is sent.
+func TestExecServerSendsPolicyName(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Policy string `json:"policy"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Errorf("the service got a body it cannot read: %v", err)
+		}
+		mu.Lock()
+		got = append(got, body.Policy)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"executionId":"x1","result":{"exitCode":0}}`)
+	}))
+	t.Cleanup(srv.Close)
+	for _, name := range []string{"only-the-service-knows", "read-only"} {
+		if _, errOut, code := run(t, "exec", "--json", "--cwd", t.TempDir(), "--server", srv.URL, "--policy", name, "--", "true"); code != 0 {
+			t.Errorf("exec --server --policy %s: exit %d (%q), want 0", name, code, errOut)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "mine.yaml")
+	_, errOut, code := run(t, "exec", "--cwd", t.TempDir(), "--server", srv.URL, "--policy", file, "--", "true")
+	if code != 2 || !strings.Contains(errOut, "--policy") || !strings.Contains(errOut, "policy file") {
+		t.Errorf("exec --server --policy FILE: exit %d (%q), want 2 naming --policy as a file", code, errOut)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []string{"only-the-service-knows", "read-only"}) {
+		t.Errorf("the service got policies %q, want the two names as given and no request for the file", got)
 	}
 }

@@ -147,8 +147,14 @@ func runHooks(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		return printPlan(c, plan)
 	}
-	plan.Session.Owner = harnessOwner()
-	pol, err := hooksPolicy(cfg, base, plan.Session, pluginRoot)
+	// The hooks' calls: the session the global flags name, owned by the
+	// harness user, with no DSH_* snapshot (buildRequest), under the
+	// operator's policy plus the configuration's mounts.
+	call, err := s.buildRequest(c.Context, base, policy.Narrowing{}, false)
+	if err != nil {
+		return err
+	}
+	pol, err := hooksPolicy(cfg, call.Policy, call.Session, pluginRoot)
 	if err != nil {
 		return err
 	}
@@ -164,7 +170,7 @@ func runHooks(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	out, err := plan.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol})
+	out, err := plan.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol, Session: call.Session})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 func imagesCommand() *cli.Command {
@@ -46,7 +46,7 @@ Examples:
    dsh-sandbox exec --backend docker --image busybox:1 -- id`,
 				Flags: []cli.Flag{
 					nameFlag,
-					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci, docker or containerd"},
+					backendFlag("backend to import into"),
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
@@ -69,11 +69,11 @@ Examples:
    dsh-sandbox images list
    dsh-sandbox images list --backend containerd --json`,
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend whose images to list: oci, docker or containerd"},
+					backendFlag("backend whose images to list"),
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
-					backend, err := imageBackend(c)
+					bd, err := imageBackend(c)
 					if err != nil {
 						return err
 					}
@@ -81,7 +81,7 @@ Examples:
 					if err != nil {
 						return err
 					}
-					imgs, err := s.listImages(c.Context, backend)
+					imgs, err := s.listImages(c.Context, bd)
 					if err != nil {
 						return err
 					}
@@ -89,14 +89,14 @@ Examples:
 						if imgs == nil {
 							imgs = []images.Image{}
 						}
-						if backend == "oci" { // as the text lists it
+						if hostImage(bd) { // as the text lists it
 							imgs = append([]images.Image{{Name: images.HostName, Host: true}}, imgs...)
 						}
 						return writeJSON(c.App.Writer, imgs)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED")
-					if backend == "oci" {
+					if hostImage(bd) {
 						fmt.Fprintln(tw, "host\t-\t-\t-")
 					}
 					for _, img := range imgs {
@@ -112,15 +112,21 @@ Examples:
 // nameFlag is the --name of images import and build.
 var nameFlag = &cli.StringFlag{Name: "name", Required: true, Usage: "image `NAME[:TAG]` ([REGISTRY/][NAMESPACE/]REPOSITORY[:TAG])"}
 
-// imageBackend checks --backend of an images subcommand.
-func imageBackend(c *cli.Context) (string, error) {
-	backend := c.String("backend")
-	switch backend {
-	case "oci", "docker", "containerd":
-		return backend, nil
-	}
-	return "", usageError("--backend: %q is not a backend with images (oci, docker or containerd)", backend)
+// backendFlag is the --backend of an images subcommand: the default
+// backend, or another backend with images.
+func backendFlag(usage string) cli.Flag {
+	return &cli.StringFlag{Name: "backend", Value: string(backends.Names(imageBackends)[0]),
+		Usage: usage + ": " + sandbox.JoinModes(backends.Names(imageBackends), ", ")}
 }
+
+// imageBackend checks --backend of an images subcommand.
+func imageBackend(c *cli.Context) (*backend.Descriptor, error) {
+	return flagBackend("--backend", sandbox.Backend(c.String("backend")), imageBackends, " with images")
+}
+
+// hostImage reports whether the backend d runs the generated host image,
+// listed first: the local store's backends.
+func hostImage(d *backend.Descriptor) bool { return d.Images == backend.ImagesLocal }
 
 // imageName checks and canonicalizes the image name of flag (or
 // argument) what.
@@ -152,7 +158,7 @@ func storeError(err error) error {
 
 // importImage imports file as --name into --backend and reports it.
 func importImage(c *cli.Context, file string) error {
-	backend, err := imageBackend(c)
+	bd, err := imageBackend(c)
 	if err != nil {
 		return err
 	}
@@ -166,7 +172,7 @@ func importImage(c *cli.Context, file string) error {
 	}
 	progress := progressBar(c.App.ErrWriter)
 	var img *images.Image
-	if backend == "oci" {
+	if bd.Images == backend.ImagesLocal {
 		var st *images.Store
 		if st, err = s.openImages(); err != nil {
 			return err
@@ -178,7 +184,7 @@ func importImage(c *cli.Context, file string) error {
 		img, err = st.Import(c.Context, file, name, unpack)
 		err = storeError(err)
 	} else {
-		img, err = s.importIntoDaemon(c.Context, backend, file, name, progress)
+		img, err = s.importIntoDaemon(c.Context, bd, file, name, progress)
 		if !errors.Is(err, sandbox.ErrInvalid) && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrUnavailable) && !errors.Is(err, sandbox.ErrInternal) {
 			err = storeError(err) // from the staging store
 		}
@@ -193,9 +199,9 @@ func importImage(c *cli.Context, file string) error {
 		return writeJSON(c.App.Writer, struct {
 			Backend string `json:"backend"`
 			*images.Image
-		}{backend, img})
+		}{string(bd.Name), img})
 	}
-	fmt.Fprintf(c.App.Writer, "imported %s into %s (%s, %d bytes)\n", img.Name, backend, img.Digest, img.Size)
+	fmt.Fprintf(c.App.Writer, "imported %s into %s (%s, %d bytes)\n", img.Name, bd.Name, img.Digest, img.Size)
 	return nil
 }
 
@@ -217,7 +223,7 @@ Examples:
 			nameFlag,
 			&cli.StringSliceFlag{Name: "add", Usage: "host `PROGRAM` to add (a command name looked up in PATH; repeatable)"},
 			&cli.StringFlag{Name: "busybox", Value: images.DefaultBusyboxPath, Usage: "`PATH` of a statically linked busybox"},
-			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to import into: oci, docker or containerd"},
+			backendFlag("backend to import into"),
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -270,11 +276,6 @@ func buildRootfs(busybox string, add []string) (file string, cleanup func(), err
 	return f.Name(), cleanup, nil
 }
 
-// imageRemover is a daemon backend's executor that removes images.
-type imageRemover interface {
-	RemoveImage(ctx context.Context, name string) (string, error)
-}
-
 func imagesRemoveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "rm",
@@ -290,14 +291,14 @@ Examples:
    dsh-sandbox images rm bb2
    dsh-sandbox images rm --backend containerd --json myorg/tools:1`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to remove the image from: oci, docker or containerd"},
+			backendFlag("backend to remove the image from"),
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError("images rm takes one NAME, got %d arguments", c.NArg())
 			}
-			backend, err := imageBackend(c)
+			bd, err := imageBackend(c)
 			if err != nil {
 				return err
 			}
@@ -309,7 +310,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if backend == "oci" {
+			if bd.Images == backend.ImagesLocal {
 				st, err := s.openImages()
 				if err != nil {
 					return err
@@ -318,16 +319,12 @@ Examples:
 					return err
 				}
 			} else {
-				ex, err := s.openDaemon(c.Context, backend)
+				st, closeSt, err := s.openImageStore(c.Context, bd)
 				if err != nil {
 					return err
 				}
-				defer ex.Close()
-				rm, ok := ex.(imageRemover)
-				if !ok {
-					return sandbox.Errorf(sandbox.ErrInternal, "backend %s cannot remove images", backend)
-				}
-				if name, err = rm.RemoveImage(c.Context, name); err != nil {
+				defer closeSt()
+				if name, err = st.RemoveImage(c.Context, name); err != nil {
 					return err
 				}
 			}
@@ -336,9 +333,9 @@ Examples:
 					Backend string `json:"backend"`
 					Name    string `json:"name"`
 					Removed bool   `json:"removed"`
-				}{backend, name, true})
+				}{string(bd.Name), name, true})
 			}
-			fmt.Fprintf(c.App.Writer, "removed %s from %s\n", name, backend)
+			fmt.Fprintf(c.App.Writer, "removed %s from %s\n", name, bd.Name)
 			return nil
 		},
 	}

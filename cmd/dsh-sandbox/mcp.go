@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
@@ -10,9 +9,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/mcpserver"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
-	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func mcpCommand() *cli.Command {
@@ -36,14 +33,12 @@ Registration (see docs/mcp.md):
 Examples:
    dsh-sandbox mcp --policy workspace-write --session-id s1 --cwd /srv/proj
    dsh-sandbox mcp --policy read-only --runtime runsc`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json, operator-owned, outside the workspace)"},
-			&cli.StringFlag{Name: "backend", Usage: "override the policy's backend: oci, docker or containerd (these need --image)"},
-			&cli.StringFlag{Name: "runtime", Usage: "override the policy's OCI runtime: runc, crun or runsc"},
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.IntFlag{Name: "max-jobs", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs that have not ended before bash refuses another (0: no limit)"},
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until the server ends)"},
-		},
+		}, overrideFlags()...),
 		Action: runMCP,
 	}
 }
@@ -73,13 +68,10 @@ func runMCP(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	sess := sandbox.Session{Cwd: s.cwd}
-	if s.header != nil {
-		sess.ID = s.header.ID
-		sess.Cwd = s.header.Cwd
-		if loc, ok := s.locator().Locate(*s.header); ok && loc.Kind == persistence.KindJSONL {
-			sess.TranscriptDir = filepath.Dir(loc.Path)
-		}
+	// Every call gets this session; its DSH_* snapshot is taken per call.
+	base, err := s.buildRequest(c.Context, pol, policy.Narrowing{}, false)
+	if err != nil {
+		return err
 	}
 	// Fail closed before serving: a policy whose backend cannot be built
 	// is an error at start, not on the model's first call.
@@ -94,7 +86,7 @@ func runMCP(c *cli.Context) error {
 	srv, err := mcpserver.New(mcpserver.Options{
 		Executor: ex,
 		Policy:   pol,
-		Session:  sess,
+		Session:  base.Session,
 		Snapshot: func(ctx context.Context) ([]string, error) {
 			snap, err := reg.Collect(ctx, overlay.Execution{Home: s.home, Session: s.header})
 			if err != nil {

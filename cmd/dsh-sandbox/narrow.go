@@ -71,7 +71,7 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		n.TimeoutMs = max(d.Milliseconds(), 1)
 	}
 	if c.IsSet("network") {
-		n.Network = c.String("network")
+		n.Network = sandbox.NetworkMode(c.String("network"))
 		if n.Network == "" {
 			return n, usageError("--network: must not be empty")
 		}
@@ -84,22 +84,6 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		n.Mounts = append(n.Mounts, m)
 	}
 	return n, nil
-}
-
-// narrowPolicy is p narrowed by n, whose mount sources must resolve
-// without links and stay clear of what the service trusts
-// (policy.CheckMountSources with s.protectedPaths); a refusal is a usage
-// error naming the flag.
-func (s *settings) narrowPolicy(p sandbox.Policy, n policy.Narrowing) (sandbox.Policy, error) {
-	q, err := policy.Narrow(p, n)
-	if err == nil {
-		err = policy.CheckMountSources(n.Mounts, s.protectedPaths())
-	}
-	var ne *policy.NarrowError
-	if errors.As(err, &ne) {
-		return sandbox.Policy{}, usageError("%s: %s", narrowFlagNames[ne.Field], ne.Reason)
-	}
-	return q, err
 }
 
 // parseMount reads SRC:DST[:ro|rw]; both paths absolute.
@@ -188,5 +172,5 @@ func warnf(c *cli.Context) func(format string, args ...any) {
 // the service clamps to its policy's maximum.
 func narrowRun(rr *types.RunRequest, n policy.Narrowing) {
 	rr.MemoryBytes, rr.CPUs, rr.Pids = n.MemoryBytes, n.CPUs, n.Pids
-	rr.Network, rr.Mounts = n.Network, n.Mounts
+	rr.Network, rr.Mounts = string(n.Network), n.Mounts
 }

@@ -37,7 +37,7 @@ func (s *settings) checkCallPaths(pol sandbox.Policy) error {
 // "workspace-roots" (inside one of them, when set) and "deployment"
 // (nothing trusted inside a read-write workspace). Nothing is reported
 // for a call without a cwd.
-func (s *settings) pathChecks(workspace string) []sandbox.Check {
+func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []sandbox.Check {
 	if s.cwd == "" {
 		return nil
 	}
@@ -45,7 +45,7 @@ func (s *settings) pathChecks(workspace string) []sandbox.Check {
 	add := func(name string, ok bool, format string, args ...any) {
 		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
-	mounted := workspace == "rw" || workspace == "ro"
+	mounted := workspace.Mounted()
 	ws := filepath.Clean(s.cwd)
 	switch {
 	case !mounted:

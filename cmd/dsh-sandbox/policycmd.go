@@ -57,17 +57,14 @@ Examples:
 						warnings = append(warnings, fmt.Sprintf("a call from --cwd %s is refused (%s): %s", s.cwd, ch.Name, ch.Detail))
 					}
 				}
-				if uid, gid, err := policy.ResolveUser(p, sess); err == nil {
-					warnings = append(warnings, policy.Warnings(p, sess, uid, gid)...)
-				} else {
-					warnings = append(warnings, fmt.Sprintf("the user cannot be resolved here: %v", err))
-				}
+				sessionText, sessionWarnings := policy.ExplainSession(p, sess)
+				warnings = append(warnings, sessionWarnings...)
 				if c.Bool("json") {
 					return writeJSON(c.App.Writer, struct {
 						Policy      sandbox.Policy `json:"policy"`
 						Explanation string         `json:"explanation"`
 						Warnings    []string       `json:"warnings"`
-					}{p, policy.Explain(p), warnings})
+					}{p, policy.Explain(p) + sessionText, warnings})
 				}
 				formatted, err := policy.Format(p)
 				if err != nil {
@@ -77,7 +74,7 @@ Examples:
 				fmt.Fprintf(w, "# policy %s (%s) is valid\n", p.Name, p.Digest)
 				w.Write(formatted)
 				fmt.Fprintln(w)
-				fmt.Fprint(w, policy.Explain(p))
+				fmt.Fprint(w, policy.Explain(p)+sessionText)
 				for _, warn := range warnings {
 					fmt.Fprintf(os.Stderr, "warning: %s\n", warn)
 				}

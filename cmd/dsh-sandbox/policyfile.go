@@ -1,6 +1,9 @@
 package main
 
 import (
+	"path/filepath"
+	"strings"
+
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -28,4 +31,14 @@ func (s *settings) operatorPolicy(flag, nameOrFile string, withCwd bool) (sandbo
 		return sandbox.Policy{}, usageError("--%s: %v", flag, err)
 	}
 	return p, nil
+}
+
+// isPolicyFile reports whether name is spelled as a policy file (a .yaml,
+// .yml or .json name) rather than a policy's name.
+func isPolicyFile(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
 }

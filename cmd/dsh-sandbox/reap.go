@@ -6,23 +6,21 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
-// reapTarget is one backend (and runtime) reap looks at.
-type reapTarget struct {
-	policy sandbox.Policy
-	label  string
-}
+// reapers keeps the backends that leave objects to reap.
+func reapers(d *backend.Descriptor) bool { return d.Reaps }
 
-func reapTargets() []reapTarget {
-	var ts []reapTarget
-	for _, rt := range []string{"runc", "crun", "runsc"} {
-		ts = append(ts, reapTarget{sandbox.Policy{Backend: "oci", Runtime: rt}, "oci/" + rt})
-	}
-	for _, b := range []string{"docker", "containerd"} {
-		ts = append(ts, reapTarget{sandbox.Policy{Backend: b}, b})
-	}
-	return ts
+// reapResult is one backend's (and runtime's) entry of `reap --json`.
+type reapResult struct {
+	// Backend is the target's label: "oci/runc", "docker".
+	Backend string `json:"backend"`
+	// Removed is Report.Removed().
+	Removed int                 `json:"removed"`
+	Report  *sandbox.ReapReport `json:"report,omitempty"`
+	Skipped string              `json:"skipped,omitempty"`
+	Error   string              `json:"error,omitempty"`
 }
 
 func reapCommand() *cli.Command {
@@ -40,7 +38,7 @@ Examples:
    dsh-sandbox reap
    dsh-sandbox reap --backend docker --json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "backend", Usage: "reap only this backend: oci, docker or containerd"},
+			&cli.StringFlag{Name: "backend", Usage: "reap only this backend: " + sandbox.JoinModes(backends.Names(reapers), ", ")},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -48,41 +46,34 @@ Examples:
 			if err != nil {
 				return err
 			}
-			only := c.String("backend")
-			switch only {
-			case "", "oci", "docker", "containerd":
-			default:
-				return usageError("--backend: %q is not a backend with leftovers (oci, docker or containerd)", only)
+			only := sandbox.Backend(c.String("backend"))
+			if only != "" {
+				if _, err := flagBackend("--backend", only, reapers, " with leftovers"); err != nil {
+					return err
+				}
 			}
-			type result struct {
-				Backend string `json:"backend"`
-				Removed int    `json:"removed"`
-				Report  any    `json:"report,omitempty"`
-				Skipped string `json:"skipped,omitempty"`
-				Error   string `json:"error,omitempty"`
-			}
-			var results []result
+			var results []reapResult
 			var firstErr error
-			for _, t := range reapTargets() {
-				if only != "" && t.policy.Backend != only {
+			for _, t := range backends.Targets(reapers) {
+				if only != "" && t.Name != only {
 					continue
 				}
-				ex, closeEx, err := s.newExecutor(t.policy)
+				ex, closeEx, err := s.openTarget(c.Context, t)
 				if err != nil {
 					if only != "" {
 						// Named explicitly: an unusable backend is an error.
-						results = append(results, result{Backend: t.label, Error: err.Error()})
+						results = append(results, reapResult{Backend: t.Label(), Error: err.Error()})
 						if firstErr == nil {
 							firstErr = err
 						}
 						continue
 					}
-					results = append(results, result{Backend: t.label, Skipped: err.Error()})
+					results = append(results, reapResult{Backend: t.Label(), Skipped: err.Error()})
 					continue
 				}
-				rep, n, err := reapExecutor(c.Context, ex)
+				rep, err := reapExecutor(c.Context, ex)
 				closeEx()
-				r := result{Backend: t.label, Removed: n, Report: rep}
+				r := reapResult{Backend: t.Label(), Removed: rep.Removed(), Report: &rep}
 				if err != nil {
 					r.Error = err.Error()
 					if firstErr == nil {
@@ -106,7 +97,7 @@ Examples:
 				case r.Removed == 0:
 					fmt.Fprintf(c.App.Writer, "%s: nothing left behind\n", r.Backend)
 				default:
-					fmt.Fprintf(c.App.Writer, "%s: removed %d objects: %s\n", r.Backend, r.Removed, describeReport(r.Report))
+					fmt.Fprintf(c.App.Writer, "%s: removed %d objects: %s\n", r.Backend, r.Removed, r.Report)
 				}
 			}
 			return firstErr

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -346,8 +345,7 @@ func servePolicyFiles(files []string, dir string) ([]string, error) {
 	}
 	out := slices.Clone(files)
 	for _, e := range entries {
-		switch strings.ToLower(filepath.Ext(e.Name())) {
-		case ".yaml", ".yml", ".json":
+		if isPolicyFile(e.Name()) {
 			out = append(out, filepath.Join(abs, e.Name()))
 		}
 	}
@@ -395,7 +393,7 @@ type executorRouter struct {
 var _ sandbox.Executor = (*executorRouter)(nil)
 
 func (r *executorRouter) get(p sandbox.Policy) (sandbox.Executor, error) {
-	key := p.Backend + "/" + p.Runtime
+	key := string(p.Backend) + "/" + string(p.Runtime)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ex, ok := r.execs[key]; ok {
@@ -422,28 +420,30 @@ func (r *executorRouter) Run(ctx context.Context, req *sandbox.Request) (*sandbo
 	return ex.Run(ctx, req)
 }
 
-// reapAll creates the executor of every policy's backend and removes what
-// dead instances left; it returns how many objects it removed. An OCI
-// runtime that cannot be used is an error; a daemon that does not answer
-// is a warning (its policies fail with "unavailable" until it does).
+// reapAll creates the executor of every policy's backend that reaps and
+// removes what dead instances left; it returns how many objects it
+// removed. A backend without a daemon (an OCI runtime) that cannot be
+// used is an error; a daemon that does not answer is a warning (its
+// policies fail with "unavailable" until it does).
 func (r *executorRouter) reapAll(ctx context.Context, policies map[string]sandbox.Policy) (int, error) {
 	n := 0
 	for _, p := range policies {
-		if p.Backend == "local" {
+		d, known := backends.Lookup(p.Backend)
+		if known && !d.Reaps {
 			continue
 		}
 		ex, err := r.get(p)
 		if err != nil {
-			if p.Backend == "oci" {
+			if !known || d.Needs.Daemon == nil {
 				return n, err
 			}
-			r.s.log.Warn().Err(err).Str("backend", p.Backend).Str("policy", p.Name).Msg("backend not usable at start-up; its calls fail until it is")
+			r.s.log.Warn().Err(err).Str("backend", string(p.Backend)).Str("policy", p.Name).Msg("backend not usable at start-up; its calls fail until it is")
 			continue
 		}
-		_, removed, err := reapExecutor(ctx, ex)
-		n += removed
+		rep, err := reapExecutor(ctx, ex)
+		n += rep.Removed()
 		if err != nil {
-			r.s.log.Warn().Err(err).Str("backend", p.Backend).Str("runtime", p.Runtime).Msg("reaping leftovers of earlier instances failed")
+			r.s.log.Warn().Err(err).Str("backend", string(p.Backend)).Str("runtime", string(p.Runtime)).Msg("reaping leftovers of earlier instances failed")
 		}
 	}
 	return n, nil

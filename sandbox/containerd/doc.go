@@ -29,7 +29,8 @@
 // (sandbox.LockInstance). Doctor explains what is missing; BenchCtrRun is
 // the `ctr run --rm` baseline of `dsh-sandbox bench`.
 //
-// It imports sandbox, sandbox/idmap, policy, images and the containerd
+// It imports sandbox, sandbox/driver (which runs its calls), sandbox/idmap,
+// policy, images and the containerd
 // client. Only cmd/dsh-sandbox (which picks backends) and tests import
 // it.
 package containerd

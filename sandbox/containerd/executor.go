@@ -22,12 +22,11 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -77,10 +76,6 @@ type Options struct {
 	// and dialer. Tests point made-up names at local servers with it.
 	Network egress.Network
 }
-
-// teardownTimeout bounds the removal of one call's task, container and
-// snapshot; it runs on a context detached from the caller's.
-const teardownTimeout = 30 * time.Second
 
 // outputDrain bounds how long the output may trail the task's exit
 // before the FIFOs are closed.
@@ -243,19 +238,11 @@ func (e *Executor) ctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, e.opts.Namespace)
 }
 
-// classify maps a daemon error: one that cannot be reached is
-// ErrUnavailable, a missing object ErrNotFound, anything else ErrInternal.
+// classify maps a daemon error with the one classifier
+// (driver.DaemonError): one that cannot be reached is ErrUnavailable, a
+// missing object ErrNotFound, anything else ErrInternal.
 func classify(err error, format string, args ...any) error {
-	class := sandbox.ErrInternal
-	switch {
-	case grpcstatus.Code(err) == codes.Unavailable, cerrdefs.IsUnavailable(err), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT),
-		errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), cerrdefs.IsCanceled(err), cerrdefs.IsDeadlineExceeded(err):
-		class = sandbox.ErrUnavailable
-	case cerrdefs.IsNotFound(err):
-		class = sandbox.ErrNotFound
-	}
-	return sandbox.Errorf(class, "containerd: "+format+": %w", append(args, err)...)
+	return driver.DaemonError(err, nil, "containerd: "+format, args...)
 }
 
 // containerID is the daemon's id for a call's container and snapshot.
@@ -276,46 +263,65 @@ func checkRuntime(rt string) error {
 }
 
 // Run executes req in a new container and removes the task, container
-// and snapshot before returning, whatever happened. A daemon that is down
-// or goes away during the call gives no Result and an error wrapping
-// sandbox.ErrUnavailable, and the call's processes are killed through its
-// cgroup (the shim would keep them running). What teardown could not
-// remove is left to Reap.
-func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+// and snapshot before returning, whatever happened (driver.Run). A daemon
+// that is down or goes away during the call gives no Result and an error
+// wrapping sandbox.ErrUnavailable, and the call's processes are killed
+// through its cgroup (the shim would keep them running). What teardown
+// could not remove is left to Reap.
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: executor is closed")
 	}
-	t0 := time.Now()
-	if req == nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: request is nil")
+	return driver.Run(ctx, (*runner)(e), req)
+}
+
+// runner is the Executor as driver.Run sees it.
+type runner Executor
+
+// plan is what Resolve found for one call.
+type plan struct {
+	opts []sandbox.SpecOpt
+	ids  idmap.Call
+	img  containerd.Image
+}
+
+func (r *runner) Config() driver.Config {
+	return driver.Config{
+		Name:      Backend,
+		StateDir:  r.opts.StateDir,
+		Getenv:    r.opts.Getenv,
+		KillGrace: r.opts.KillGrace,
+		Logger:    r.log,
+		Instance:  r.instance,
+		Reap:      "dsh-sandbox reap --backend containerd",
 	}
-	if req.Policy.Backend != Backend {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: policy.backend %q: this executor runs only %q", req.Policy.Backend, Backend)
+}
+
+// Resolve checks the policy's image and runtime, resolves the call's
+// user and user namespace and looks the image up in the daemon.
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+	e := (*Executor)(r)
+	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
+		return driver.Target{}, nil, err
 	}
-	if req.Policy.Image == "" || req.Policy.Image == "host" {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: policy.image %q: the host image exists only for the oci backend; import an image with `dsh-sandbox images import --backend containerd`", req.Policy.Image)
-	}
-	if err := checkRuntime(req.Policy.Runtime); err != nil {
-		return nil, err
+	if err := checkRuntime(string(req.Policy.Runtime)); err != nil {
+		return driver.Target{}, nil, err
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := sandbox.Prepare(req, nil, e.opts.Getenv); err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	// Every call runs in a user namespace unless its policy says
 	// user: host-root (docs/identity.md).
 	ids, err := idmap.ForCall(Backend, req.Policy, uid, gid)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	if ids.Enabled {
 		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
@@ -324,57 +330,57 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
 	}
 	// A daemon that is gone fails the call at once; the client would
 	// wait for its socket until its dial timeout.
 	if err := probe(ctx, e.opts.Address); err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	nctx := e.ctx(ctx)
 	img, err := e.policyImage(nctx, req.Policy.Image)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	ispec, err := img.Spec(nctx)
 	if err != nil {
-		return nil, classify(err, "policy.image %q: config", req.Policy.Image)
+		return driver.Target{}, nil, classify(err, "policy.image %q: config", req.Policy.Image)
 	}
-	call, err := sandbox.Prepare(req, ispec.Config.Env, e.opts.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
-	res = &sandbox.Result{
-		TimeoutMs: call.Timeout.Milliseconds(),
-		Sandbox: sandbox.Info{
+	return driver.Target{
+		ImageEnv: ispec.Config.Env,
+		PathUID:  ids.DiskUID,
+		Info: sandbox.Info{
 			Backend: Backend,
 			Runtime: "runc",
 			Image:   req.Policy.Image,
 			Policy:  req.Policy.Name,
 		},
-	}
-	if err := sandbox.PreparePaths(req, call, ids.DiskUID); err != nil {
-		return nil, err
-	}
+	}, &plan{opts: opts, ids: ids, img: img}, nil
+}
+
+// Create builds the call's spec and creates its container and snapshot
+// (and, in a user namespace, its id-mapped rootfs), pushing the removal
+// of each onto the call's cleanup stack.
+func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+	e := (*Executor)(r)
+	req, log, cu, ids := call.Request, call.Log, call.Cleanup, pl.ids
+	opts := pl.opts
 	if req.Policy.Network == policy.NetworkAllowlist {
-		// Closed after the container is removed (deferred before it).
-		joinNet, closeNet, err := e.startEgress(req.Policy, call, log)
+		// Closed after the container is removed (pushed before it).
+		joinNet, closeNet, err := e.startEgress(req.Policy, call.Call, log)
 		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			if recs := closeNet(); res != nil {
-				res.Egress = recs
-			}
-		}()
+		cu.Add("egress", func(context.Context) error {
+			call.Result.Egress = closeNet()
+			return nil
+		})
 		opts = append(opts, joinNet...)
 	}
-	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	spec := policy.BaseSpec("rootfs", nil)
 	all := append(opts,
 		policy.WithProcess(sandbox.InitArgs(req, call.Env), call.Env, call.Workdir),
-		policy.WithAnnotations(labels),
+		policy.WithAnnotations(call.Labels),
 		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
 	)
 	if req.Terminal != nil {
@@ -386,15 +392,22 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		}
 	}
 	spec.Root = &specs.Root{Path: "rootfs", Readonly: true}
-	res.Timings.Prepare = time.Since(t0)
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
 
 	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q is already running on this executor", call.ID)
 	}
-	defer e.active.Remove(call.ID)
+	cu.Add("active call", func(context.Context) error {
+		e.active.Remove(call.ID)
+		return nil
+	})
+	// failed marks the executor's state directory as holding leftovers
+	// when a teardown step fails, so that Close keeps the lock file.
+	failed := func(err error) error {
+		if err != nil {
+			e.leftover.Store(true)
+		}
+		return err
+	}
 
 	var callDir string
 	if ids.Enabled {
@@ -406,14 +419,11 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 		}
-		// Removed after the container (deferred before its removal).
+		// Removed after the container (pushed before its removal).
 		var staged []string
-		defer func() {
-			if err := removeCallDir(dir, staged); err != nil {
-				e.leftover.Store(true)
-				log.Error().Err(err).Str("dir", dir).Msg("teardown left id-mapped mounts behind; `dsh-sandbox reap --backend containerd` removes them")
-			}
-		}()
+		cu.Add("id-mapped mounts", func(context.Context) error {
+			return failed(removeCallDir(dir, staged))
+		})
 		if ids.Idmapped {
 			staged, err = stageBinds(spec, idmap.Dests(req), dir)
 			if err != nil {
@@ -423,21 +433,20 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 		spec.Root = &specs.Root{Path: rootfsDir(dir), Readonly: true}
 	}
 
-	// From here on everything is removed on every path, on a context the
-	// caller's cancellation does not reach.
-	bg := context.WithoutCancel(nctx)
-	t1 := time.Now()
+	// The daemon's objects are made on a context the caller's
+	// cancellation does not reach: they are removed on every path.
+	bg := context.WithoutCancel(e.ctx(ctx))
 	id := containerID(call.ID)
-	snapLabels := labels
+	snapLabels := call.Labels
 	if ids.Enabled {
-		snapLabels = maps.Clone(labels)
+		snapLabels = maps.Clone(call.Labels)
 		snapLabels[gcRootLabel] = time.Now().UTC().Format(time.RFC3339)
 	}
 	copts := []containerd.NewContainerOpts{
-		containerd.WithContainerLabels(labels),
-		containerd.WithImageName(img.Name()), // images rm refuses an image in use
+		containerd.WithContainerLabels(call.Labels),
+		containerd.WithImageName(pl.img.Name()), // images rm refuses an image in use
 		containerd.WithSnapshotter(snapshotter),
-		containerd.WithNewSnapshot(id, img, snapshots.WithLabels(snapLabels)),
+		containerd.WithNewSnapshot(id, pl.img, snapshots.WithLabels(snapLabels)),
 		containerd.WithRuntime(runtimeName, nil),
 		containerd.WithSpec(spec),
 	}
@@ -450,60 +459,38 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q: a container or snapshot %q already exists in namespace %q: %w", call.ID, id, e.opts.Namespace, err)
 		}
 		// A failed create may have left the snapshot behind.
-		e.removeSnapshot(bg, log, id)
+		cu.Add("snapshot", func(ctx context.Context) error {
+			return failed(e.removeSnapshot(ctx, id))
+		})
 		return nil, classify(err, "call %s: create container", call.ID)
 	}
-	res.Sandbox.ContainerID = id
-	// The task, once runTask created it; teardown then needs no lookup.
-	var task containerd.Task
-	defer func() { e.remove(bg, log, c, task, res) }()
+	ct := &callContainer{e: e, call: call, c: c, bg: bg}
+	// The task, once Start created it; teardown then needs no lookup.
+	cu.Add("container", func(ctx context.Context) error {
+		return failed(e.remove(ctx, c, ct.task))
+	})
 	if ids.Enabled {
 		unmount, err := e.mountRootfs(bg, id, callDir, spec, ids.RootUID, ids.RootGID)
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 		}
-		// Detached before the task is deleted (the container keeps
-		// its own mount) and so before its snapshot is removed.
-		defer func() {
-			if err := unmount(); err != nil {
-				e.leftover.Store(true)
-				log.Error().Err(err).Msg("teardown left the call's rootfs mounted; `dsh-sandbox reap --backend containerd` removes it")
-			}
-		}()
+		// Detached before the task is deleted (the container keeps its
+		// own mount) and so before its snapshot is removed.
+		cu.Add("rootfs", func(context.Context) error { return failed(unmount()) })
 	}
-	res.Timings.Create = time.Since(t1)
-
-	t2 := time.Now()
-	if err := e.runTask(ctx, bg, log, call, req, c, &task, res); err != nil {
-		// The outcome is unknown; whatever the daemon can no longer
-		// stop must not keep running.
-		e.killCall(log, call.ID)
-		return nil, err
-	}
-	res.Timings.Run = time.Since(t2)
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
-	return res, nil
+	return ct, nil
 }
 
 // remove deletes the call's task (killing what is left of it), container
-// and snapshot, and records the teardown time. task is the call's task
-// when it was created, else nil. A failure is logged: the outcome of the
-// call is known, and Reap removes what is left.
-func (e *Executor) remove(ctx context.Context, log zerolog.Logger, c containerd.Container, task containerd.Task, res *sandbox.Result) {
-	t := time.Now()
-	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
-	defer cancel()
-	err := probe(tctx, e.opts.Address)
-	if err == nil {
-		err = e.deleteCall(tctx, c, task)
+// and snapshot. task is the call's task when it was created, else nil.
+func (e *Executor) remove(ctx context.Context, c containerd.Container, task containerd.Task) error {
+	if err := probe(ctx, e.opts.Address); err != nil {
+		return fmt.Errorf("container %s: %w", c.ID(), err)
 	}
-	if err != nil {
-		e.leftover.Store(true)
-		log.Error().Err(err).Str("container", c.ID()).Msg("teardown left the container behind; `dsh-sandbox reap --backend containerd` removes it")
+	if err := e.deleteCall(ctx, c, task); err != nil {
+		return fmt.Errorf("container %s: %w", c.ID(), err)
 	}
-	if res != nil {
-		res.Timings.Teardown = time.Since(t)
-	}
+	return nil
 }
 
 // deleteCall is deleteContainer for a call whose task, if created, is
@@ -555,50 +542,69 @@ func deleteContainer(ctx context.Context, c containerd.Container) error {
 }
 
 // removeSnapshot deletes the snapshot key if it exists.
-func (e *Executor) removeSnapshot(ctx context.Context, log zerolog.Logger, key string) {
-	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
-	defer cancel()
-	err := probe(tctx, e.opts.Address)
+func (e *Executor) removeSnapshot(ctx context.Context, key string) error {
+	err := probe(ctx, e.opts.Address)
 	if err == nil {
-		err = e.cli.SnapshotService(snapshotter).Remove(tctx, key)
+		err = e.cli.SnapshotService(snapshotter).Remove(ctx, key)
 	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		e.leftover.Store(true)
-		log.Error().Err(err).Str("snapshot", key).Msg("teardown left the snapshot behind; `dsh-sandbox reap --backend containerd` removes it")
+		return fmt.Errorf("snapshot %s: %w", key, err)
 	}
+	return nil
 }
 
-// runTask creates the task with its stdio attached, starts it, streams
-// its output into the call's captures, supervises it and fills res.
-func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, c containerd.Container, created *containerd.Task, res *sandbox.Result) error {
-	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
+// callContainer is a call's created container; task is set once Start
+// created it.
+type callContainer struct {
+	e    *Executor
+	call *driver.Call
+	c    containerd.Container
+	bg   context.Context // the namespace's context, detached
+	task containerd.Task
+}
+
+func (ct *callContainer) ID() string { return ct.c.ID() }
+
+// Start creates the task with its stdio attached and starts it. On
+// failure the call's processes are killed through its cgroup: the
+// outcome is unknown, and whatever the daemon can no longer stop must
+// not keep running.
+func (ct *callContainer) Start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
+	p, err := ct.start(ctx, stdio)
+	if err != nil {
+		ct.e.killCall(ct.call.Log, ct.call.ID)
+	}
+	return p, err
+}
+
+func (ct *callContainer) start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
+	e, call, bg := ct.e, ct.call, ct.bg
 	var stdin io.Reader
 	stdinDone := make(chan struct{})
-	if src := req.StdinSource(); src != nil {
-		stdin = &eofReader{r: src, eof: stdinDone}
+	if stdio.Stdin != nil {
+		stdin = &eofReader{r: stdio.Stdin, eof: stdinDone}
 	}
 	// The FIFOs go to a directory of ours, explicitly: the client's
 	// default is under /run/containerd, which the daemon may not share.
-	creator := cio.NewCreator(ioOpts(req, cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))...)
-	task, err := c.NewTask(bg, creator)
+	creator := cio.NewCreator(ioOpts(call.Request, cio.WithStreams(stdin, stdio.Stdout, stdio.Stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))...)
+	task, err := ct.c.NewTask(bg, creator)
 	if err != nil {
-		return classify(err, "call %s: create task", call.ID)
+		return nil, classify(err, "call %s: create task", call.ID)
 	}
-	*created = task
+	ct.task = task
 	// Wait before start so that the exit is not missed.
 	exitC, err := task.Wait(bg)
 	if err != nil {
-		return classify(err, "call %s: wait for the task", call.ID)
+		return nil, classify(err, "call %s: wait for the task", call.ID)
 	}
 	if err := ctx.Err(); err != nil {
-		return sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 	if err := task.Start(bg); err != nil {
-		return classify(err, "call %s: start task", call.ID)
+		return nil, classify(err, "call %s: start task", call.ID)
 	}
-	finished := make(chan struct{})
-	defer close(finished)
-	if stdin != nil && req.Terminal == nil {
+	p := &callTask{ct: ct, t: task, finished: make(chan struct{}), done: make(chan struct{})}
+	if stdin != nil && stdio.Terminal == nil {
 		// The shim keeps the process's stdin open until told to close
 		// it: the end of our copy alone is no EOF for the command. (On
 		// a terminal it would close the terminal itself: there, end of
@@ -607,46 +613,61 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 			select {
 			case <-stdinDone:
 				_ = task.CloseIO(bg, containerd.WithStdinCloser)
-			case <-finished:
+			case <-p.finished:
 			}
 		}()
 	}
-
-	done := make(chan struct{})
-	var status containerd.ExitStatus
 	go func() {
-		defer close(done)
-		status = <-exitC
+		defer close(p.done)
+		p.status = <-exitC
 	}()
-	go followTerminal(bg, task, req.Terminal, done)
-	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
-		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping task")
-		lastSig = sig
-		kctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		defer cancel()
-		// Every process of the container, not only its init.
-		err := probe(kctx, e.opts.Address)
-		if err == nil {
-			err = task.Kill(kctx, sig, containerd.WithKillAll)
+	go followTerminal(bg, task, stdio.Terminal, p.done)
+	return p, nil
+}
+
+// callTask is a call's started task.
+type callTask struct {
+	ct       *callContainer
+	t        containerd.Task
+	finished chan struct{} // closed by Wait
+	done     chan struct{} // closed once status is set
+	status   containerd.ExitStatus
+}
+
+func (p *callTask) Done() <-chan struct{} { return p.done }
+
+// Signal sends sig to every process of the container, not only its
+// init. A SIGKILL the daemon cannot deliver goes through the call's
+// cgroup.
+func (p *callTask) Signal(ctx context.Context, sig syscall.Signal) error {
+	e, call := p.ct.e, p.ct.call
+	kctx, cancel := context.WithTimeout(p.ct.bg, 10*time.Second)
+	defer cancel()
+	err := probe(kctx, e.opts.Address)
+	if err == nil {
+		err = p.t.Kill(kctx, sig, containerd.WithKillAll)
+	}
+	if err != nil {
+		if sig == syscall.SIGKILL {
+			e.killCall(call.Log, call.ID)
 		}
-		if err != nil {
-			if sig == syscall.SIGKILL {
-				e.killCall(log, call.ID)
-			}
-			return err
-		}
-		return nil
-	})
-	<-done
-	if status.Error() != nil {
+		return err
+	}
+	return nil
+}
+
+// Wait lets the output trail the exit for outputDrain, then cuts it,
+// and reads the status and the call's out-of-memory count (the task has
+// exited but is not deleted: its cgroup still exists). A daemon gone
+// during the call is an error: the outcome is unknown.
+func (p *callTask) Wait(_ context.Context, _ bool) (driver.Exit, error) {
+	defer close(p.finished)
+	e, call, task := p.ct.e, p.ct.call, p.t
+	if p.status.Error() != nil {
 		// The daemon is gone (the shim may not be): stop the command
 		// before waiting for its output to end.
-		e.killCall(log, call.ID)
+		e.killCall(call.Log, call.ID)
 	}
-
-	// The output ends when the container's processes close it; give it
-	// a moment after the exit, then cut it.
 	drained := make(chan struct{})
 	go func() {
 		task.IO().Wait()
@@ -656,29 +677,23 @@ func (e *Executor) runTask(ctx, bg context.Context, log zerolog.Logger, call *sa
 	select {
 	case <-drained:
 	case <-drain.C:
-		log.Warn().Msg("output did not end after the task exited; closing it")
+		call.Log.Warn().Msg("output did not end after the task exited; closing it")
 		task.IO().Cancel()
 		<-drained
 	}
 	drain.Stop()
 	task.IO().Close()
 
-	out, oerr := stdout.Stream()
-	errOut, eerr := stderr.Stream()
-	if oerr != nil || eerr != nil {
-		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
-	}
-	res.Stdout, res.Stderr = out, errOut
-	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
-	code, _, werr := status.Result()
+	code, _, werr := p.status.Result()
 	if werr != nil {
-		return classify(werr, "call %s: wait for the task", call.ID)
+		e.killCall(call.Log, call.ID)
+		return driver.Exit{}, classify(werr, "call %s: wait for the task", call.ID)
 	}
-	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(code))
-	res.StoppedBy(lastSig)
-	// The task has exited but is not deleted: its cgroup still exists.
-	res.OOMKilled = sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID)))
-	return nil
+	return driver.Exit{
+		Status:    int(code),
+		Init:      true,
+		OOMKilled: sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID))),
+	}, nil
 }
 
 // killCall sends SIGKILL to every process left in the call's cgroup,

@@ -16,26 +16,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// ReapReport lists what Reap removed.
-type ReapReport struct {
-	// Instances are the dead instances whose leftovers were removed;
-	// this executor's own instance is never listed.
-	Instances []string `json:"instances"`
-	// Containers are the ids of the containers removed (with their task
-	// and snapshot).
-	Containers []string `json:"containers"`
-	// Snapshots are the keys of orphaned snapshots removed.
-	Snapshots []string `json:"snapshots"`
-	// Mounts are the call ids whose rootfs and id-mapped staging mounts
-	// (user namespaces, StateDir/containerd-idmap) were removed.
-	Mounts []string `json:"mounts,omitempty"`
-}
-
-// Empty reports whether Reap found nothing to remove.
-func (r ReapReport) Empty() bool {
-	return len(r.Instances)+len(r.Containers)+len(r.Snapshots)+len(r.Mounts) == 0
-}
-
 // labelFilter is the containerd filter for a label's value.
 func labelFilter(key, value string) string {
 	return "labels." + strconv.Quote(key) + "==" + value
@@ -89,8 +69,8 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 //
 // It keeps going after a failure and returns what it removed with every
 // failure joined.
-func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
-	var rep ReapReport
+func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
+	var rep sandbox.ReapReport
 	ctx = e.ctx(ctx)
 	cs, err := e.cli.Containers(ctx, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
 	if err != nil {

@@ -175,7 +175,7 @@ func BenchmarkUserNamespace(b *testing.B) {
 	kinds := []string{"host-root", "userns", "userns-idmap"}
 	reqs := map[string]*sandbox.Request{}
 	for _, k := range kinds {
-		owner, user := 0, "auto"
+		owner, user := 0, sandbox.UserAuto
 		switch k {
 		case "host-root":
 			user = policy.UserHostRoot

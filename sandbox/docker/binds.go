@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/docker/docker/api/types/mount"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -36,6 +39,66 @@ func (e *Executor) bindsDir() string { return filepath.Join(e.opts.StateDir, "do
 // callBindsDir is where the staging mounts of one call go.
 func (e *Executor) callBindsDir(callID string) string {
 	return filepath.Join(e.bindsDir(), e.instance, callID)
+}
+
+// engineMounts maps the call's mounts ms (policy.SpecMounts of its plan:
+// tmpfs and binds, parents first) onto the engine's host configuration:
+//   - a tmpfs keeps the plan's options plus "rw" and "exec" (the engine
+//     adds noexec otherwise) and an explicit uid/gid (0) where the plan
+//     gives the tmpfs no owner (/tmp);
+//   - a bind comes from its staging mount (binds, one per bind of ms, in
+//     order; see stageBinds), non-recursive and private, and read-write
+//     at the engine: read-only, nosuid, nodev and noexec come with the
+//     staging mount, since a read-only bind would be remounted by the
+//     runtime, which drops the other flags.
+//
+// A bind that was not staged is an internal error, a mount of another
+// type an invalid one.
+func engineMounts(callID string, ms []specs.Mount, binds []stagedBind) (map[string]string, []mount.Mount, error) {
+	tmpfs := map[string]string{}
+	var out []mount.Mount
+	for _, m := range ms {
+		switch m.Type {
+		case "tmpfs":
+			opts := append([]string{"rw", "exec"}, m.Options...)
+			if !slices.ContainsFunc(opts, func(o string) bool { return strings.HasPrefix(o, "uid=") }) {
+				opts = append(opts, "uid=0", "gid=0")
+			}
+			tmpfs[m.Destination] = strings.Join(opts, ",")
+		case "bind":
+			if len(binds) == 0 || binds[0].Target != m.Destination {
+				return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: mount %q was not staged", callID, m.Destination)
+			}
+			b := binds[0]
+			binds = binds[1:]
+			out = append(out, mount.Mount{
+				Type:     mount.TypeBind,
+				Source:   b.Source,
+				Target:   b.Target,
+				ReadOnly: false,
+				BindOptions: &mount.BindOptions{
+					Propagation:  mount.PropagationRPrivate,
+					NonRecursive: true,
+				},
+			})
+		default:
+			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: call %s: mount %q of type %q is not supported", callID, m.Destination, m.Type)
+		}
+	}
+	return tmpfs, out, nil
+}
+
+// stageFlags are the flags of the staging mount of bind m: MS_NOSUID and
+// MS_NODEV always, MS_NOEXEC and MS_RDONLY when m says noexec and ro.
+func stageFlags(m specs.Mount) uintptr {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if slices.Contains(m.Options, "noexec") {
+		flags |= unix.MS_NOEXEC
+	}
+	if slices.Contains(m.Options, "ro") {
+		flags |= unix.MS_RDONLY
+	}
+	return flags
 }
 
 // stagedBind is one staged bind mount: what the engine binds into the
@@ -86,14 +149,7 @@ func (e *Executor) stageBinds(callID string, ms []specs.Mount, usernsFD int) (_ 
 			}
 		}
 		p := filepath.Join(dir, strconv.Itoa(len(out)))
-		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-		if slices.Contains(m.Options, "noexec") {
-			flags |= unix.MS_NOEXEC
-		}
-		if slices.Contains(m.Options, "ro") {
-			flags |= unix.MS_RDONLY
-		}
-		if err := stage(m.Source, p, flags, usernsFD, &staged); err != nil {
+		if err := stage(m.Source, p, stageFlags(m), usernsFD, &staged); err != nil {
 			return nil, nil, fmt.Errorf("mount %q (source %q): %w", m.Destination, m.Source, err)
 		}
 		out = append(out, stagedBind{Source: p, Target: m.Destination})

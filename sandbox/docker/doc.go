@@ -3,7 +3,9 @@
 // negotiation, so an older daemon such as Debian's 20.10 / API 1.41
 // works), attached before it starts so that no output is lost, supervised
 // with sandbox.Supervise and removed on every path. The container has the
-// same shape as the oci backend's: no network, a read-only root, no
+// same shape as the oci backend's: no network (under network allowlist
+// only the egress servers, which the service starts in the container's
+// namespace while its pid 1 waits: egress.go), a read-only root, no
 // capabilities, no-new-privileges, the policy's seccomp profile (the one
 // the oci and containerd backends install, handed to the engine instead
 // of its own default), a cgroup namespace of its own, the policy's masked
@@ -28,6 +30,7 @@
 // and BenchDockerRun (the `docker run --rm` baseline of `dsh-sandbox
 // bench`).
 //
-// It imports sandbox, policy, images and the Docker client. Only
+// It imports sandbox, sandbox/driver (which runs its calls), policy,
+// images, egress and the Docker client. Only
 // cmd/dsh-sandbox (which picks backends) and tests import it.
 package docker

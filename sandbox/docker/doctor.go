@@ -70,7 +70,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 			have = append(have, name)
 		}
 		slices.Sort(have)
-		runtimesOK = slices.Contains(have, policy.DefaultRuntime)
+		runtimesOK = slices.Contains(have, string(policy.DefaultRuntime))
 		detail := fmt.Sprintf("registered: %s; default %s", strings.Join(have, ", "), info.DefaultRuntime)
 		if !runtimesOK {
 			detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)

@@ -8,20 +8,21 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/rs/zerolog"
 
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // Backend is the backend name in policies and results.
@@ -49,11 +50,11 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+	// Network is how the egress proxy of a call of network allowlist
+	// reaches the outside; the zero value is the host's resolver and
+	// dialer (egress.Network).
+	Network egress.Network
 }
-
-// teardownTimeout bounds the removal of one call's container; it runs on
-// a context detached from the caller's.
-const teardownTimeout = 30 * time.Second
 
 // outputDrain bounds how long the output stream may trail the container's
 // exit before the attach connection is closed.
@@ -231,20 +232,12 @@ func (e *Executor) Close() error {
 	return err
 }
 
-// unavailable classifies an engine error: a daemon that cannot be reached
-// is ErrUnavailable, a missing object ErrNotFound, anything else
+// unavailable classifies an engine error with the one classifier
+// (driver.DaemonError): a daemon that cannot be reached is
+// ErrUnavailable, a missing object ErrNotFound, anything else
 // ErrInternal.
 func unavailable(err error, format string, args ...any) error {
-	class := sandbox.ErrInternal
-	switch {
-	case client.IsErrConnectionFailed(err), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		class = sandbox.ErrUnavailable
-	case isNotFound(err):
-		class = sandbox.ErrNotFound
-	}
-	return sandbox.Errorf(class, "docker: "+format+": %w", append(args, err)...)
+	return driver.DaemonError(err, client.IsErrConnectionFailed, "docker: "+format, args...)
 }
 
 // isNotFound reports whether the engine said the object does not exist.
@@ -255,83 +248,95 @@ func isNotFound(err error) bool {
 }
 
 // Run executes req in a new container and removes the container before
-// returning, whatever happened. An engine that is down, or that goes away
-// during the call and takes the container with it (it kills its
-// containers when it stops), gives no Result and an error wrapping
-// sandbox.ErrUnavailable: the command's outcome is unknown. A command
-// that ended on its own is reported as usual even if the engine went
-// away right after. A container whose removal failed because the engine
-// was gone is left to Reap. A policy.runtime the engine has not
+// returning, whatever happened (driver.Run). An engine that is down, or
+// that goes away during the call and takes the container with it (it
+// kills its containers when it stops), gives no Result and an error
+// wrapping sandbox.ErrUnavailable: the command's outcome is unknown. A
+// command that ended on its own is reported as usual even if the engine
+// went away right after. A container whose removal failed because the
+// engine was gone is left to Reap. A policy.runtime the engine has not
 // registered is an ErrUnavailable error; Run never falls back to another
 // runtime.
-func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: executor is closed")
 	}
-	t0 := time.Now()
-	if req == nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: request is nil")
+	return driver.Run(ctx, (*runner)(e), req)
+}
+
+// runner is the Executor as driver.Run sees it.
+type runner Executor
+
+// plan is what Resolve found for one call.
+type plan struct {
+	uid, gid uint32
+	user     callUser
+	mounts   []specs.Mount
+}
+
+func (r *runner) Config() driver.Config {
+	return driver.Config{
+		Name:      Backend,
+		StateDir:  r.opts.StateDir,
+		Getenv:    r.opts.Getenv,
+		KillGrace: r.opts.KillGrace,
+		Logger:    r.log,
+		Instance:  r.instance,
+		Reap:      "dsh-sandbox reap --backend docker",
 	}
-	if req.Policy.Backend != Backend {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.backend %q: this executor runs only %q", req.Policy.Backend, Backend)
-	}
-	if req.Policy.Image == "" || req.Policy.Image == "host" {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.image %q: the host image exists only for the oci backend; import an image with `dsh-sandbox images import --backend docker`", req.Policy.Image)
-	}
-	if req.Policy.Network == policy.NetworkAllowlist {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network %q: the docker backend has no egress proxy yet; use backend oci or containerd", req.Policy.Network)
+}
+
+// Resolve checks the policy's image and runtime against the engine,
+// resolves the call's user and mounts and reads the image's environment.
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+	e := (*Executor)(r)
+	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
+		return driver.Target{}, nil, err
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	user, err := e.remap.forCall(req.Policy, uid, gid)
 	if err != nil {
-		return nil, err
-	}
-	// Validate the request before asking the daemon anything.
-	if _, err := sandbox.Prepare(req, nil, e.opts.Getenv); err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	mounts, err := policy.Mounts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
 	}
-	if err := e.checkRuntime(ctx, req.Policy.Runtime); err != nil {
-		return nil, err
+	if err := e.checkRuntime(ctx, string(req.Policy.Runtime)); err != nil {
+		return driver.Target{}, nil, err
 	}
 	imgEnv, err := e.imageEnv(ctx, req.Policy.Image)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
-	call, err := sandbox.Prepare(req, imgEnv, e.opts.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
-	res = &sandbox.Result{
-		TimeoutMs: call.Timeout.Milliseconds(),
-		Sandbox: sandbox.Info{
+	return driver.Target{
+		ImageEnv: imgEnv,
+		PathUID:  uid,
+		Info: sandbox.Info{
 			Backend: Backend,
-			Runtime: req.Policy.Runtime,
+			Runtime: string(req.Policy.Runtime),
 			Image:   req.Policy.Image,
 			Policy:  req.Policy.Name,
 		},
-	}
-	if err := sandbox.PreparePaths(req, call, uid); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
+	}, &plan{uid: uid, gid: gid, user: user, mounts: mounts}, nil
+}
 
-	// From here on the container and the staging mounts are removed on
-	// every path, on a context the caller's cancellation does not reach.
+// Create stages the call's binds and creates its container, pushing the
+// removal of each onto the call's cleanup stack.
+func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+	e := (*Executor)(r)
+	req, log, cu := call.Request, call.Log, call.Cleanup
+	// The container and the staging mounts are made on a context the
+	// caller's cancellation does not reach: they are removed on every
+	// path.
 	bg := context.WithoutCancel(ctx)
 	name := containerName(call.ID)
 	// Reap leaves the container and its staging mounts alone until Run
@@ -339,31 +344,43 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q is already running on this executor", call.ID)
 	}
-	defer e.active.Remove(call.ID)
+	cu.Add("active call", func(context.Context) error {
+		e.active.Remove(call.ID)
+		return nil
+	})
 	usernsFD := -1
-	if user.idmapped {
+	if pl.user.idmapped {
 		ns, err := e.usernsFile()
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
 		}
 		usernsFD = int(ns.Fd())
 	}
-	binds, releaseBinds, err := e.stageBinds(call.ID, mounts, usernsFD)
+	binds, releaseBinds, err := e.stageBinds(call.ID, pl.mounts, usernsFD)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
 	}
-	// Deferred before the container's removal, so it runs after it.
-	defer func() {
-		if err := releaseBinds(); err != nil {
-			log.Error().Err(err).Msg("teardown left staging mounts behind; `dsh-sandbox reap --backend docker` removes them")
-		}
-	}()
-	cfg, hc, err := e.containerConfig(call, req, uid, gid, user, mounts, binds)
+	// Pushed before the container's removal, so it runs after it.
+	cu.Add("staging mounts", func(context.Context) error { return releaseBinds() })
+	cfg, hc, err := e.containerConfig(call.Call, req, pl.uid, pl.gid, pl.user, pl.mounts, binds)
 	if err != nil {
 		return nil, err
 	}
-	res.Timings.Prepare = time.Since(t0)
-	t1 := time.Now()
+	if req.Policy.Network == policy.NetworkAllowlist {
+		eg, egErr := e.startEgress(log, req.Policy, call.Call, name, cfg, hc)
+		if egErr != nil {
+			return nil, egErr
+		}
+		// After the container's removal (egress.go).
+		cu.Add("egress", func(context.Context) error {
+			res, err := call.Result, error(nil)
+			eg.end(&res, &err)
+			if err != nil {
+				call.Fail(err)
+			}
+			return nil
+		})
+	}
 	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -372,36 +389,21 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: callId %q: a container named %q already exists in the engine: %w", call.ID, name, err)
 		}
 		// A create that failed may still have left the container.
-		e.remove(bg, log, name, res)
+		cu.Add("container", func(ctx context.Context) error { return e.remove(ctx, name) })
 		return nil, e.callErr(bg, err, call.ID, "create container")
 	}
-	res.Sandbox.ContainerID = created.ID
-	defer e.remove(bg, log, created.ID, res)
-	res.Timings.Create = time.Since(t1)
-
-	t2 := time.Now()
-	if err := e.runContainer(ctx, log, call, req, created.ID, res); err != nil {
-		return nil, err
-	}
-	res.Timings.Run = time.Since(t2)
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
-	return res, nil
+	cu.Add("container", func(ctx context.Context) error { return e.remove(ctx, created.ID) })
+	return &callContainer{e: e, call: call, id: created.ID}, nil
 }
 
-// remove deletes the container (forcibly: it may still run) and records
-// the teardown time. A failure is logged: the outcome of the call is
-// known, and Reap removes what is left.
-func (e *Executor) remove(ctx context.Context, log zerolog.Logger, id string, res *sandbox.Result) {
-	t := time.Now()
-	tctx, cancel := context.WithTimeout(ctx, teardownTimeout)
-	defer cancel()
-	err := e.cli.ContainerRemove(tctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+// remove deletes the container (forcibly: it may still run). What it
+// cannot remove is left to Reap.
+func (e *Executor) remove(ctx context.Context, id string) error {
+	err := e.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !isNotFound(err) {
-		log.Error().Err(err).Str("container", id).Msg("teardown left the container behind; `dsh-sandbox reap --backend docker` removes it")
+		return fmt.Errorf("container %s: %w", id, err)
 	}
-	if res != nil {
-		res.Timings.Teardown = time.Since(t)
-	}
+	return nil
 }
 
 // containerName is the engine's name for a call's container.
@@ -429,13 +431,9 @@ func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) 
 
 // containerConfig maps the call onto the engine's container
 // configuration. The mapping keeps the oci backend's shape:
-//   - tmpfs mounts carry the policy's options plus "exec" (the engine
-//     adds noexec otherwise) and an explicit uid/gid for /tmp;
-//   - binds are non-recursive and private, and come from the staging
-//     mounts of stageBinds (binds, one per bind of ms, in order), which
-//     carry nosuid, nodev and, per the policy, noexec and read-only: the
-//     engine binds them read-write so that the runtime does not remount
-//     them and drop those flags (see binds.go);
+//   - the mounts ms of the call's plan (policy.Mounts) and their
+//     staging mounts binds are the engine's as engineMounts maps them
+//     (binds.go);
 //   - the masked and read-only /proc and /sys paths are the policy's
 //     (policy.WithMaskedPaths), and so is the seccomp profile
 //     (policy.DefaultSeccompJSON, the one the oci and containerd
@@ -495,7 +493,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + user.seccomp},
 		CgroupnsMode:   container.CgroupnsModePrivate,
-		Runtime:        p.Runtime,
+		Runtime:        string(p.Runtime),
 		Tmpfs:          map[string]string{},
 		IpcMode:        "private",
 		UsernsMode:     usernsMode(user),
@@ -516,37 +514,11 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		},
 	}
 	withTerminal(cfg, hc, req.Terminal)
-	for _, m := range ms {
-		switch m.Type {
-		case "tmpfs":
-			opts := append([]string{"rw", "exec"}, m.Options...)
-			if !hasOption(opts, "uid=") {
-				opts = append(opts, "uid=0", "gid=0")
-			}
-			hc.Tmpfs[m.Destination] = strings.Join(opts, ",")
-		case "bind":
-			if len(binds) == 0 || binds[0].Target != m.Destination {
-				return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: mount %q was not staged", call.ID, m.Destination)
-			}
-			b := binds[0]
-			binds = binds[1:]
-			hc.Mounts = append(hc.Mounts, mount.Mount{
-				Type:   mount.TypeBind,
-				Source: b.Source,
-				Target: b.Target,
-				// Read-only comes with the staging mount: a read-only
-				// bind would be remounted by the runtime, which drops
-				// nosuid, nodev and noexec.
-				ReadOnly: false,
-				BindOptions: &mount.BindOptions{
-					Propagation:  mount.PropagationRPrivate,
-					NonRecursive: true,
-				},
-			})
-		default:
-			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: call %s: mount %q of type %q is not supported", call.ID, m.Destination, m.Type)
-		}
+	tmpfs, mounts, err := engineMounts(call.ID, ms, binds)
+	if err != nil {
+		return nil, nil, err
 	}
+	hc.Tmpfs, hc.Mounts = tmpfs, mounts
 	return cfg, hc, nil
 }
 
@@ -559,121 +531,126 @@ var procPaths = sync.OnceValues(func() (masked, readonly []string) {
 	return s.Linux.MaskedPaths, s.Linux.ReadonlyPaths
 })
 
-func hasOption(opts []string, prefix string) bool {
-	for _, o := range opts {
-		if strings.HasPrefix(o, prefix) {
-			return true
-		}
-	}
-	return false
+// callContainer is a call's created container.
+type callContainer struct {
+	e    *Executor
+	call *driver.Call
+	id   string
 }
 
-// runContainer attaches to the created container, starts it, streams its
-// output into the call's captures, supervises it and fills res.
-func (e *Executor) runContainer(ctx context.Context, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, id string, res *sandbox.Result) error {
-	bg := context.WithoutCancel(ctx)
-	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
+func (c *callContainer) ID() string { return c.id }
 
-	// Attach before start so that no output is lost, and wait for the
-	// next exit before start so that the exit is not missed either.
+// Start attaches to the container and starts it. It attaches before the
+// start so that no output is lost, and waits for the next exit before
+// the start so that the exit is not missed either.
+func (c *callContainer) Start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
+	e, call, id := c.e, c.call, c.id
+	bg := context.WithoutCancel(ctx)
 	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
 		Stream: true,
-		Stdin:  req.StdinSource() != nil,
+		Stdin:  stdio.Stdin != nil,
 		Stdout: true,
 		Stderr: true,
 	})
 	if err != nil {
-		return e.callErr(bg, err, call.ID, "attach")
+		return nil, e.callErr(bg, err, call.ID, "attach")
 	}
-	defer hj.Close()
+	p := &engineProcess{c: c, bg: bg, hj: hj, copied: make(chan error, 1), done: make(chan struct{})}
 	wctx, wcancel := context.WithCancel(bg)
-	defer wcancel()
-	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
-
-	copied := make(chan error, 1)
-	go func() {
-		copied <- copyOutput(stdout, stderr, hj.Reader, req.Terminal != nil)
+	p.stopWait = wcancel
+	started := false
+	defer func() {
+		if !started {
+			wcancel()
+			hj.Close()
+		}
 	}()
-	var copyErr error
-
+	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
+	go func() {
+		p.copied <- copyOutput(stdio.Stdout, stdio.Stderr, hj.Reader, stdio.Terminal != nil)
+	}()
 	if err := ctx.Err(); err != nil {
-		return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
-		return e.callErr(bg, err, call.ID, "start container")
+		return nil, e.callErr(bg, err, call.ID, "start container")
 	}
-	if src := req.StdinSource(); src != nil {
+	started = true
+	if src := stdio.Stdin; src != nil {
 		go func() {
 			_, _ = io.Copy(hj.Conn, src) // fails once the attach is closed
-			if req.Terminal == nil {
+			if stdio.Terminal == nil {
 				// On a terminal the engine would close the terminal
 				// itself: there, end of input is a key, ^D.
 				_ = hj.CloseWrite()
 			}
 		}()
 	}
-
-	done := make(chan struct{})
-	var status int64
-	var waitErr error
 	go func() {
-		defer close(done)
+		defer close(p.done)
 		select {
 		case w := <-waitC:
-			status = w.StatusCode
+			p.status = w.StatusCode
 			if w.Error != nil && w.Error.Message != "" {
-				waitErr = errors.New(w.Error.Message)
+				p.waitErr = errors.New(w.Error.Message)
 			}
 		case err := <-waitErrC:
-			waitErr = err
+			p.waitErr = err
 		}
 	}()
-	go e.followTerminal(bg, id, req.Terminal, done)
-	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, done, func(sig syscall.Signal) error {
-		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
-		lastSig = sig
-		return e.signal(bg, id, sig)
-	})
-	<-done
+	go e.followTerminal(bg, id, stdio.Terminal, p.done)
+	return p, nil
+}
 
-	// The stream ends when the container's output does; give it a
-	// moment after the exit, then cut it.
+// engineProcess is a call's started container.
+type engineProcess struct {
+	c        *callContainer
+	bg       context.Context
+	hj       types.HijackedResponse
+	stopWait context.CancelFunc
+	copied   chan error    // the output copy's end
+	done     chan struct{} // closed once status and waitErr are set
+	status   int64
+	waitErr  error
+}
+
+func (p *engineProcess) Done() <-chan struct{} { return p.done }
+
+func (p *engineProcess) Signal(_ context.Context, sig syscall.Signal) error {
+	return p.c.e.signal(p.bg, p.c.id, sig)
+}
+
+// Wait lets the output stream trail the exit for outputDrain, then cuts
+// it, and reads the status. An engine that shuts down kills its
+// containers and reports their status as if the command had died of
+// SIGKILL (or breaks the wait off): the outcome is then unknown,
+// whatever status came. Only a suspicious end needs the probe (see
+// suspicious).
+func (p *engineProcess) Wait(context.Context, bool) (driver.Exit, error) {
+	e, call, bg := p.c.e, p.c.call, p.bg
+	defer p.stopWait()
+	defer p.hj.Close()
+	var copyErr error
 	drain := time.NewTimer(outputDrain)
 	select {
-	case copyErr = <-copied:
+	case copyErr = <-p.copied:
 	case <-drain.C:
-		log.Warn().Msg("output stream did not end after the container exited; closing it")
-		hj.Close()
-		<-copied
+		call.Log.Warn().Msg("output stream did not end after the container exited; closing it")
+		p.hj.Close()
+		<-p.copied
 		copyErr = errors.New("the output stream did not end after the container exited")
 	}
 	drain.Stop()
-
-	out, oerr := stdout.Stream()
-	errOut, eerr := stderr.Stream()
-	if oerr != nil || eerr != nil {
-		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
-	}
-	res.Stdout, res.Stderr = out, errOut
-	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
-	// An engine that shuts down kills its containers and reports their
-	// status as if the command had died of SIGKILL (or breaks the wait
-	// off): the outcome is then unknown, whatever status came. Only a
-	// suspicious end needs the probe (see suspicious).
-	if suspicious(status, waitErr, copyErr) {
+	if suspicious(p.status, p.waitErr, copyErr) {
 		if gone := e.engineGone(bg); gone != nil {
-			log.Debug().Err(gone).AnErr("wait", waitErr).AnErr("output", copyErr).Int64("status", status).Msg("the engine went away during the call")
-			return sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
+			call.Log.Debug().Err(gone).AnErr("wait", p.waitErr).AnErr("output", copyErr).Int64("status", p.status).Msg("the engine went away during the call")
+			return driver.Exit{}, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
 		}
 	}
-	if waitErr != nil {
-		return unavailable(waitErr, "call %s: wait for the container", call.ID)
+	if p.waitErr != nil {
+		return driver.Exit{}, unavailable(p.waitErr, "call %s: wait for the container", call.ID)
 	}
-	res.ExitCode, res.Signal = sandbox.DecodeExitStatus(int(status))
-	res.StoppedBy(lastSig)
-	res.OOMKilled = e.oomKilled(bg, log, id)
-	return nil
+	return driver.Exit{Status: int(p.status), Init: true, OOMKilled: e.oomKilled(bg, call.Log, p.c.id)}, nil
 }
 
 // oomKilled asks the engine whether the out-of-memory killer struck in

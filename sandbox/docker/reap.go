@@ -18,28 +18,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// ReapReport lists what Reap removed.
-type ReapReport struct {
-	// Instances are the dead instances whose containers were removed;
-	// this executor's own instance is never listed.
-	Instances []string `json:"instances"`
-	// Containers are the engine ids of the containers removed.
-	Containers []string `json:"containers"`
-	// Images are the engine ids of the images without a name that Reap
-	// removed: images ImportRootfs made that lost their name to a later
-	// import while a container still used them.
-	Images []string `json:"images,omitempty"`
-	// Mounts are the staging mounts (see binds.go) of dead instances,
-	// and of this executor's calls that have returned, that Reap
-	// unmounted and removed.
-	Mounts []string `json:"mounts,omitempty"`
-}
-
-// Empty reports whether Reap found nothing to remove.
-func (r ReapReport) Empty() bool {
-	return len(r.Instances)+len(r.Containers)+len(r.Images)+len(r.Mounts) == 0
-}
-
 // instancesDir holds the lock files of live executors on StateDir.
 func (e *Executor) instancesDir() string { return filepath.Join(e.opts.StateDir, "docker-instances") }
 
@@ -62,18 +40,18 @@ func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 
 // Reap removes containers labelled owner=dsh-sandbox that a dead instance
 // left in the engine, and the staging mounts of its calls (see
-// ReapReport.Mounts): those of an instance whose lock file in StateDir is
+// sandbox.ReapReport.Mounts): those of an instance whose lock file in StateDir is
 // not held (its process is gone), and stopped ones of instances unknown
 // here once they have been idle for sandbox.ForeignLeftoverGrace. Running containers of unknown instances may belong to a live
 // service on another state directory and are left alone. Of this
 // executor's own containers it removes those whose call has returned
 // (their teardown failed, typically because the engine was down) and
 // never one of a call in progress. Then it removes the images labelled
-// owner=dsh-sandbox that have no name (see ReapReport.Images) once no
+// owner=dsh-sandbox that have no name (see sandbox.ReapReport.Images) once no
 // container uses them. It keeps going after a failure and returns what
 // it removed with every failure joined.
-func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
-	var rep ReapReport
+func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
+	var rep sandbox.ReapReport
 	cs, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue),
 	)})

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -99,15 +100,40 @@ func TestRunRunsc(t *testing.T) {
 	}
 }
 
-// TestRunRuntimeMissing asks for a runtime the engine lacks: the call
-// must fail as unavailable (exit code 125) with a message naming
-// policy.runtime, the runtimes the engine has and how to register one,
-// and no container may be created or run under another runtime.
+// TestRunRuntimeMissing asks for a runtime the engine lacks (a valid
+// policy runtime the engine has not registered: scripts/daemons.sh
+// registers runsc, not crun): the call must fail as unavailable (exit
+// code 125) with a message naming policy.runtime, the runtimes the
+// engine has and how to register one, and no container may be created
+// or run under another runtime. A runtime no policy may name is refused
+// as invalid before the engine is asked.
 func TestRunRuntimeMissing(t *testing.T) {
 	e := newTestExecutor(t)
+	have, err := e.engineRuntimes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing sandbox.Runtime
+	for _, r := range sandbox.Runtimes {
+		if !slices.Contains(have, string(r)) {
+			missing = r
+			break
+		}
+	}
+	if missing == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but the engine registers every runtime (%q): no missing one to ask for", have)
+		}
+		t.Skipf("the engine registers every runtime (%q)", have)
+	}
 	p := testPolicy(t)
 	p.Runtime = "nosuch"
 	req := &sandbox.Request{Command: "echo ran", Session: sandbox.Session{Cwd: t.TempDir()}, Policy: p}
+	if res, err := e.Run(t.Context(), req); !errors.Is(err, sandbox.ErrInvalid) || res != nil || !strings.Contains(err.Error(), "runtime") {
+		t.Errorf("Run under runtime %q = %+v, %v; want nil, an error wrapping %v naming the runtime", p.Runtime, res, err, sandbox.ErrInvalid)
+	}
+	p.Runtime = missing
+	req.Policy = p
 	for range 2 { // the second call asks the engine again: a miss refreshes the cache
 		res, err := e.Run(t.Context(), req)
 		if !errors.Is(err, sandbox.ErrUnavailable) || res != nil {
@@ -116,7 +142,7 @@ func TestRunRuntimeMissing(t *testing.T) {
 		if got := sandbox.ExitCode(res, err); got != 125 {
 			t.Errorf("ExitCode(Run under runtime %q) = %d, want 125", p.Runtime, got)
 		}
-		for _, want := range []string{`policy.runtime "nosuch"`, "runc", "daemon.json", `"runtimes"`} {
+		for _, want := range []string{fmt.Sprintf("policy.runtime %q", missing), "runc", "daemon.json", `"runtimes"`} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("Run under runtime %q: error %q does not mention %q", p.Runtime, err, want)
 			}

@@ -248,7 +248,7 @@ type callUser struct {
 // inside the container's user namespace, so on an engine that remaps it
 // could reach no bind below a directory others cannot search; a runsc
 // call gets the host's ids instead, like on the oci backend.
-const runtimeRunsc = "runsc"
+const runtimeRunsc = sandbox.RuntimeRunsc
 
 // forCall decides how a call of policy p running as container uid:gid
 // meets the host's ids on an engine with remapping r. A call that would

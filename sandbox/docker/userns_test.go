@@ -118,8 +118,8 @@ func TestForCallCase(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		r        remap
-		user     string
-		runtime  string
+		user     sandbox.User
+		runtime  sandbox.Runtime
 		uid, gid uint32
 		want     callUser
 		err      error
@@ -199,7 +199,7 @@ func TestRunUserNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		owner    int
-		user     string
+		user     sandbox.User
 		hostUID  uint32
 		suid     string
 		fileUID  uint32
@@ -281,7 +281,7 @@ func TestRunRefusesRootWithoutRemap(t *testing.T) {
 	if left := leftovers(t, e); len(left) != 0 {
 		t.Errorf("after the refused call: %v, want none", left)
 	}
-	for _, user := range []string{"1000:1000", policy.UserHostRoot} {
+	for _, user := range []sandbox.User{"1000:1000", policy.UserHostRoot} {
 		p := testPolicy(t)
 		p.User = user
 		req := &sandbox.Request{Command: `head -1 /proc/self/uid_map; id -u`, Session: sandbox.Session{Cwd: ws}, Policy: p}
@@ -289,7 +289,7 @@ func TestRunRefusesRootWithoutRemap(t *testing.T) {
 		if err != nil || sandbox.ExitCode(res, nil) != 0 {
 			t.Fatalf("Run(user %s) = %+v, %v; want exit 0", user, res, err)
 		}
-		uid := map[string]string{"1000:1000": "1000", policy.UserHostRoot: "0"}[user]
+		uid := map[sandbox.User]string{"1000:1000": "1000", policy.UserHostRoot: "0"}[user]
 		if got := strings.Fields(res.Stdout.Text); len(got) != 4 || got[0] != "0" || got[1] != "0" || got[3] != uid {
 			t.Errorf("Run(user %s) stdout = %q, want the host's map (0 0 4294967295) and uid %s", user, res.Stdout.Text, uid)
 		}
@@ -308,7 +308,7 @@ func BenchmarkUserNamespace(b *testing.B) {
 	variants := []struct {
 		name  string
 		owner int
-		user  string
+		user  sandbox.User
 	}{{"host-root", 0, policy.UserHostRoot}, {"userns-uid1000", 1000, "auto"}, {"userns-root", 0, "auto"}}
 	reqs := map[string]*sandbox.Request{}
 	for _, v := range variants {

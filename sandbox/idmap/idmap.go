@@ -84,16 +84,42 @@ func sysIDMap(m []specs.LinuxIDMapping) []syscall.SysProcIDMap {
 // namespace maps to h. source is opened without following any link (it
 // is the path sandbox.PreparePaths resolved).
 func Mount(source, target string, usernsFD int) error {
+	return mount(source, target, usernsFD, 0)
+}
+
+// mount is Mount with the mount attributes attrs on top (MountFD).
+func mount(source, target string, usernsFD int, attrs uint64) error {
 	dfd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS,
 	})
 	if err != nil {
-		return fmt.Errorf("id-mapped mount of %s: open: %w", source, err)
+		return fmt.Errorf("staging mount of %s: open: %w", source, err)
 	}
 	defer unix.Close(dfd)
-	if err := MountFD(dfd, target, usernsFD, 0); err != nil {
-		return fmt.Errorf("id-mapped mount of %s: %w", source, err)
+	if err := MountFD(dfd, target, usernsFD, attrs); err != nil {
+		return fmt.Errorf("staging mount of %s: %w", source, err)
+	}
+	return nil
+}
+
+// StageAt creates target (an empty directory, or an empty file when
+// source is not a directory) and attaches there the mount of source that
+// Mount makes, with the mount attributes attrs on top (MountFD); with
+// usernsFD < 0 it is a plain clone. On failure target is removed again.
+func StageAt(source, target string, usernsFD int, attrs uint64) error {
+	var err error
+	if fi, lerr := os.Lstat(source); lerr == nil && !fi.IsDir() {
+		err = os.WriteFile(target, nil, 0o600)
+	} else {
+		err = os.Mkdir(target, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("staging mount point: %w", err)
+	}
+	if err := mount(source, target, usernsFD, attrs); err != nil {
+		_ = os.Remove(target)
+		return err
 	}
 	return nil
 }
@@ -101,16 +127,18 @@ func Mount(source, target string, usernsFD int) error {
 // MountFD is Mount of the file or directory open at fd (an O_PATH
 // descriptor is enough), with the mount attributes attrs
 // (unix.MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOEXEC, …) on top of nosuid and
-// nodev.
+// nodev. With usernsFD < 0 the clone keeps the ids as they are on disk
+// (no id mapping): a plain, non-recursive bind of what fd names.
 func MountFD(fd int, target string, usernsFD int, attrs uint64) error {
 	tfd, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return fmt.Errorf("open_tree: %w", err)
 	}
 	defer unix.Close(tfd)
-	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | attrs,
-		Userns_fd: uint64(usernsFD),
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | attrs}
+	if usernsFD >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(usernsFD)
 	}
 	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		return fmt.Errorf("mount_setattr: %w", err)
@@ -170,17 +198,13 @@ func ForCall(backend string, p sandbox.Policy, uid, gid uint32) (Call, error) {
 // workspace, the session directory and the policy's mounts. Through
 // them the call (container uid 0, host uid policy.MappedIDBase) has the
 // on-disk identity uid 0, exactly the permissions a call running as host
-// uid 0 without capabilities had, and nothing more.
+// uid 0 without capabilities had, and nothing more. They are the binds
+// of the call's plan (sandbox.NewPlan, which policy.Plan checked when the
+// spec was made).
 func Dests(req *sandbox.Request) map[string]bool {
 	d := map[string]bool{}
-	if req.Policy.Workspace != "none" && req.Session.Cwd != "" {
-		d[filepath.Clean(req.Session.Cwd)] = true
-	}
-	if req.Policy.Transcript == "ro" && req.Session.TranscriptDir != "" {
-		d[filepath.Clean(req.Session.TranscriptDir)] = true
-	}
-	for _, m := range req.Policy.Mounts {
-		d[filepath.Clean(m.Target)] = true
+	for _, m := range sandbox.NewPlan(req.Policy, req.Session, sandbox.Identity{}).Binds() {
+		d[m.Target] = true
 	}
 	return d
 }
@@ -211,17 +235,9 @@ func Stage(spec *specs.Spec, dests map[string]bool, dir string, in func(func() e
 			continue
 		}
 		target := filepath.Join(dir, strconv.Itoa(len(staged)))
-		if fi, err := os.Lstat(m.Source); err == nil && !fi.IsDir() {
-			if err := os.WriteFile(target, nil, 0o600); err != nil {
-				return staged, fmt.Errorf("id-mapped mounts: %w", err)
-			}
-		} else if err := os.Mkdir(target, 0o700); err != nil {
-			return staged, fmt.Errorf("id-mapped mounts: %w", err)
-		}
 		source := m.Source
-		if err := in(func() error { return Mount(source, target, int(ns.Fd())) }); err != nil {
-			_ = os.Remove(target)
-			return staged, err
+		if err := in(func() error { return StageAt(source, target, int(ns.Fd()), 0) }); err != nil {
+			return staged, fmt.Errorf("id-mapped mounts: %w", err)
 		}
 		staged = append(staged, target)
 		m.Source = target

@@ -7,8 +7,8 @@
 // explicitly; it exists for trusted development and as the baseline of
 // `dsh-sandbox bench` (DESIGN §3.8).
 //
-// Only cmd/dsh-sandbox and tests import this package. It imports sandbox
-// and images.
+// Only cmd/dsh-sandbox and tests import this package. It imports sandbox,
+// sandbox/driver (which runs its calls) and images.
 package local
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // Options configure an Executor. StateDir is required; every other zero
@@ -91,88 +92,59 @@ func BaseEnv() []string {
 	return []string{"HOME=/tmp", "PATH=" + images.DefaultPath}
 }
 
-// Run executes req as `bash -c` on the host. It refuses, as an invalid
-// argument naming policy.backend, any policy that does not say "local",
-// and a call on a terminal (Request.Terminal), which it cannot give.
+// Run executes req as `bash -c` on the host through driver.Run. It
+// refuses, as an invalid argument naming policy.backend, any policy that
+// does not say "local", and a call on a terminal (Request.Terminal),
+// which it cannot give.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	t0 := time.Now()
-	if req == nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: request is nil")
+	return driver.Run(ctx, (*runner)(e), req)
+}
+
+// runner is the Executor as the driver sees it.
+type runner Executor
+
+func (b *runner) Config() driver.Config {
+	return driver.Config{
+		Name:      "local",
+		StateDir:  b.opts.StateDir,
+		Getenv:    b.opts.Getenv,
+		KillGrace: b.opts.KillGrace,
+		Logger:    b.log,
 	}
-	if req.Policy.Backend != "local" {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.backend %q: the local backend runs without a container and only under a policy that says \"local\"", req.Policy.Backend)
-	}
+}
+
+// Resolve refuses what the local backend cannot enforce or give. The
+// call runs on the host as this process.
+func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Target, struct{}, error) {
 	if req.Policy.Network == policy.NetworkAllowlist {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
+		return driver.Target{}, struct{}{}, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
 	}
 	if req.Terminal != nil {
-		return nil, sandbox.NoTerminal("local")
+		return driver.Target{}, struct{}{}, sandbox.NoTerminal("local")
 	}
-	call, err := sandbox.Prepare(req, BaseEnv(), e.opts.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	// The call runs on the host as this process.
-	if err := sandbox.PreparePaths(req, call, uint32(os.Geteuid())); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
-	res := &sandbox.Result{
-		TimeoutMs: call.Timeout.Milliseconds(),
-		Sandbox:   sandbox.Info{Backend: "local", Image: images.HostName, Policy: req.Policy.Name},
-	}
-	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
-	res.Timings.Prepare = time.Since(t0)
-
-	t1 := time.Now()
-	p, err := e.start(req, call, stdout, stderr)
-	if err != nil {
-		return nil, err
-	}
-	res.Timings.Create = time.Since(t1)
-
-	t2 := time.Now()
-	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.opts.KillGrace, p.exited, func(sig syscall.Signal) error {
-		lastSig = sig
-		return p.signal(sig)
-	})
-	<-p.exited
-	p.finish()
-	res.Timings.Run = time.Since(t2)
-
-	res.Stdout, err = stdout.Stream()
-	if err != nil {
-		log.Warn().Err(err).Msg("stdout spill file incomplete")
-	}
-	if res.Stderr, err = stderr.Stream(); err != nil {
-		log.Warn().Err(err).Msg("stderr spill file incomplete")
-	}
-	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
-	var exitErr *exec.ExitError
-	if p.waitErr != nil && !errors.As(p.waitErr, &exitErr) {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "local: call %s: wait: %w", call.ID, p.waitErr)
-	}
-	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		res.Signal = sandbox.SignalName(ws.Signal())
-	} else {
-		code := ws.ExitStatus()
-		res.ExitCode = &code
-	}
-	if (timedOut || aborted) && res.Signal == "" && lastSig != 0 {
-		// Stopped by us, it chose its own exit status.
-		res.ExitCode, res.Signal = nil, sandbox.SignalName(lastSig)
-	}
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
-	return res, nil
+	return driver.Target{
+		ImageEnv: BaseEnv(),
+		PathUID:  uint32(os.Geteuid()),
+		Info:     sandbox.Info{Backend: "local", Image: images.HostName, Policy: req.Policy.Name},
+	}, struct{}{}, nil
 }
+
+// Create has nothing to create: the call's process is its container.
+func (b *runner) Create(_ context.Context, call *driver.Call, _ struct{}) (driver.Container, error) {
+	return &container{bash: b.bash, call: call}, nil
+}
+
+// container is a call not yet started.
+type container struct {
+	bash string
+	call *driver.Call
+}
+
+func (c *container) ID() string { return "" }
 
 // process is one running call.
 type process struct {
+	id      string
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the shell has exited
 	waitErr error
@@ -180,24 +152,26 @@ type process struct {
 	readers []*os.File
 }
 
-// start starts bash in a new process group with the call's exact
+// Start starts bash in a new process group with the call's exact
 // environment, its stdin fed from a pipe and its output copied into the
 // captures.
-func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stderr io.Writer) (*process, error) {
+func (c *container) Start(_ context.Context, stdio driver.Stdio) (driver.Process, error) {
+	req, call := c.call.Request, c.call
+	stdout, stderr := stdio.Stdout, stdio.Stderr
 	internal := func(err error) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "local: call %s: %w", call.ID, err)
 	}
-	cmd := exec.Command(e.bash, "-c", req.Command)
+	cmd := exec.Command(c.bash, "-c", req.Command)
 	if req.Argv != nil {
 		// The argv exactly: bash only execs it (a fixed script, no word
 		// of the argv is parsed), looking Argv[0] up in the call's PATH
 		// as the containers' init does.
-		cmd = exec.Command(e.bash, append([]string{"-c", `exec "$@"`, "bash"}, req.Argv...)...)
+		cmd = exec.Command(c.bash, append([]string{"-c", `exec "$@"`, "bash"}, req.Argv...)...)
 	}
 	cmd.Env = append([]string{}, call.Env...) // never the service's own
 	cmd.Dir = call.Workdir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &process{cmd: cmd, exited: make(chan struct{})}
+	p := &process{id: call.ID, cmd: cmd, exited: make(chan struct{})}
 
 	var parentEnds []*os.File // closed once the child has them
 	closeAll := func(fs []*os.File) {
@@ -206,7 +180,7 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 		}
 	}
 	var inW *os.File
-	stdinSrc := req.StdinSource()
+	stdinSrc := stdio.Stdin
 	if stdinSrc != nil {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -238,7 +212,7 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 		if inW != nil {
 			inW.Close()
 		}
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s: start %s: %v", call.ID, e.bash, err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: call %s: start %s: %v", call.ID, c.bash, err)
 	}
 	closeAll(parentEnds)
 	if inW != nil {
@@ -260,6 +234,26 @@ func (e *Executor) start(req *sandbox.Request, call *sandbox.Call, stdout, stder
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// Done is closed when the shell has exited.
+func (p *process) Done() <-chan struct{} { return p.exited }
+
+// Signal sends sig to the call's whole process group.
+func (p *process) Signal(_ context.Context, sig syscall.Signal) error {
+	return p.signal(sig)
+}
+
+// Wait ends what is left of the call and reports how its shell ended:
+// its own exit status, or the signal that killed it.
+func (p *process) Wait(context.Context, bool) (driver.Exit, error) {
+	p.finish()
+	var exitErr *exec.ExitError
+	if p.waitErr != nil && !errors.As(p.waitErr, &exitErr) {
+		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "local: call %s: wait: %w", p.id, p.waitErr)
+	}
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return driver.WaitExit(ws, false), nil
 }
 
 // signal sends sig to the call's whole process group.

@@ -53,7 +53,7 @@ func TestRefusesOtherBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, backend := range []string{"oci", "docker", "", "LOCAL"} {
+	for _, backend := range []sandbox.Backend{"oci", "docker", "", "LOCAL"} {
 		p := localPolicy(t)
 		p.Backend = backend
 		_, err := e.Run(context.Background(), &sandbox.Request{Command: "true", Policy: p})

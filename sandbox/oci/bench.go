@@ -12,6 +12,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // BenchRaw is the baseline of `dsh-sandbox bench`: it prepares, outside
@@ -53,21 +54,21 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "oci: bench state: %v", err)
 	}
 
-	var cu cleanup
+	var cu driver.Cleanup
 	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
 		defer cancel()
-		_ = cu.clean(tctx)
+		_ = cu.Clean(tctx)
 	}()
 	cgPath := "/" + cgroupParent + "/" + tag + "/" + id
 	b, err := createBundle(filepath.Join(stateDir, "bundles", id), marker{Instance: tag, Runtime: name, Container: id, Cgroups: layout.dirsFor(cgPath)})
 	if b != nil {
-		cu.add("bundle", func(context.Context) error { return b.remove() })
+		cu.Add("bundle", func(context.Context) error { return b.remove() })
 	}
 	if err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench bundle: %v", err)
 	}
-	cu.add("container", func(ctx context.Context) error {
+	cu.Add("container", func(ctx context.Context) error {
 		err := errors.Join(rt.remove(ctx, id), removeCgroupDirs(ctx, layout.dirsFor(cgPath)))
 		for _, d := range layout.dirsFor("/" + cgroupParent + "/" + tag) {
 			removeEmptyParents(d, cgroupParent)

@@ -4,10 +4,12 @@
 // (DESIGN §3.8, §3.11).
 //
 // A call goes: sandbox.Prepare (validation, environment, timeout) →
-// policy.ResolveUser → the call's user namespace (runc and crun, unless
+// policy.ResolveUser → the call's user namespace (every runtime, unless
 // the policy says user: host-root; idmap.go) → image (the generated
 // `host` image or a stored one) → bundle directory with a marker, rootfs,
-// id-mapped staging mounts for a container-root call and config.json
+// id-mapped staging mounts for a container-root call, under runsc the
+// staging mounts and read-only root gVisor's gofer needs (gofer.go), and
+// config.json
 // built from a base spec, the policy's spec options and this package's
 // own → `runtime
 // run` supervised by sandbox.Supervise (SIGTERM to every process, then
@@ -19,5 +21,6 @@
 // `dsh-sandbox bench` baseline.
 //
 // Only cmd/dsh-sandbox (which picks backends) and tests import this
-// package. It imports sandbox, sandbox/idmap, policy and images.
+// package. It imports sandbox, sandbox/driver (which runs its calls),
+// sandbox/idmap, policy and images.
 package oci

@@ -96,7 +96,7 @@ func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duratio
 	}
 	defer e.Close()
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
-	p.Backend, p.Runtime = "oci", rt
+	p.Backend, p.Runtime = sandbox.BackendOCI, sandbox.Runtime(rt)
 	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
 	defer cancel()
 	return sandbox.DoctorRun(ctx, e, p, e.instance)

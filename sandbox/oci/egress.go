@@ -9,6 +9,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // startEgress starts the egress network of a call of network allowlist
@@ -17,7 +18,7 @@ import (
 // the name-service files. Its end is pushed on cu, above the container's
 // removal, so it runs after the container is gone: connections still
 // open are closed then, and the record goes into res.Egress.
-func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log zerolog.Logger, cu *cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
+func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log zerolog.Logger, cu *driver.Cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
 	if err := e.step("egress"); err != nil {
 		return nil, err
 	}
@@ -29,7 +30,7 @@ func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.C
 	if err != nil {
 		return nil, err
 	}
-	cu.add("egress", func(context.Context) error {
+	cu.Add("egress", func(context.Context) error {
 		res.Egress = nc.Close()
 		return nil
 	})

@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -65,10 +66,6 @@ type Options struct {
 	// and dialer. Tests point made-up names at local servers with it.
 	Network egress.Network
 }
-
-// teardownTimeout bounds the teardown of one call; it runs on a context
-// detached from the caller's, so it happens even when the caller gave up.
-const teardownTimeout = 30 * time.Second
 
 // Executor runs each call in its own container of an OCI runtime (runc,
 // crun or runsc) and removes every trace of it when the call ends. It
@@ -225,46 +222,68 @@ func (e *Executor) step(name string) error {
 }
 
 // Run executes req in a new container and removes the container, its
-// bundle, mounts and cgroups before returning, whatever happened.
-func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.Result, err error) {
+// bundle, mounts and cgroups before returning, whatever happened
+// (driver.Run).
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
 	}
-	t0 := time.Now()
-	if req == nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: request is nil")
+	return driver.Run(ctx, (*runner)(e), req)
+}
+
+// runner is the Executor as driver.Run sees it.
+type runner Executor
+
+// plan is what Resolve found for one call.
+type plan struct {
+	img  *images.Image
+	bash string
+	opts []sandbox.SpecOpt
+	ids  idmap.Call
+}
+
+func (r *runner) Config() driver.Config {
+	return driver.Config{
+		Name:      "oci",
+		StateDir:  r.opts.StateDir,
+		Getenv:    r.getenv,
+		KillGrace: r.grace,
+		Logger:    r.log,
+		Instance:  r.instance,
 	}
+}
+
+// Resolve checks the policy against the runtime, resolves the call's
+// user, user namespace and image, and finds the image's shell.
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+	e := (*Executor)(r)
 	if err := e.checkPolicy(req.Policy); err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	if req.Terminal != nil && !terminalCapable(e.rt.name) {
-		return nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
+		return driver.Target{}, nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	img, err := e.image(req.Policy.Image, uid, gid)
 	if err != nil {
-		return nil, err
-	}
-	call, err := sandbox.Prepare(req, img.Env, e.getenv)
-	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	ids, err := e.userNamespace(req.Policy, uid, gid)
 	if err != nil {
-		return nil, err
+		return driver.Target{}, nil, err
 	}
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+			return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
 		if ids.Idmapped {
@@ -273,75 +292,51 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (res *sandbox.
 	}
 	bash, hasSh := findShell(imageRoot(img))
 	if !hasSh {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	log := e.log.With().Str("call", call.ID).Str("session", req.Session.ID).Logger()
 	imageName := req.Policy.Image // as the policy names it
 	if imageName == "" {
 		imageName = img.Name
 	}
-	res = &sandbox.Result{
-		TimeoutMs: call.Timeout.Milliseconds(),
-		Sandbox: sandbox.Info{
-			Backend:     "oci",
-			Runtime:     e.rt.name,
-			Image:       imageName,
-			Policy:      req.Policy.Name,
-			ContainerID: call.ID,
+	return driver.Target{
+		ImageEnv: img.Env,
+		PathUID:  ids.DiskUID,
+		Info: sandbox.Info{
+			Backend: "oci",
+			Runtime: e.rt.name,
+			Image:   imageName,
+			Policy:  req.Policy.Name,
 		},
-	}
-	res.Timings.Prepare = time.Since(t0)
+	}, &plan{img: img, bash: bash, opts: opts, ids: ids}, nil
+}
 
-	// Everything from here on is undone by teardown, on every path.
-	var cu cleanup
-	defer func() {
-		t := time.Now()
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-		defer cancel()
-		if terr := cu.clean(tctx); terr != nil {
-			// The outcome of the call is known; what is left is for
-			// Reap. Say so loudly but keep the result.
-			log.Error().Err(terr).Msg("teardown left objects behind; `dsh-sandbox reap` removes them")
-		}
-		if res != nil {
-			res.Timings.Teardown = time.Since(t)
-		}
-		log.Debug().Dur("teardown", time.Since(t)).Msg("call torn down")
-	}()
-
-	t1 := time.Now()
-	if req.Policy.Network == policy.NetworkAllowlist {
-		joinNet, err := e.startEgress(req.Policy, img.Host, call, log, &cu, res)
+// Create starts the call's egress network when its policy asks for one
+// and makes its bundle, handing the undo of both to the call's cleanup
+// stack.
+func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+	e := (*Executor)(r)
+	opts := pl.opts
+	if call.Request.Policy.Network == policy.NetworkAllowlist {
+		joinNet, err := e.startEgress(call.Request.Policy, pl.img.Host, call.Call, call.Log, call.Cleanup, call.Result)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, joinNet...)
 	}
-	b, undo, err := e.createBundle(ctx, call, req, img, bash, opts, ids)
+	b, undo, err := e.createBundle(ctx, call.Call, call.Request, pl.img, pl.bash, opts, pl.ids)
 	if err != nil {
 		return nil, err
 	}
-	cu.merge(undo)
-	res.Timings.Create = time.Since(t1)
-
-	t2 := time.Now()
-	if err := e.runContainer(ctx, &cu, log, call, req, b, res); err != nil {
-		return nil, err
-	}
-	res.Timings.Run = time.Since(t2)
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
-	return res, nil
+	call.Cleanup.Merge(undo)
+	return &bundleContainer{e: e, call: call, b: b}, nil
 }
 
 // checkPolicy refuses policies meant for another backend or runtime.
 func (e *Executor) checkPolicy(p sandbox.Policy) error {
-	if p.Backend != "oci" {
+	if p.Backend != sandbox.BackendOCI {
 		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.backend %q: this executor runs only \"oci\"", p.Backend)
 	}
-	if p.Runtime != "" && p.Runtime != e.rt.name {
+	if p.Runtime != "" && string(p.Runtime) != e.rt.name {
 		return sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.runtime %q: this executor runs %q", p.Runtime, e.rt.name)
 	}
 	if p.Network == policy.NetworkAllowlist && e.rt.name == RuntimeRunsc {
@@ -389,12 +384,12 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (_ *bundle, _ *cleanup, err error) {
-	var cu cleanup
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (_ *bundle, _ *driver.Cleanup, err error) {
+	var cu driver.Cleanup
 	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
 		defer cancel()
-		if cerr := cu.clean(tctx); cerr != nil {
+		if cerr := cu.Clean(tctx); cerr != nil {
 			e.log.Error().Str("call", call.ID).Err(cerr).Msg("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them")
 		}
 	}()
@@ -402,13 +397,13 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 	if err != nil {
 		return nil, nil, err
 	}
-	return b, cu.release(), nil
+	return b, cu.Release(), nil
 }
 
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
-// ids.DiskUID is the uid the call's accesses to its binds are checked
-// against, which PreparePaths lets read the session directory.
-func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
+// The driver has checked the call's host paths (sandbox.PreparePaths)
+// already.
+func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
 	internal := func(err error) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
 	}
@@ -425,7 +420,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	b, err := createBundle(filepath.Join(e.bundlesDir(), call.ID), m)
 	if b != nil {
 		b.ns = e.rt.ns
-		cu.add("bundle", func(context.Context) error { return b.remove() })
+		cu.Add("bundle", func(context.Context) error { return b.remove() })
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -434,7 +429,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 	// The container and its cgroups go before the bundle does.
-	cu.add("container", func(ctx context.Context) error {
+	cu.Add("container", func(ctx context.Context) error {
 		return errors.Join(e.rt.remove(ctx, call.ID), removeCgroupDirs(ctx, m.Cgroups))
 	})
 
@@ -452,10 +447,6 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		}
 	} else if err := b.overlayRootfs(img.Rootfs); err != nil {
 		return nil, internal(err)
-	}
-
-	if err := sandbox.PreparePaths(req, call, ids.DiskUID); err != nil {
-		return nil, err
 	}
 
 	if err := e.step("config"); err != nil {
@@ -484,7 +475,7 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 		return nil, internal(err)
 	}
 	b.oom = oom
-	cu.add("oom watch", func(context.Context) error { return oom.close() })
+	cu.Add("oom watch", func(context.Context) error { return oom.close() })
 	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
 			return nil, err
@@ -526,28 +517,43 @@ func (e *Executor) buildBundle(ctx context.Context, cu *cleanup, call *sandbox.C
 	return b, nil
 }
 
-// runContainer runs the container in the foreground, supervised, and
-// fills res with its outcome and output.
-func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Logger, call *sandbox.Call, req *sandbox.Request, b *bundle, res *sandbox.Result) error {
-	stdout, stderr := call.Captures(e.opts.StateDir, req.Stdout, req.Stderr)
+// bundleContainer is a call's bundle, ready for the runtime to run.
+type bundleContainer struct {
+	e    *Executor
+	call *driver.Call
+	b    *bundle
+}
 
-	pidFile := b.path(bundlePid)
-	logFile := b.path(bundleLog)
-	cmd := e.rt.runCommand(context.WithoutCancel(ctx), b.dir, call.ID, pidFile, logFile)
+func (c *bundleContainer) ID() string { return c.call.ID }
+
+// Start runs the container in the foreground: the runtime process lives
+// as long as the container's first process.
+func (c *bundleContainer) Start(ctx context.Context, stdio driver.Stdio) (_ driver.Process, err error) {
+	e, call, b := c.e, c.call, c.b
+	p := &runtimeProcess{
+		c:       c,
+		ctx:     ctx,
+		pidFile: b.path(bundlePid),
+		logFile: b.path(bundleLog),
+		stderr:  stdio.Stderr,
+		done:    make(chan struct{}),
+	}
+	cmd := e.rt.runCommand(context.WithoutCancel(ctx), b.dir, call.ID, p.pidFile, p.logFile)
+	p.cmd = cmd
 	// Stdin goes through a pipe of ours, not through exec's copy: Wait
 	// must not wait for a reader that never ends (exec -i on a terminal).
 	var inR, inW *os.File
-	var tty *callTerminal
-	if req.Terminal != nil {
-		var err error
-		if tty, err = openTerminal(cmd, e.rt.name, req.Terminal); err != nil {
-			return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
+	if stdio.Terminal != nil {
+		if p.tty, err = openTerminal(cmd, e.rt.name, stdio.Terminal); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
 		}
-		defer tty.close()
-	} else if src := req.StdinSource(); src != nil {
-		var err error
+		call.Cleanup.Add("terminal", func(context.Context) error {
+			p.tty.close()
+			return nil
+		})
+	} else if stdio.Stdin != nil {
 		if inR, inW, err = os.Pipe(); err != nil {
-			return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: stdin pipe: %w", call.ID, err)
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: stdin pipe: %w", call.ID, err)
 		}
 		cmd.Stdin = inR
 		defer func() {
@@ -557,14 +563,14 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 			}
 		}()
 	}
-	if tty == nil {
-		cmd.Stdout, cmd.Stderr = stdout, stderr
+	if p.tty == nil {
+		cmd.Stdout, cmd.Stderr = stdio.Stdout, stdio.Stderr
 	}
 	if err := e.step("start"); err != nil {
-		return err
+		return nil, err
 	}
 	if err := e.rt.start(cmd); err != nil {
-		return sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: start %s: %w", call.ID, e.rt.name, err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: start %s: %w", call.ID, e.rt.name, err)
 	}
 	if inR != nil {
 		inR.Close()
@@ -572,74 +578,82 @@ func (e *Executor) runContainer(ctx context.Context, cu *cleanup, log zerolog.Lo
 		go func(w *os.File, src io.Reader) {
 			_, _ = io.Copy(w, src) // EPIPE when the command does not read it all
 			w.Close()
-		}(inW, req.StdinSource())
+		}(inW, stdio.Stdin)
 	}
-	done := make(chan struct{})
-	var waitErr error
 	go func() {
-		waitErr = cmd.Wait()
-		close(done)
+		p.waitErr = cmd.Wait()
+		close(p.done)
 	}()
-	if tty != nil {
-		tty.start(cmd, req, stdout, done)
+	if p.tty != nil {
+		p.tty.start(cmd, call.Request, stdio.Stdout, p.done)
 	}
 	// On an early return (a failure or a panic below), stop the runtime
 	// process before the container is deleted: a runtime still running
 	// would keep its cgroups busy.
-	cu.add("runtime process", func(ctx context.Context) error {
+	call.Cleanup.Add("runtime process", func(ctx context.Context) error {
 		select {
-		case <-done:
+		case <-p.done:
 			return nil
 		default:
 		}
-		_ = e.killAll(ctx, call.ID, cmd, pidFile, syscall.SIGKILL)
+		_ = e.killAll(ctx, call.ID, cmd, p.pidFile, syscall.SIGKILL)
 		_ = cmd.Process.Kill()
 		select {
-		case <-done:
+		case <-p.done:
 			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("%s run of %s did not exit: %w", e.rt.name, call.ID, ctx.Err())
 		}
 	})
 	if err := e.step("started"); err != nil {
-		e.killAll(ctx, call.ID, cmd, pidFile, syscall.SIGKILL)
-		<-done
-		return err
+		e.killAll(ctx, call.ID, cmd, p.pidFile, syscall.SIGKILL)
+		<-p.done
+		return nil, err
 	}
-	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, e.grace, done, func(sig syscall.Signal) error {
-		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
-		lastSig = sig
-		return e.killAll(ctx, call.ID, cmd, pidFile, sig)
-	})
-	<-done
-	if tty != nil {
-		tty.finish(log)
-	}
+	return p, nil
+}
 
-	out, oerr := stdout.Stream()
-	errOut, eerr := stderr.Stream()
-	if oerr != nil || eerr != nil {
-		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
-	}
-	res.Stdout, res.Stderr = out, errOut
-	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
+// runtimeProcess is the runtime's foreground process of a started call.
+type runtimeProcess struct {
+	c                *bundleContainer
+	ctx              context.Context // the call's
+	cmd              *exec.Cmd
+	pidFile, logFile string
+	stderr           *sandbox.Capture
+	tty              *callTerminal // nil without a terminal
+	done             chan struct{} // closed once waitErr is set
+	waitErr          error
+}
 
+func (p *runtimeProcess) Done() <-chan struct{} { return p.done }
+
+func (p *runtimeProcess) Signal(_ context.Context, sig syscall.Signal) error {
+	return p.c.e.killAll(p.ctx, p.c.call.ID, p.cmd, p.pidFile, sig)
+}
+
+// Wait reads how the runtime process ended: a runtime that could not
+// start the container is an error (nothing ran), and so is one whose
+// wait failed.
+func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, error) {
+	e, call := p.c.e, p.c.call
+	if p.tty != nil {
+		p.tty.finish(call.Log)
+	}
 	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
-		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s run: %w", call.ID, e.rt.name, waitErr)
+	if p.waitErr != nil && !errors.As(p.waitErr, &exitErr) && !errors.Is(p.waitErr, exec.ErrWaitDelay) {
+		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s run: %w", call.ID, e.rt.name, p.waitErr)
 	}
-	if _, err := os.Stat(pidFile); err != nil && !timedOut && !aborted {
+	if _, err := os.Stat(p.pidFile); err != nil && !stopped {
 		// The container never started: nothing ran.
-		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s could not start the container: %s", call.ID, e.rt.name, runtimeFailure(logFile, errOut.Text))
+		errOut, _ := p.stderr.Stream()
+		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s could not start the container: %s", call.ID, e.rt.name, runtimeFailure(p.logFile, errOut.Text))
 	}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	res.ExitCode, res.Signal = decodeStatus(ws)
-	res.StoppedBy(lastSig)
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	x := driver.WaitExit(ws, true)
 	// The call's cgroups (the container's parents) still exist: teardown
 	// removes them. See prepareOOMAccounting.
-	res.OOMKilled = b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
-	return nil
+	x.OOMKilled = p.c.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
+	return x, nil
 }
 
 // killAll signals every process of the container through the runtime.

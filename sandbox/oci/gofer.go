@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // bundleGofer is the directory of a bundle that holds the staging mounts
@@ -115,56 +116,15 @@ func (b *bundle) stageForGofer(spec *specs.Spec) error {
 		}
 		target := filepath.Join(dir, strconv.Itoa(n))
 		n++
-		if err := bindStaged(m.Source, target, ro); err != nil {
-			return err
+		var attrs uint64
+		if ro {
+			attrs = unix.MOUNT_ATTR_RDONLY
+		}
+		if err := idmap.StageAt(m.Source, target, -1, attrs); err != nil {
+			return fmt.Errorf("gofer staging: %w", err)
 		}
 		b.staged = append(b.staged, target)
 		m.Source = target
-	}
-	return nil
-}
-
-// bindStaged attaches at target (created here: an empty directory, or an
-// empty file for a file source) a non-recursive bind of source, opened
-// without following any link, with nosuid and nodev, and read-only when
-// ro. On failure target is removed again.
-func bindStaged(source, target string, ro bool) (err error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
-	if err != nil {
-		return fmt.Errorf("gofer staging of %s: open: %w", source, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("gofer staging of %s: %w", source, err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		err = os.Mkdir(target, 0o700)
-	} else {
-		err = os.WriteFile(target, nil, 0o600)
-	}
-	if err != nil {
-		return fmt.Errorf("gofer staging: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(target)
-		}
-	}()
-	// The descriptor's magic link names exactly the opened file.
-	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("gofer staging of %s: bind to %s: %w", source, target, err)
-	}
-	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
-	if ro {
-		attrs |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := setMountAttr(target, attrs); err != nil {
-		_ = unix.Unmount(target, unix.MNT_DETACH)
-		return err
 	}
 	return nil
 }

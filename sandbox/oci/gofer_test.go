@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -90,7 +93,7 @@ func TestRunscUserNamespace(t *testing.T) {
 	e := newTestExecutor(t, RuntimeRunsc)
 	for _, c := range []struct {
 		name      string
-		user      string
+		user      sandbox.User
 		owner     int
 		goferUID  uint64
 		wantFiles int
@@ -231,4 +234,88 @@ func ownerOf(fi os.FileInfo) (int, int, bool) {
 		return -1, -1, false
 	}
 	return int(st.Uid), int(st.Gid), true
+}
+
+func TestGoferMountPointsCase(t *testing.T) {
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc"},
+		{Destination: "/tmp", Type: "tmpfs"},
+		{Destination: "/etc", Type: "bind"},
+		{Destination: "/tmp/ws", Type: "bind"},
+	}
+	kept := []string{"/proc", "/etc", "/tmp/ws"}
+	for _, c := range []struct {
+		cwd  string
+		want []string
+	}{
+		{"", kept},
+		{"/", kept},       // every mount lies below it
+		{"/tmp", kept},    // /tmp/ws makes it
+		{"/tmp/ws", kept}, // the workspace's own mount point
+		{"/tmp/ws/sub", append(kept, "/tmp/ws/sub")}, // inside a bind: mountPoints skips it
+		{"/srv/app", append(kept, "/srv/app")},
+		{"relative", kept},
+	} {
+		spec := &specs.Spec{Mounts: mounts}
+		if c.cwd != "" {
+			spec.Process = &specs.Process{Cwd: c.cwd}
+		}
+		var got []string
+		for _, m := range goferMountPoints(spec) {
+			got = append(got, m.Destination)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("goferMountPoints(cwd %q) = %q, want %q", c.cwd, got, c.want)
+		}
+		if len(spec.Mounts) != len(mounts) || spec.Mounts[1].Type != "tmpfs" {
+			t.Errorf("goferMountPoints(cwd %q) changed the spec's mounts to %+v", c.cwd, spec.Mounts)
+		}
+	}
+}
+
+// TestRunscNosuidStateDir runs root-owned calls under runsc with the
+// state directory on a nosuid, nodev tmpfs, as the default /run is on
+// most hosts: gVisor's gofer, in the call's user namespace, could not
+// remount such a root read-only (its flags are locked there), so the
+// executor makes the root read-only itself. Both kinds of root run, and
+// both stay read-only to the call.
+func TestRunscNosuidStateDir(t *testing.T) {
+	requireRuntime(t, RuntimeRunsc)
+	store := busyboxStore(t)
+	run := filepath.Join(testStateDir(t), "run")
+	if err := os.Mkdir(run, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", run, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0711"); err != nil {
+		t.Fatalf("mount a nosuid tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(run, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", run, err)
+		}
+	})
+	e, err := New(Options{Runtime: RuntimeRunsc, StateDir: filepath.Join(run, "dsh-sandbox"), Images: store, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, image := range []string{"host", "busybox"} {
+		p := testPolicy(t, RuntimeRunsc)
+		p.Image = image
+		ws := t.TempDir()
+		res, err := e.Run(context.Background(), &sandbox.Request{
+			Command: "echo x > by-call; if touch /x 2>/dev/null; then echo root-writable; else echo root-ro; fi",
+			Session: sandbox.Session{ID: "s", Cwd: ws},
+			Policy:  p,
+		})
+		if err != nil || sandbox.ExitCode(res, nil) != 0 || res.Stdout.Text != "root-ro\n" {
+			t.Fatalf("image %s: Run = %+v, %v; want exit 0 and root-ro", image, res, err)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, "by-call")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("image %s: by-call on the host: %v, %v; want a file of root", image, fi, err)
+		}
+	}
+	if left := leftovers(t, e); len(left) > 0 {
+		t.Errorf("left behind: %q", left)
+	}
 }

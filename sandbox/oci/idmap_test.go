@@ -28,7 +28,7 @@ func BenchmarkUserNamespace(b *testing.B) {
 				req  *sandbox.Request
 				ds   []time.Duration
 			}
-			mk := func(name, user string, owner int) *variant {
+			mk := func(name string, user sandbox.User, owner int) *variant {
 				ws := filepath.Join(b.TempDir(), "ws")
 				if err := os.Mkdir(ws, 0o755); err != nil {
 					b.Fatal(err)

@@ -138,7 +138,7 @@ func TestPolicyForOtherBackend(t *testing.T) {
 		{"oci", "crun", "policy.runtime"},
 	} {
 		p := testPolicy(t, RuntimeRunc)
-		p.Backend, p.Runtime = tc.backend, tc.runtime
+		p.Backend, p.Runtime = sandbox.Backend(tc.backend), sandbox.Runtime(tc.runtime)
 		_, err := e.Run(context.Background(), &sandbox.Request{Command: "true", Policy: p})
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Run(backend %q, runtime %q) = %v, want ErrInvalid naming %s", tc.backend, tc.runtime, err, tc.field)

@@ -67,7 +67,7 @@ func testPolicy(t testing.TB, rt string) sandbox.Policy {
 	if !ok {
 		t.Fatalf("policy.Builtin(%q) not found", policy.WorkspaceWrite)
 	}
-	p.Backend, p.Runtime = "oci", rt
+	p.Backend, p.Runtime = "oci", sandbox.Runtime(rt)
 	return p
 }
 

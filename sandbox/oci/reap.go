@@ -12,27 +12,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// ReapReport lists what Reap removed. Every entry is a container id or an
-// absolute path.
-type ReapReport struct {
-	// Instances are the dead instances whose leftovers were removed
-	// (their lock files included).
-	Instances []string `json:"instances"`
-	// Containers are the runtime containers deleted.
-	Containers []string `json:"containers"`
-	// Bundles are the bundle directories removed.
-	Bundles []string `json:"bundles"`
-	// Mounts are the mount points unmounted.
-	Mounts []string `json:"mounts"`
-	// Cgroups are the cgroup directories removed.
-	Cgroups []string `json:"cgroups"`
-}
-
-// Empty reports whether Reap found nothing to remove.
-func (r ReapReport) Empty() bool {
-	return len(r.Instances)+len(r.Containers)+len(r.Bundles)+len(r.Mounts)+len(r.Cgroups) == 0
-}
-
 // unmarkedBundleAge is how old a bundle directory without a marker must
 // be before Reap removes it. The marker is written right after the
 // directory is made, so only a crash in between leaves one without; a
@@ -49,9 +28,9 @@ const cgroupReapWait = 2 * time.Second
 // empty report without spawning the runtime. A crash leaves both (the
 // bundle is removed only after its container), so nothing Reap would
 // remove is missed; `dsh-sandbox reap` and serve's start call Reap.
-func (e *Executor) ReapDead(ctx context.Context) (ReapReport, error) {
+func (e *Executor) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
 	if !e.mayHaveLeftovers() {
-		return ReapReport{}, nil
+		return sandbox.ReapReport{}, nil
 	}
 	return e.Reap(ctx)
 }
@@ -88,13 +67,13 @@ func (e *Executor) mayHaveLeftovers() bool {
 // removed with every failure joined.
 //
 // Reap is safe to call while calls of this and other live instances run.
-func (e *Executor) Reap(ctx context.Context) (ReapReport, error) {
+func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
-		return ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
+		return sandbox.ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
 	}
-	var rep ReapReport
+	var rep sandbox.ReapReport
 	var errs []error
 	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
 	defer release()

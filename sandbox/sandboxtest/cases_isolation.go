@@ -113,7 +113,7 @@ func testUserAutoOwner(t *testing.T, s *suite) {
 	st := s.procStatus(t, fx)
 	wantUID := strconv.FormatUint(uint64(ownerUID(t, fx.Workspace)), 10)
 	if u := s.cfg.Policy.User; u != "auto" {
-		uid, _, ok := strings.Cut(u, ":")
+		uid, _, ok := strings.Cut(string(u), ":")
 		if !ok {
 			t.Fatalf("policy user %q is neither auto nor uid:gid", u)
 		}

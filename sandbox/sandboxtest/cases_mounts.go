@@ -205,7 +205,7 @@ func testWorkspaceRW(t *testing.T, s *suite) {
 	if fi, err := os.Stat(filepath.Join(fx.Workspace, "made", "dir")); err != nil || !fi.IsDir() {
 		t.Errorf("made/dir on the host: %v, want a directory", err)
 	}
-	if got, want := ownerUID(t, created), ownerUID(t, fx.Workspace); req.Policy.User == "auto" && got != want {
+	if got, want := ownerUID(t, created), ownerUID(t, fx.Workspace); req.Policy.User.Auto() && got != want {
 		t.Errorf("created.txt owner = %d, want the workspace owner %d (user auto)", got, want)
 	}
 }

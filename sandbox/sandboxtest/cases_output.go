@@ -62,7 +62,7 @@ func checkTruncated(t *testing.T, fx *fixture, req *sandbox.Request, name string
 	if want := spillFile(fx, req.CallID, name); st.SpillPath != want {
 		t.Errorf("%s.SpillPath = %q, want %q", name, st.SpillPath, want)
 	}
-	if want := req.Policy.Transcript == "ro"; st.SpillInside != want {
+	if want := req.Policy.Transcript.Mounted(); st.SpillInside != want {
 		t.Errorf("%s.SpillInside = %v, want %v (transcript %q)", name, st.SpillInside, want, req.Policy.Transcript)
 	}
 	if st.SpillPath == "" {

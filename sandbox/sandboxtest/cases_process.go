@@ -212,7 +212,7 @@ func testResultSandboxInfo(t *testing.T, s *suite) {
 	req := s.request(fx, "true")
 	res := s.runOK(t, req)
 	p := req.Policy
-	if res.Sandbox.Backend != p.Backend || res.Sandbox.Policy != p.Name {
+	if res.Sandbox.Backend != string(p.Backend) || res.Sandbox.Policy != p.Name {
 		t.Errorf("Result.Sandbox = %+v, want backend %q and policy %q", res.Sandbox, p.Backend, p.Name)
 	}
 	if res.TimeoutMs != callTimeoutMs {
@@ -227,7 +227,7 @@ func testResultSandboxInfo(t *testing.T, s *suite) {
 	if p.Image != "" && res.Sandbox.Image != p.Image {
 		t.Errorf("Result.Sandbox.Image = %q, want the policy's %q", res.Sandbox.Image, p.Image)
 	}
-	if p.Runtime != "" && res.Sandbox.Runtime != p.Runtime {
+	if p.Runtime != "" && res.Sandbox.Runtime != string(p.Runtime) {
 		t.Errorf("Result.Sandbox.Runtime = %q, want the policy's %q", res.Sandbox.Runtime, p.Runtime)
 	}
 	res2 := s.runOK(t, s.request(fx, "true"))

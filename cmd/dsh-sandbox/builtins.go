@@ -1,0 +1,27 @@
+package main
+
+import (
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/local"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+)
+
+// backends are the backends this program ships, the default (oci, whose
+// default runtime is runc) first. Adding a backend is its package plus
+// one line here.
+var backends = newBackends(
+	oci.Descriptor(),
+	docker.Descriptor(),
+	containerd.Descriptor(),
+	local.Descriptor(),
+)
+
+func newBackends(ds ...backend.Descriptor) *backend.Registry {
+	r := &backend.Registry{}
+	for _, d := range ds {
+		r.Register(d)
+	}
+	return r
+}

@@ -1,0 +1,43 @@
+package containerd
+
+import (
+	"context"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+)
+
+var (
+	_ backend.Reaper     = (*Executor)(nil)
+	_ backend.ImageStore = (*Executor)(nil)
+)
+
+// Descriptor describes the containerd backend to the registry: containerd
+// at Config.ContainerdAddress and ContainerdNamespace, its images,
+// reaping, a doctor and the `ctr run --rm` bench baseline.
+func Descriptor() backend.Descriptor {
+	return backend.Descriptor{
+		Name:  sandbox.BackendContainerd,
+		Needs: backend.Needs{Daemon: &backend.Daemon{Binary: "containerd", Package: "containerd"}},
+		Open: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) (sandbox.Executor, error) {
+			return backend.Opened(New(ctx, options(cfg)))
+		},
+		Reaps:  true,
+		Images: backend.ImagesExecutor,
+		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
+			return Doctor(ctx, options(cfg))
+		},
+		Bench: &backend.Bench{
+			Baseline: "ctr run --rm",
+			Image:    true,
+			Run: func(ctx context.Context, cfg backend.Config, image string) (time.Duration, error) {
+				return BenchCtrRun(ctx, cfg.ContainerdAddress, cfg.ContainerdNamespace, image)
+			},
+		},
+	}
+}
+
+func options(cfg backend.Config) Options {
+	return Options{Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}
+}

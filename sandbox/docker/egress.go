@@ -1,0 +1,257 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// The engine cannot put a container into a network namespace of ours,
+// so a call of network allowlist runs the other way round: its container
+// gets the engine's network "none" (its own namespace, only lo), and its
+// pid 1 first waits on a FIFO the service bind-mounts at readyPath. Once
+// the container runs, the service serves the call's proxy, SOCKS5 and
+// DNS servers inside that namespace (egress.Options.Namespace, opened
+// through /proc/<pid>/ns/net of the container's pid 1, checked to be the
+// process that holds the FIFO: see openNamespace) and writes a line to
+// the FIFO; only then does the command start. If that fails, the FIFO
+// is closed without a line, pid 1 exits 125 and Run returns the error.
+
+// readyPath is where a call's container sees its FIFO.
+const readyPath = "/dev/.dsh-sandbox-egress-ready"
+
+// readyScript is the script of the /bin/sh that runs before the init:
+// it waits for the line, then execs its arguments (the init's argv,
+// which no shell parses).
+const readyScript = `read -r _ <` + readyPath + ` || exit 125; exec "$@"`
+
+// pidWait bounds how long the service waits for the engine to report
+// the pid of a container whose process already opened its FIFO.
+const pidWait = 10 * time.Second
+
+// callEgress is the egress network of one running call.
+type callEgress struct {
+	e      *Executor
+	log    zerolog.Logger
+	name   string // the container's name
+	fifo   string // the FIFO on the host
+	opts   egress.Options
+	ended  atomic.Bool
+	done   chan struct{}
+	mu     sync.Mutex
+	nc     *egress.Call // nil until served
+	failed error        // why the network could not be served
+}
+
+// startEgress prepares the egress network of a call of network
+// allowlist whose container is to be created as name with cfg and hc:
+// it points the call's env at the proxy, makes pid 1 wait for the
+// network (readyScript), binds the FIFO and resolv.conf, and starts
+// waiting for the container in the background. The caller must defer
+// end once the container's removal is deferred too, so that end runs
+// after it. On error nothing is left.
+func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandbox.Call, name string, cfg *container.Config, hc *container.HostConfig) (*callEgress, error) {
+	if p.Runtime == runtimeRunsc {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network %q is not supported with runtime runsc yet (gVisor's network stack does not see the engine's namespace); use runc or crun", p.Network)
+	}
+	if _, err := egress.ParseRules(p.NetworkAllow, p.NetworkDeny); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network.%v", err)
+	}
+	files := filepath.Join(e.opts.StateDir, "egress")
+	if err := egress.WriteFiles(files); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: %w", call.ID, err)
+	}
+	fifo := filepath.Join(files, "ready-"+e.instance+"-"+call.ID)
+	if err := os.Remove(fifo); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
+	// Readable by the call's user, whatever uid the engine maps it to;
+	// writable by the service alone.
+	if err := os.Chmod(fifo, 0o644); err != nil {
+		os.Remove(fifo)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
+	call.Env = egress.WithProxyEnv(call.Env)
+	cfg.Env = call.Env
+	cfg.Cmd = append([]string{"/bin/sh", "-c", readyScript, "sh"}, cfg.Cmd...)
+	hc.Mounts = append(hc.Mounts,
+		mount.Mount{Type: mount.TypeBind, Source: fifo, Target: readyPath, ReadOnly: true},
+		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(files, egress.ResolvConfFile), Target: "/etc/resolv.conf", ReadOnly: true},
+	)
+	ce := &callEgress{
+		e: e, log: log, name: name, fifo: fifo, done: make(chan struct{}),
+		opts: egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log},
+	}
+	go ce.serve()
+	return ce, nil
+}
+
+// serve waits until the container's pid 1 opens the FIFO, serves the
+// call's network in the container's namespace and lets pid 1 go on.
+func (ce *callEgress) serve() {
+	defer close(ce.done)
+	if ce.ended.Load() {
+		return
+	}
+	// Blocks until a reader opens the FIFO: the container's pid 1, or
+	// end, which opens it to end the wait.
+	w, err := os.OpenFile(ce.fifo, os.O_WRONLY, 0)
+	if err != nil {
+		ce.fail(fmt.Errorf("egress FIFO: %w", err))
+		return
+	}
+	defer w.Close() // without a line, pid 1 exits 125
+	if ce.ended.Load() {
+		return
+	}
+	pid, err := ce.containerPid()
+	if err != nil {
+		ce.fail(err)
+		return
+	}
+	ns, err := ce.openNamespace(pid)
+	if err != nil {
+		ce.fail(err)
+		return
+	}
+	opts := ce.opts
+	opts.Namespace = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.Fd())
+	nc, err := egress.Start(opts)
+	ns.Close()
+	if err != nil {
+		ce.fail(err)
+		return
+	}
+	ce.mu.Lock()
+	ce.nc = nc
+	ce.mu.Unlock()
+	if _, err := w.Write([]byte("\n")); err != nil {
+		ce.fail(fmt.Errorf("egress FIFO: %w", err))
+	}
+}
+
+// containerPid asks the engine for the host pid of the container's
+// pid 1, which already runs (it opened the FIFO) but may not be recorded
+// by the engine yet.
+func (ce *callEgress) containerPid() (int, error) {
+	deadline := time.Now().Add(pidWait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		info, err := ce.e.cli.ContainerInspect(ctx, ce.name)
+		cancel()
+		if err != nil {
+			return 0, unavailable(err, "egress: inspect container %s", ce.name)
+		}
+		if info.State != nil && info.State.Running && info.State.Pid > 0 {
+			return info.State.Pid, nil
+		}
+		if time.Now().After(deadline) || ce.ended.Load() {
+			return 0, sandbox.Errorf(sandbox.ErrUnavailable, "docker: egress: the engine reported no pid for container %s within %v", ce.name, pidWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openNamespace opens the network namespace of pid, the container's
+// pid 1 as the engine reported it, and makes sure it is that process:
+// one that holds the call's FIFO open and was alive from before the
+// namespace was opened until after the check (a pid 1 killed meanwhile,
+// by a timeout, and its pid reused by a host process, would otherwise
+// put the proxy in that process's namespace).
+func (ce *callEgress) openNamespace(pid int) (*os.File, error) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("egress: pid %d of container %s: %w", pid, ce.name, err)
+	}
+	defer unix.Close(pidfd)
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, fmt.Errorf("egress: network namespace of container %s: %w", ce.name, err)
+	}
+	err = holdsFile(pid, ce.fifo)
+	if err == nil {
+		if serr := unix.PidfdSendSignal(pidfd, 0, nil, 0); serr != nil {
+			err = fmt.Errorf("pid %d ended: %w", pid, serr)
+		}
+	}
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("egress: container %s: %w", ce.name, err)
+	}
+	return ns, nil
+}
+
+// holdsFile reports, as an error, that process pid has no descriptor
+// open on the file at path.
+func holdsFile(pid int, path string) error {
+	want, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, fd := range fds {
+		if fi, err := os.Stat(filepath.Join(dir, fd.Name())); err == nil && os.SameFile(fi, want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("pid %d does not hold the call's FIFO open", pid)
+}
+
+func (ce *callEgress) fail(err error) {
+	ce.mu.Lock()
+	defer ce.mu.Unlock()
+	if ce.failed == nil {
+		ce.failed = err
+	}
+}
+
+// end stops waiting for the container, closes the call's network (and
+// every connection still open) and removes the FIFO. It puts the record
+// into *res; when the network could not be served and Run had no error,
+// Run's result becomes that error (the command never ran). Deferred so
+// that it runs after the container's removal.
+func (ce *callEgress) end(res **sandbox.Result, err *error) {
+	ce.ended.Store(true)
+	// A reader lets a writer's open that still waits return; it is held
+	// until serve is done, so that serve cannot start waiting after it.
+	r, rerr := os.OpenFile(ce.fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	<-ce.done
+	if rerr == nil {
+		r.Close()
+	}
+	if rmErr := os.Remove(ce.fifo); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		ce.log.Error().Err(rmErr).Msg("egress: removing the FIFO")
+	}
+	ce.mu.Lock()
+	nc, failed := ce.nc, ce.failed
+	ce.mu.Unlock()
+	if nc != nil {
+		recs := nc.Close()
+		if *res != nil {
+			(*res).Egress = recs
+		}
+	}
+	if failed != nil && *err == nil {
+		*res, *err = nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: egress network of container %s: %w", ce.name, failed)
+	}
+}

@@ -1,0 +1,251 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/rs/zerolog"
+
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// newEgressExecutor is newTestExecutor whose egress proxies reach the
+// made-up internet of inet, with fixtures.EgressImage imported.
+func newEgressExecutor(t *testing.T, inet *fixtures.Internet) *Executor {
+	t.Helper()
+	requireEngine(t)
+	e, err := New(t.Context(), Options{
+		StateDir: t.TempDir(),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Network:  egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
+		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
+	}
+	return e
+}
+
+// egressPolicy is testPolicy with network allowlist on fixtures.EgressImage.
+func egressPolicy(t testing.TB) sandbox.Policy {
+	t.Helper()
+	p := testPolicy(t)
+	p.Image = fixtures.EgressImage
+	p.Network = policy.NetworkAllowlist
+	p.NetworkAllow = []string{"web.test", "tls.test:443", "private.test"}
+	p.NetworkDeny = []string{"denied.test"}
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestEgressAllowlist runs one call on the engine that tries every way
+// out, the HTTP proxy, the SOCKS5 server and a Go program that honours
+// the proxy variables among them, and checks which worked and the
+// record.
+func TestEgressAllowlist(t *testing.T) {
+	inet := fixtures.NewInternet(t)
+	e := newEgressExecutor(t, inet)
+	cwd := t.TempDir()
+	fixtures.ProxyClient(t, cwd, inet.CACertPEM)
+	res, err := e.Run(context.Background(), &sandbox.Request{
+		Command: fixtures.ProbeShell + fixtures.EgressProbes,
+		Session: sandbox.Session{ID: "s", Cwd: cwd},
+		Policy:  egressPolicy(t),
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	fixtures.CheckProbes(t, res.Stdout.Text, res.Stderr.Text, fixtures.EgressProbesWant)
+	inet.Check(t)
+	fixtures.CheckEgressRecord(t, res.Egress)
+	if l := leftovers(t, e); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
+	if ents, _ := os.ReadDir(e.opts.StateDir + "/egress"); len(ents) != 2 {
+		t.Errorf("the egress directory holds %d entries after the call, want resolv.conf and nsswitch.conf only", len(ents))
+	}
+}
+
+// TestEgressConcurrent runs 16 calls on the engine at once, each with 13
+// requests in flight through its proxy (208 connections), and checks
+// that every request succeeded and is in its own call's record.
+func TestEgressConcurrent(t *testing.T) {
+	inet := fixtures.NewInternet(t)
+	e := newEgressExecutor(t, inet)
+	fixtures.RunConcurrentEgress(t, func(session string) (string, string, any, error) {
+		res, err := e.Run(context.Background(), &sandbox.Request{
+			Command: fixtures.ConcurrentCommand,
+			Session: sandbox.Session{ID: session, Cwd: t.TempDir()},
+			Policy:  egressPolicy(t),
+		})
+		if err != nil {
+			return "", "", nil, err
+		}
+		return res.Stdout.Text, res.Stderr.Text, res.Egress, nil
+	})
+	inet.Check(t)
+	if l := leftovers(t, e); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
+}
+
+// TestEgressHeldConnectionClosed lets a call end while a request of its
+// is held open: the upstream connection is closed by the time Run
+// returns.
+func TestEgressHeldConnectionClosed(t *testing.T) {
+	inet := fixtures.NewInternet(t)
+	e := newEgressExecutor(t, inet)
+	res, err := e.Run(context.Background(), &sandbox.Request{
+		Command: fixtures.HoldCommand,
+		Session: sandbox.Session{ID: "s", Cwd: t.TempDir()},
+		Policy:  egressPolicy(t),
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	inet.CheckHeldClosed(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+}
+
+// TestEgressRefusedOnRunsc: gVisor does not see the engine's namespace,
+// so a call of network allowlist on runtime runsc is refused before
+// anything is created.
+func TestEgressRefusedOnRunsc(t *testing.T) {
+	e := &Executor{opts: Options{StateDir: t.TempDir()}}
+	p := egressPolicy(t)
+	p.Runtime = runtimeRunsc
+	_, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c"}, "n", nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "runsc") {
+		t.Errorf("startEgress(runsc) = %v, want an error naming runsc", err)
+	}
+}
+
+// TestEgressConfigAndEnd checks what startEgress changes in a container's
+// configuration and that end, when no container ever opened the FIFO
+// (its create or start failed), returns, removes the FIFO and reports no
+// error of its own.
+func TestEgressConfigAndEnd(t *testing.T) {
+	requireRoot(t)
+	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i1"}
+	call := &sandbox.Call{ID: "c1", Env: []string{"A=1", "HTTP_PROXY=http://elsewhere:1"}}
+	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init", "sh", "cmd"}}
+	hc := &container.HostConfig{}
+	ce, err := e.startEgress(zerolog.Nop(), egressPolicy(t), call, "n", cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/bin/sh", "-c", readyScript, "sh", "/bin/sh", "-c", "init", "sh", "cmd"}; !slices.Equal(cfg.Cmd, want) {
+		t.Errorf("Cmd = %q, want %q", cfg.Cmd, want)
+	}
+	if !slices.Contains(cfg.Env, "HTTP_PROXY="+egress.ProxyURL) || !slices.Contains(cfg.Env, "ALL_PROXY="+egress.SOCKSURL) || slices.Contains(cfg.Env, "HTTP_PROXY=http://elsewhere:1") {
+		t.Errorf("Env = %q, want the proxy variables of egress.ProxyEnv only", cfg.Env)
+	}
+	var targets []string
+	for _, m := range hc.Mounts {
+		targets = append(targets, m.Target)
+		if !m.ReadOnly {
+			t.Errorf("mount %s is writable", m.Target)
+		}
+	}
+	if !slices.Equal(targets, []string{readyPath, "/etc/resolv.conf"}) {
+		t.Errorf("mounts %q, want the FIFO and resolv.conf", targets)
+	}
+	res := &sandbox.Result{}
+	var runErr error
+	done := make(chan struct{})
+	go func() {
+		ce.end(&res, &runErr)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("end did not return without a container")
+	}
+	if runErr != nil || res == nil {
+		t.Errorf("end = %v, %v; want the result untouched", res, runErr)
+	}
+	if _, err := os.Stat(ce.fifo); !os.IsNotExist(err) {
+		t.Errorf("the FIFO is still there after end: %v", err)
+	}
+}
+
+// TestHoldsFile: holdsFile tells a process that holds a file open from
+// one that does not.
+func TestHoldsFile(t *testing.T) {
+	dir := t.TempDir()
+	held, other := dir+"/held", dir+"/other"
+	for _, p := range []string{held, other} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := holdsFile(os.Getpid(), held); err != nil {
+		t.Errorf("holdsFile(self, held) = %v, want nil", err)
+	}
+	if err := holdsFile(os.Getpid(), other); err == nil {
+		t.Errorf("holdsFile(self, other) = nil, want an error")
+	}
+}
+
+// BenchmarkEgressCall times calls of `true` with network none and with
+// network allowlist, alternating in one run, and reports both medians and
+// their difference: the per-call cost of egress on the engine.
+func BenchmarkEgressCall(b *testing.B) {
+	e := newTestExecutor(b)
+	none := testPolicy(b)
+	allow := none
+	allow.Network, allow.NetworkAllow = policy.NetworkAllowlist, []string{"example.com"}
+	allow, err := policy.Normalize(allow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func(p sandbox.Policy) func() error {
+		return func() error {
+			res, err := e.Run(context.Background(), &sandbox.Request{Command: "true", Policy: p})
+			if err != nil || sandbox.ExitCode(res, nil) != 0 {
+				return fmt.Errorf("Run(true) = %+v, %v", res, err)
+			}
+			return nil
+		}
+	}
+	fixtures.CompareCalls(b, run(none), run(allow))
+}
+
+// egressRootfsTar is the root filesystem of fixtures.EgressImage.
+func egressRootfsTar(t *testing.T) *bytes.Buffer {
+	t.Helper()
+	var base, tar bytes.Buffer
+	err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath)
+	if err == nil {
+		err = images.AddHostBinaries(&tar, &base, fixtures.EgressTools...)
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but the egress test image cannot be built: %v", err)
+		}
+		t.Skipf("cannot build the egress test image (install busybox-static, bash and curl): %v", err)
+	}
+	return &tar
+}

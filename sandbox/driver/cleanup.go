@@ -1,0 +1,58 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Cleanup is a releasable stack of undo steps, in the style of gVisor's
+// runsc/cleanup: a function that builds something pushes the undo of each
+// finished step, defers Clean, and calls Release once the whole thing has
+// succeeded so that ownership of the undo passes to its caller. Run keeps
+// one per call and cleans it on every path.
+//
+// The zero value is an empty stack. A Cleanup is not safe for concurrent
+// use.
+type Cleanup struct {
+	steps []cleanupStep
+}
+
+type cleanupStep struct {
+	name string
+	fn   func(ctx context.Context) error
+}
+
+// Add pushes an undo step; steps run in reverse order of addition.
+func (c *Cleanup) Add(name string, fn func(ctx context.Context) error) {
+	c.steps = append(c.steps, cleanupStep{name: name, fn: fn})
+}
+
+// Clean runs every step, last added first, even when earlier ones fail,
+// and empties the stack. The error joins every failure, each prefixed
+// with the step's name.
+func (c *Cleanup) Clean(ctx context.Context) error {
+	var errs []error
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		s := c.steps[i]
+		if err := s.fn(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	c.steps = nil
+	return errors.Join(errs...)
+}
+
+// Release empties the stack and returns a Cleanup owning its steps, for
+// the caller to run later.
+func (c *Cleanup) Release() *Cleanup {
+	r := &Cleanup{steps: c.steps}
+	c.steps = nil
+	return r
+}
+
+// Merge moves the steps of o on top of c's, leaving o empty.
+func (c *Cleanup) Merge(o *Cleanup) {
+	c.steps = append(c.steps, o.steps...)
+	o.steps = nil
+}
