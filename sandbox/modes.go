@@ -118,6 +118,18 @@ var Backends = []Backend{BackendOCI, BackendDocker, BackendContainerd, BackendLo
 // Valid reports whether b is one of Backends.
 func (b Backend) Valid() bool { return slices.Contains(Backends, b) }
 
+// RegisterBackend adds b to Backends unless it is there. The backend
+// registry (sandbox/backend) calls it for every backend it registers, so
+// that a policy may name a backend known only by its registration: a new
+// backend is its package plus one registry line. Registration happens
+// when the program starts; RegisterBackend must not run concurrently
+// with Valid or ParseBackend.
+func RegisterBackend(b Backend) {
+	if !slices.Contains(Backends, b) {
+		Backends = append(slices.Clip(Backends), b)
+	}
+}
+
 // Contained reports whether b runs calls in containers (every backend
 // but local).
 func (b Backend) Contained() bool { return b.Valid() && b != BackendLocal }

@@ -77,14 +77,17 @@ func (b *toyBackend) descriptor() backend.Descriptor {
 }
 
 // registerToy adds the toy backend to the CLI's registry for the test:
-// the one line a new backend adds to builtins.go, plus its name among the
-// backends a policy may name (sandbox.Backends).
+// the one line a new backend adds to builtins.go, which also makes its
+// name one a policy may name (sandbox.Backends). The cleanup takes both
+// back, for the tests that compare the registry with the built-ins.
 func registerToy(t *testing.T) *toyBackend {
 	t.Helper()
 	b := &toyBackend{}
+	names := slices.Clone(sandbox.Backends)
 	backends.Register(b.descriptor())
-	names := sandbox.Backends
-	sandbox.Backends = append(slices.Clone(names), toyName)
+	if !slices.Contains(sandbox.Backends, toyName) {
+		t.Fatalf("registering %q did not make it a backend a policy may name: %q", toyName, sandbox.Backends)
+	}
 	t.Cleanup(func() {
 		backends.Unregister(toyName)
 		sandbox.Backends = names
