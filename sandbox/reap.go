@@ -32,6 +32,9 @@ type ReapReport struct {
 	Mounts []string `json:"mounts"`
 	// Cgroups are the cgroup directories removed (oci).
 	Cgroups []string `json:"cgroups"`
+	// Files are other state files removed, by absolute path (docker: the
+	// FIFO a call with a network allowlist waits on).
+	Files []string `json:"files"`
 }
 
 // reapKind is one kind of removed object and its entries.
@@ -46,6 +49,7 @@ func (r ReapReport) kinds() []reapKind {
 	return []reapKind{
 		{"containers", r.Containers}, {"bundles", r.Bundles}, {"snapshots", r.Snapshots},
 		{"unnamed images", r.Images}, {"mounts", r.Mounts}, {"cgroups", r.Cgroups},
+		{"files", r.Files},
 	}
 }
 
@@ -81,7 +85,7 @@ func (r ReapReport) String() string {
 // MarshalJSON writes every field, an empty one as [].
 func (r ReapReport) MarshalJSON() ([]byte, error) {
 	type plain ReapReport
-	for _, l := range []*[]string{&r.Instances, &r.Containers, &r.Bundles, &r.Snapshots, &r.Images, &r.Mounts, &r.Cgroups} {
+	for _, l := range []*[]string{&r.Instances, &r.Containers, &r.Bundles, &r.Snapshots, &r.Images, &r.Mounts, &r.Cgroups, &r.Files} {
 		if *l == nil {
 			*l = []string{}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,4 +255,34 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 	if failed != nil && *err == nil {
 		*res, *err = nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: egress network of container %s: %w", ce.name, failed)
 	}
+}
+
+// reapEgress removes the egress FIFOs of instance inst's calls for which
+// keep is false (a crash between a call's start and its end leaves its
+// FIFO behind) and returns their paths.
+func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]string, error) {
+	dir := filepath.Join(e.opts.StateDir, "egress")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("egress FIFOs: %w", err)
+	}
+	prefix := "ready-" + inst + "-"
+	var removed []string
+	var errs []error
+	for _, ent := range ents {
+		call, ok := strings.CutPrefix(ent.Name(), prefix)
+		if !ok || keep(call) {
+			continue
+		}
+		p := filepath.Join(dir, ent.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("egress FIFO: %w", err))
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/images"
@@ -248,4 +250,32 @@ func egressRootfsTar(t *testing.T) *bytes.Buffer {
 		t.Skipf("cannot build the egress test image (install busybox-static, bash and curl): %v", err)
 	}
 	return &tar
+}
+
+// TestReapEgressFIFOs: Reap's helper removes the egress FIFOs of an
+// instance's calls that no longer run and leaves those of a running call
+// and of other instances.
+func TestReapEgressFIFOs(t *testing.T) {
+	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
+	dir := filepath.Join(e.opts.StateDir, "egress")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ready-i-test-dead", "ready-i-test-live", "ready-i-other-dead", "resolv.conf"} {
+		if err := unix.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := e.reapEgress("i-test", func(call string) bool { return call == "live" })
+	if want := []string{filepath.Join(dir, "ready-i-test-dead")}; err != nil || !slices.Equal(removed, want) {
+		t.Errorf("reapEgress() = %q, %v; want %q", removed, err, want)
+	}
+	for _, name := range []string{"ready-i-test-live", "ready-i-other-dead", "resolv.conf"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s after reapEgress(): %v, want it kept", name, err)
+		}
+	}
+	if removed, err := (&Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}).reapEgress("i-test", func(string) bool { return false }); err != nil || len(removed) != 0 {
+		t.Errorf("reapEgress() without an egress directory = %q, %v; want nothing", removed, err)
+	}
 }

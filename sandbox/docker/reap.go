@@ -83,16 +83,28 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 			rep.Instances = append(rep.Instances, inst)
 		}
 	}
-	// Staging mounts go after the containers that used them.
+	// Staging mounts and egress FIFOs go after the containers that used
+	// them.
+	none := func(string) bool { return false }
 	for inst := range dead {
-		ms, err := e.reapBinds(inst, func(string) bool { return false })
+		ms, err := e.reapBinds(inst, none)
 		rep.Mounts = append(rep.Mounts, ms...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		fs, err := e.reapEgress(inst, none)
+		rep.Files = append(rep.Files, fs...)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	ms, err := e.reapBinds(e.instance, e.active.Has)
 	rep.Mounts = append(rep.Mounts, ms...)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	fs, err := e.reapEgress(e.instance, e.active.Has)
+	rep.Files = append(rep.Files, fs...)
 	if err != nil {
 		errs = append(errs, err)
 	}
