@@ -43,6 +43,29 @@ func TestServeExecStdin100MB(t *testing.T) {
 	}
 }
 
+// TestServeMaxStdin: serve --max-stdin bounds what one call streams: 2
+// MiB through exec --server -i into a service started with 1Mi is
+// refused (the call is stopped, nothing reports success), while 512 KiB
+// passes byte for byte.
+func TestServeMaxStdin(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	sv := startServe(t, e, "--max-stdin", "1Mi")
+	base := append([]string{"exec", "--server", "unix://" + checkedSocket(t, sv.sock)}, e.flags("s1")...)
+	small, want := binaryData(512 << 10)
+	if r := runStdin(t, bytes.NewReader(small), append(base, "-i", "--", "sha256sum")...); r.code != 0 || firstField(r.stdout) != want {
+		t.Errorf("512 KiB under --max-stdin 1Mi = %d, %q (stderr %q); want %s", r.code, r.stdout, r.stderr, want)
+	}
+	big, _ := binaryData(2 << 20)
+	r := runStdin(t, bytes.NewReader(big), append(base, "-i", "--", "sha256sum")...)
+	if r.code == 0 || !strings.Contains(r.stderr, "stdin") {
+		t.Errorf("2 MiB under --max-stdin 1Mi = %d, %q (stderr %q); want a failure naming stdin", r.code, r.stdout, r.stderr)
+	}
+	if r := run(t, nil, append([]string{"serve", "--max-stdin", "lots"}, e.flags("")...)...); r.code != 2 || !strings.Contains(r.stderr, "--max-stdin") {
+		t.Errorf("serve --max-stdin lots = %d, %q; want 2 naming --max-stdin", r.code, r.stderr)
+	}
+}
+
 // TestServeJobStdin: a background job started with stdinOpen reads the
 // binary chunks POST /v1/jobs/{id}/stdin sends, in order, until the last
 // write closes its stdin; another client cannot write into it.

@@ -65,6 +65,7 @@ Examples:
 			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
 			&cli.IntFlag{Name: "max-concurrent", Value: api.DefaultMaxConcurrent, Usage: "executions at once (foreground calls and background jobs)"},
 			&cli.IntFlag{Name: "max-queue", Value: api.DefaultMaxQueue, Usage: "executions waiting for a slot before 429 (0: none wait)"},
+			&cli.StringFlag{Name: "max-stdin", Value: "1Gi", Usage: "bound `SIZE` of the stdin one call streams (a foreground run's stdin part, or all a job is sent); past it 413 naming stdin"},
 			&cli.IntFlag{Name: "max-jobs-per-session", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs of one session that have not ended before 429 (0: no limit)"},
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until removed)"},
 			&cli.StringFlag{Name: "audit-log", Usage: "audit log `FILE` (JSONL, hash-chained; default <data-dir>/audit.jsonl; \"none\" disables)"},
@@ -84,6 +85,10 @@ func runServe(c *cli.Context) error {
 	s, err := loadSettings(c)
 	if err != nil {
 		return err
+	}
+	maxStdin, err := policy.ParseSize(c.String("max-stdin"))
+	if err != nil || maxStdin <= 0 {
+		return usageError("--max-stdin: %q: want a positive size such as 1Gi or 64Mi", c.String("max-stdin"))
 	}
 	if !newFlags(c).IsSet("log-level") {
 		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
@@ -205,6 +210,7 @@ func runServe(c *cli.Context) error {
 		MaxConcurrent:     c.Int("max-concurrent"),
 		MaxQueue:          queueFlag(c.Int("max-queue")),
 		MaxJobsPerSession: queueFlag(c.Int("max-jobs-per-session")),
+		MaxStdinBytes:     maxStdin,
 		JobTTL:            ttlFlag(c.Duration("job-ttl")),
 		WorkspaceRoots:    s.workspaceRoots,
 		ProtectedPaths:    protected,
