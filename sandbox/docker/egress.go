@@ -47,8 +47,9 @@ const pidWait = 10 * time.Second
 type callEgress struct {
 	e      *Executor
 	log    zerolog.Logger
-	name   string // the container's name
-	fifo   string // the FIFO on the host
+	name   string   // the container's name
+	fifo   string   // the FIFO on the host
+	ref    *os.File // the FIFO opened O_PATH: reopened by its descriptor, so that neither serve nor end depends on the path
 	opts   egress.Options
 	ended  atomic.Bool
 	done   chan struct{}
@@ -75,7 +76,14 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 	if err := egress.WriteFiles(files); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: %w", call.ID, err)
 	}
-	fifo := filepath.Join(files, "ready-"+e.instance+"-"+call.ID)
+	// One directory per instance, as for the staging mounts: instance
+	// and call ids may both hold "-", so a shared directory could not
+	// tell whose FIFO a name is.
+	dir := filepath.Join(files, e.instance)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
+	fifo := filepath.Join(dir, "ready-"+call.ID)
 	if err := os.Remove(fifo); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
 	}
@@ -88,6 +96,11 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 		os.Remove(fifo)
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
 	}
+	ref, err := os.OpenFile(fifo, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(fifo)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
 	call.Env = egress.WithProxyEnv(call.Env)
 	cfg.Env = call.Env
 	cfg.Cmd = append([]string{"/bin/sh", "-c", readyScript, "sh"}, cfg.Cmd...)
@@ -96,7 +109,7 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(files, egress.ResolvConfFile), Target: "/etc/resolv.conf", ReadOnly: true},
 	)
 	ce := &callEgress{
-		e: e, log: log, name: name, fifo: fifo, done: make(chan struct{}),
+		e: e, log: log, name: name, fifo: fifo, ref: ref, done: make(chan struct{}),
 		opts: egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log},
 	}
 	go ce.serve()
@@ -112,7 +125,7 @@ func (ce *callEgress) serve() {
 	}
 	// Blocks until a reader opens the FIFO: the container's pid 1, or
 	// end, which opens it to end the wait.
-	w, err := os.OpenFile(ce.fifo, os.O_WRONLY, 0)
+	w, err := os.OpenFile(ce.reopen(), os.O_WRONLY, 0)
 	if err != nil {
 		ce.fail(fmt.Errorf("egress FIFO: %w", err))
 		return
@@ -185,7 +198,7 @@ func (ce *callEgress) openNamespace(pid int) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: network namespace of container %s: %w", ce.name, err)
 	}
-	err = holdsFile(pid, ce.fifo)
+	err = holdsFile(pid, ce.ref)
 	if err == nil {
 		if serr := unix.PidfdSendSignal(pidfd, 0, nil, 0); serr != nil {
 			err = fmt.Errorf("pid %d ended: %w", pid, serr)
@@ -199,9 +212,9 @@ func (ce *callEgress) openNamespace(pid int) (*os.File, error) {
 }
 
 // holdsFile reports, as an error, that process pid has no descriptor
-// open on the file at path.
-func holdsFile(pid int, path string) error {
-	want, err := os.Stat(path)
+// open on the file f is.
+func holdsFile(pid int, f *os.File) error {
+	want, err := f.Stat()
 	if err != nil {
 		return err
 	}
@@ -216,6 +229,12 @@ func holdsFile(pid int, path string) error {
 		}
 	}
 	return fmt.Errorf("pid %d does not hold the call's FIFO open", pid)
+}
+
+// reopen is the path that opens the call's FIFO through ref, whatever
+// became of its name.
+func (ce *callEgress) reopen() string {
+	return fmt.Sprintf("/proc/self/fd/%d", ce.ref.Fd())
 }
 
 func (ce *callEgress) fail(err error) {
@@ -235,11 +254,14 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 	ce.ended.Store(true)
 	// A reader lets a writer's open that still waits return; it is held
 	// until serve is done, so that serve cannot start waiting after it.
-	r, rerr := os.OpenFile(ce.fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	r, rerr := os.OpenFile(ce.reopen(), os.O_RDONLY|unix.O_NONBLOCK, 0)
 	<-ce.done
 	if rerr == nil {
 		r.Close()
+	} else {
+		ce.log.Error().Err(rerr).Msg("egress: reopening the FIFO")
 	}
+	ce.ref.Close()
 	if rmErr := os.Remove(ce.fifo); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 		ce.log.Error().Err(rmErr).Msg("egress: removing the FIFO")
 	}
@@ -261,7 +283,7 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 // keep is false (a crash between a call's start and its end leaves its
 // FIFO behind) and returns their paths.
 func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]string, error) {
-	dir := filepath.Join(e.opts.StateDir, "egress")
+	dir := filepath.Join(e.opts.StateDir, "egress", inst)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -269,11 +291,10 @@ func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]strin
 	if err != nil {
 		return nil, fmt.Errorf("egress FIFOs: %w", err)
 	}
-	prefix := "ready-" + inst + "-"
 	var removed []string
 	var errs []error
 	for _, ent := range ents {
-		call, ok := strings.CutPrefix(ent.Name(), prefix)
+		call, ok := strings.CutPrefix(ent.Name(), "ready-")
 		if !ok || keep(call) {
 			continue
 		}
@@ -283,6 +304,9 @@ func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]strin
 			continue
 		}
 		removed = append(removed, p)
+	}
+	if inst != e.instance {
+		_ = os.Remove(dir) // only when empty
 	}
 	return removed, errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -80,8 +81,14 @@ func TestEgressAllowlist(t *testing.T) {
 	if l := leftovers(t, e); len(l) > 0 {
 		t.Errorf("left behind: %v", l)
 	}
-	if ents, _ := os.ReadDir(e.opts.StateDir + "/egress"); len(ents) != 2 {
-		t.Errorf("the egress directory holds %d entries after the call, want resolv.conf and nsswitch.conf only", len(ents))
+	if ents, _ := os.ReadDir(filepath.Join(e.opts.StateDir, "egress", e.instance)); len(ents) != 0 {
+		t.Errorf("the instance's egress FIFO directory holds %d entries after the call, want none", len(ents))
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.opts.StateDir, "egress")); len(ents) != 2 {
+		t.Errorf("the egress directory holds %d entries after Close, want resolv.conf and nsswitch.conf only", len(ents))
 	}
 }
 
@@ -188,26 +195,31 @@ func TestEgressConfigAndEnd(t *testing.T) {
 	}
 }
 
-// TestHoldsFile: holdsFile tells a process that holds a file open from
-// one that does not.
+// TestHoldsFile: holdsFile tells a process that holds a file open (a
+// child with it as its stdin) from one that does not.
 func TestHoldsFile(t *testing.T) {
 	dir := t.TempDir()
-	held, other := dir+"/held", dir+"/other"
-	for _, p := range []string{held, other} {
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
+	var files []*os.File
+	for _, name := range []string{"held", "other"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close()
+		files = append(files, f)
 	}
-	f, err := os.Open(held)
-	if err != nil {
+	held, other := files[0], files[1]
+	child := exec.Command("sleep", "30")
+	child.Stdin = held
+	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if err := holdsFile(os.Getpid(), held); err != nil {
-		t.Errorf("holdsFile(self, held) = %v, want nil", err)
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	if err := holdsFile(child.Process.Pid, held); err != nil {
+		t.Errorf("holdsFile(child, held) = %v, want nil", err)
 	}
-	if err := holdsFile(os.Getpid(), other); err == nil {
-		t.Errorf("holdsFile(self, other) = nil, want an error")
+	if err := holdsFile(child.Process.Pid, other); err == nil {
+		t.Errorf("holdsFile(child, other) = nil, want an error")
 	}
 }
 
@@ -253,29 +265,37 @@ func egressRootfsTar(t *testing.T) *bytes.Buffer {
 }
 
 // TestReapEgressFIFOs: Reap's helper removes the egress FIFOs of an
-// instance's calls that no longer run and leaves those of a running call
-// and of other instances.
+// instance's calls that no longer run, leaves those of a running call and
+// of other instances (also one whose id extends this one's with "-"),
+// and removes a dead instance's emptied directory.
 func TestReapEgressFIFOs(t *testing.T) {
 	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
 	dir := filepath.Join(e.opts.StateDir, "egress")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"ready-i-test-dead", "ready-i-test-live", "ready-i-other-dead", "resolv.conf"} {
+	for _, name := range []string{"i-test/ready-dead", "i-test/ready-live", "i-test-2/ready-x", "i-gone/ready-y"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o711); err != nil {
+			t.Fatal(err)
+		}
 		if err := unix.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	removed, err := e.reapEgress("i-test", func(call string) bool { return call == "live" })
-	if want := []string{filepath.Join(dir, "ready-i-test-dead")}; err != nil || !slices.Equal(removed, want) {
-		t.Errorf("reapEgress() = %q, %v; want %q", removed, err, want)
+	if want := []string{filepath.Join(dir, "i-test", "ready-dead")}; err != nil || !slices.Equal(removed, want) {
+		t.Errorf("reapEgress(own) = %q, %v; want %q", removed, err, want)
 	}
-	for _, name := range []string{"ready-i-test-live", "ready-i-other-dead", "resolv.conf"} {
+	for _, name := range []string{"i-test/ready-live", "i-test-2/ready-x"} {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s after reapEgress(): %v, want it kept", name, err)
 		}
 	}
-	if removed, err := (&Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}).reapEgress("i-test", func(string) bool { return false }); err != nil || len(removed) != 0 {
-		t.Errorf("reapEgress() without an egress directory = %q, %v; want nothing", removed, err)
+	removed, err = e.reapEgress("i-gone", func(string) bool { return false })
+	if want := []string{filepath.Join(dir, "i-gone", "ready-y")}; err != nil || !slices.Equal(removed, want) {
+		t.Errorf("reapEgress(dead) = %q, %v; want %q", removed, err, want)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "i-gone")); !os.IsNotExist(err) {
+		t.Errorf("the dead instance's FIFO directory after reapEgress(): %v, want it gone", err)
+	}
+	if removed, err := e.reapEgress("i-none", func(string) bool { return false }); err != nil || len(removed) != 0 {
+		t.Errorf("reapEgress() of an instance without FIFOs = %q, %v; want nothing", removed, err)
 	}
 }

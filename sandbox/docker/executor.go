@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -225,6 +226,10 @@ func (e *Executor) Close() error {
 		e.userns = nil
 	}
 	e.nsMu.Unlock()
+	// The instance's egress FIFO directory: empty once its calls ended
+	// (Close waits for them); a FIFO a failed teardown left keeps it for
+	// Reap.
+	_ = os.Remove(filepath.Join(e.opts.StateDir, "egress", e.instance))
 	if e.lock != nil {
 		err = errors.Join(err, os.Remove(e.lock.Name()), e.lock.Close())
 		e.lock = nil
