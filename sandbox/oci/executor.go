@@ -418,9 +418,18 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 		Overlay:   !img.Host,
 	}
 	b, err := createBundle(filepath.Join(e.bundlesDir(), call.ID), m)
+	// containerLeft is set when the container could not be removed: its
+	// bundle (with the marker naming it) then stays, so that a later
+	// Reap, and ReapDead's check, find the container through it.
+	containerLeft := false
 	if b != nil {
 		b.ns = e.rt.ns
-		cu.Add("bundle", func(context.Context) error { return b.remove() })
+		cu.Add("bundle", func(context.Context) error {
+			if containerLeft {
+				return fmt.Errorf("bundle %s kept for reap: its container could not be removed", b.dir)
+			}
+			return b.remove()
+		})
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -430,7 +439,9 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 	}
 	// The container and its cgroups go before the bundle does.
 	cu.Add("container", func(ctx context.Context) error {
-		return errors.Join(e.rt.remove(ctx, call.ID), removeCgroupDirs(ctx, m.Cgroups))
+		rerr := e.rt.remove(ctx, call.ID)
+		containerLeft = rerr != nil
+		return errors.Join(rerr, removeCgroupDirs(ctx, m.Cgroups))
 	})
 
 	if err := e.step("rootfs"); err != nil {

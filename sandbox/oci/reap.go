@@ -25,8 +25,9 @@ const cgroupReapWait = 2 * time.Second
 // reaps only when the state directory shows a reason, an instance lock
 // file that no live process holds or a bundle directory of an instance
 // that is neither this one nor a live one, and otherwise returns an
-// empty report without spawning the runtime. A crash leaves both (the
-// bundle is removed only after its container), so nothing Reap would
+// empty report without spawning the runtime. A crash leaves both, and a
+// teardown that could not remove a container keeps its bundle (whose
+// instance is gone once the executor closes), so nothing Reap would
 // remove is missed; `dsh-sandbox reap` and serve's start call Reap.
 func (e *Executor) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
 	if !e.mayHaveLeftovers() {

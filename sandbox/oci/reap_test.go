@@ -277,3 +277,54 @@ func TestReapDeadOnlyWhenDead(t *testing.T) {
 		t.Errorf("second ReapDead() = %+v, %v; want nothing", rep, err)
 	}
 }
+
+// TestReapDeadAfterFailedDelete: when the runtime cannot delete a call's
+// container, the teardown keeps its bundle; after the executor closed,
+// another instance's ReapDead sees that bundle and removes container and
+// bundle. The first runtime is a wrapper that keeps the container after
+// `run` (--keep) and whose delete always fails.
+func TestReapDeadAfterFailedDelete(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	real, err := exec.LookPath(RuntimeRunc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "runc")
+	script := `#!/bin/sh
+for a in "$@"; do [ "$a" = delete ] && exit 1; done
+n=$#
+for a in "$@"; do
+	if [ "$a" = run ]; then set -- "$@" run --keep; else set -- "$@" "$a"; fi
+done
+shift $n
+exec ` + real + ` "$@"
+`
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := testStateDir(t)
+	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(t.Context(), &sandbox.Request{Command: "true", Policy: testPolicy(t, RuntimeRunc)})
+	t.Logf("call with a failing delete: %+v, %v", res, err)
+	if err := e.Close(); err != nil {
+		t.Logf("Close() = %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "bundles")); len(ents) != 1 {
+		t.Fatalf("bundles after a failed delete = %d, want the call's bundle kept", len(ents))
+	}
+	reaper, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reaper.Close()
+	rep, err := reaper.ReapDead(t.Context())
+	if err != nil || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
+		t.Errorf("ReapDead() after a failed delete = %+v, %v; want one container and one bundle", rep, err)
+	}
+	if cs, _ := reaper.rt.list(t.Context()); len(cs) != 0 {
+		t.Errorf("containers after ReapDead() = %+v, want none", cs)
+	}
+}
