@@ -203,7 +203,8 @@ func VerifyAudit(r io.Reader) (records int, head string, err error) {
 	return records, head, nil
 }
 
-// auditRecord builds the record of one execution.
+// auditRecord builds the record of one execution from its outcome,
+// whose secrets redactOutcome replaced.
 func auditRecord(req *sandbox.Request, callID string, background bool, queue time.Duration, res *sandbox.Result, runErr error) AuditRecord {
 	sum := sha256.Sum256([]byte(req.Command))
 	rec := AuditRecord{
@@ -241,28 +242,54 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		rec.DroppedBytes = res.Stdout.DroppedBytes + res.Stderr.DroppedBytes
 		rec.Egress = res.Egress
 	}
-	redactAudit(&rec, req.Policy)
 	return rec
 }
 
-// redactAudit replaces the call's secrets (sandbox.Redactor: the
-// service's secret-looking env, the policy's redact section) in the free
-// text of rec: the error and the egress hosts and reasons. When the
-// secrets cannot be known, that text is left out.
-func redactAudit(rec *AuditRecord, p sandbox.Policy) {
-	s, err := sandbox.Redactor(p, os.Environ(), os.LookupEnv)
+// redactOutcome replaces the call's secrets (sandbox.Redactor: the
+// service's secret-looking env, the policy's EnvSet and redact section)
+// in the free text of a call's outcome, the error and the egress hosts
+// and reasons, before a client or the audit log sees it (the output was
+// redacted as it was captured). res is not changed: the result returned
+// is a copy. The error keeps its class and field. When the secrets cannot
+// be known, that text is left out.
+func redactOutcome(p sandbox.Policy, res *sandbox.Result, err error) (*sandbox.Result, error) {
+	if err == nil && (res == nil || len(res.Egress) == 0) {
+		return res, err
+	}
+	s, rerr := sandbox.Redactor(p, os.Environ(), os.LookupEnv)
+	if res != nil && len(res.Egress) > 0 {
+		out := *res
+		out.Egress = nil
+		if rerr == nil {
+			out.Egress = slices.Clone(res.Egress)
+			for i := range out.Egress {
+				out.Egress[i].Host = s.String(out.Egress[i].Host)
+				out.Egress[i].Reason = s.String(out.Egress[i].Reason)
+			}
+		}
+		res = &out
+	}
 	if err != nil {
-		rec.Error = "output redaction unavailable; error text left out: " + err.Error()
-		rec.Egress = nil
-		return
+		msg := s.String(err.Error())
+		if rerr != nil {
+			msg = "output redaction unavailable; error text left out: " + rerr.Error()
+		}
+		if msg != err.Error() {
+			err = &redactedError{err: err, msg: msg}
+		}
 	}
-	rec.Error = s.String(rec.Error)
-	rec.Egress = slices.Clone(rec.Egress)
-	for i := range rec.Egress {
-		rec.Egress[i].Host = s.String(rec.Egress[i].Host)
-		rec.Egress[i].Reason = s.String(rec.Egress[i].Reason)
-	}
+	return res, err
 }
+
+// redactedError is an error whose text had secrets replaced; it wraps the
+// original for its class and field (types.Body) only.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // envNames are the names of the ordinary and DSH_* env of req, sorted.
 func envNames(req *sandbox.Request) []string {

@@ -11,13 +11,18 @@ import (
 
 // TestAuditRecordRedacts: a secret of the service's environment that
 // reaches an error message or an egress host name is not in the audit
-// record.
+// record built from the redacted outcome (redactOutcome), and the error
+// keeps its class.
 func TestAuditRecordRedacts(t *testing.T) {
 	const secret = "audit-secret-0123456789"
 	t.Setenv("AUDITTEST_API_TOKEN", secret)
 	req := &sandbox.Request{Command: "curl https://" + secret + ".example", Policy: sandbox.Policy{Name: "p", Backend: "oci"}}
 	res := &sandbox.Result{Egress: []sandbox.Connection{{Host: secret + ".example", Port: 443, Verdict: "denied", Reason: "host " + secret + ".example is not allowed"}}}
-	rec := auditRecord(req, "", false, 0, res, sandbox.Errorf(sandbox.ErrInternal, "runtime said %s", secret))
+	rres, rerr := redactOutcome(req.Policy, res, sandbox.Errorf(sandbox.ErrUnavailable, "runtime said %s", secret))
+	if !errors.Is(rerr, sandbox.ErrUnavailable) {
+		t.Errorf("redactOutcome's error %v lost its class", rerr)
+	}
+	rec := auditRecord(req, "", false, 0, rres, rerr)
 	line, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +34,13 @@ func TestAuditRecordRedacts(t *testing.T) {
 		t.Errorf("audit record = %s, want markers in the error and the egress host", line)
 	}
 	if res.Egress[0].Host != secret+".example" {
-		t.Errorf("auditRecord changed the result's egress host to %q", res.Egress[0].Host)
+		t.Errorf("redactOutcome changed the result's egress host to %q", res.Egress[0].Host)
 	}
 
 	// A redact file that cannot be read leaves the free text out.
 	req.Policy.RedactFiles = []string{"/nonexistent/secret"}
-	rec = auditRecord(req, "", false, 0, res, errors.New("failed near "+secret))
+	rres, rerr = redactOutcome(req.Policy, res, errors.New("failed near "+secret))
+	rec = auditRecord(req, "", false, 0, rres, rerr)
 	if strings.Contains(rec.Error, secret) || rec.Egress != nil {
 		t.Errorf("without the secrets, audit record error = %q, egress %v, want neither to show anything", rec.Error, rec.Egress)
 	}

@@ -565,6 +565,9 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 		ev = ev.Int("exitCode", *res.ExitCode)
 	}
 	ev.Msg("call")
+	// Every front end (JSON, NDJSON, jobs) and the audit log get the
+	// outcome from here, redacted once.
+	res, err = redactOutcome(req.Policy, res, err)
 	if a := o.s.opts.Audit; a != nil {
 		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
 		if cl, ok := ClientFrom(ctx); ok {

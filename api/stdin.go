@@ -135,39 +135,87 @@ func (r *stoppingReader) Read(p []byte) (int, error) {
 // jobStdin is the open stdin of a background job started with
 // stdinOpen: POST /v1/jobs/{id}/stdin writes into its pipe, one writer
 // at a time, until a write closes it, the job ends, or the bound is
-// passed. Safe for concurrent use.
+// passed. A writer waits for its turn only while its request lives and
+// the job runs; the job's end interrupts the body read of the writer in
+// turn, so a client that sends nothing holds nobody up. Safe for
+// concurrent use.
 type jobStdin struct {
 	owner string
 	job   *jobRef
 	r     *io.PipeReader
 	w     *io.PipeWriter
 
-	mu     sync.Mutex // held by the one writer
-	left   int64
-	closed bool
+	turn    chan struct{} // one token, held by the writer in turn
+	ended   chan struct{} // closed by end
+	endOnce sync.Once
+
+	mu        sync.Mutex // guards interrupt
+	interrupt func()     // stops the body read of the writer in turn
+
+	left   int64 // guarded by turn
+	closed bool  // guarded by turn
 }
 
 func newJobStdin(owner string, job *jobRef, limit int64) *jobStdin {
 	r, w := io.Pipe()
-	return &jobStdin{owner: owner, job: job, r: r, w: w, left: limit}
+	return &jobStdin{owner: owner, job: job, r: r, w: w, left: limit, turn: make(chan struct{}, 1), ended: make(chan struct{})}
 }
 
 // errJobEnded ends a write into the stdin of a job that has ended.
 var errJobEnded = errors.New("the job has ended")
 
-// end is called when the job has ended: a blocked write returns.
-func (js *jobStdin) end() { js.r.CloseWithError(errJobEnded) }
-
-// write copies body into the job's stdin, at most the bytes left under
-// the bound, and closes stdin when closeAfter is set, the job has ended
-// or the bound is passed (then the error is the 413 one). It reports the
-// bytes the stdin took and whether it is closed now.
-func (js *jobStdin) write(body io.Reader, closeAfter bool, limit int64) (written int64, closed bool, err error) {
+// end is called when the job has ended: a write blocked on the pipe or
+// on its body returns, and a writer waiting for its turn gives up.
+func (js *jobStdin) end() {
+	js.endOnce.Do(func() { close(js.ended) })
+	js.r.CloseWithError(errJobEnded)
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	if js.interrupt != nil {
+		js.interrupt()
+	}
+}
+
+func (js *jobStdin) hasEnded() bool {
+	select {
+	case <-js.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+// write waits for its turn while ctx lives, then copies body into the
+// job's stdin, at most the bytes left under the bound, and closes stdin
+// when closeAfter is set, the job has ended or the bound is passed (then
+// the error is the 413 one). interrupt (nil: none) must make a blocked
+// body read return; the job's end calls it. It reports the bytes the
+// stdin took and whether it is closed now.
+func (js *jobStdin) write(ctx context.Context, body io.Reader, closeAfter bool, limit int64, interrupt func()) (written int64, closed bool, err error) {
+	select {
+	case js.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false, context.Cause(ctx)
+	case <-js.ended:
+		return 0, true, nil
+	}
+	defer func() { <-js.turn }()
 	if js.closed {
 		return 0, true, nil
 	}
+	js.mu.Lock()
+	if js.hasEnded() {
+		js.mu.Unlock()
+		js.closed = true
+		return 0, true, nil
+	}
+	js.interrupt = interrupt
+	js.mu.Unlock()
+	defer func() {
+		js.mu.Lock()
+		js.interrupt = nil
+		js.mu.Unlock()
+	}()
 	b := &boundedReader{r: body, left: js.left, err: stdinTooLarge(limit)}
 	written, err = io.Copy(js.w, b)
 	js.left -= written
@@ -176,7 +224,7 @@ func (js *jobStdin) write(body io.Reader, closeAfter bool, limit int64) (written
 		js.closed = true
 		js.w.Close()
 		return written, true, b.err
-	case errors.Is(err, errJobEnded) || errors.Is(err, io.ErrClosedPipe):
+	case errors.Is(err, errJobEnded) || errors.Is(err, io.ErrClosedPipe) || (err != nil && js.hasEnded()):
 		js.closed = true
 		return written, true, nil
 	case err != nil:
@@ -239,8 +287,10 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return sandbox.Errorf(sandbox.ErrNotFound, "no job %q", id)
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // bounded by the job's life
-	written, closed, err := js.write(r.Body, closeAfter, s.maxStdin())
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // bounded by the job's life
+	interrupt := func() { _ = rc.SetReadDeadline(time.Now()) }
+	written, closed, err := js.write(r.Context(), r.Body, closeAfter, s.maxStdin(), interrupt)
 	if err != nil {
 		return err
 	}

@@ -216,3 +216,56 @@ func TestServerWrongMethodIs405(t *testing.T) {
 		t.Errorf("GET /v1/nope = %d (Allow %q), want 404 without Allow", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 }
+
+// stdinByteExec reads one byte of a job's stdin, says so on got, and
+// runs until it is killed.
+type stdinByteExec struct{ got chan struct{} }
+
+func (e stdinByteExec) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	var one [1]byte
+	if _, err := io.ReadFull(req.StdinSource(), one[:]); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "reading stdin: %v", err)
+	}
+	e.got <- struct{}{}
+	<-ctx.Done()
+	return &sandbox.Result{Aborted: true, Signal: "SIGKILL"}, nil
+}
+
+// TestServerJobStdinStuckWriterEnds: a client that began a stdin write
+// and then sends nothing gets its answer when the job ends (its body read
+// is interrupted), instead of holding the request open.
+func TestServerJobStdinStuckWriterEnds(t *testing.T) {
+	exec := stdinByteExec{got: make(chan struct{}, 1)}
+	f := newFixture(t, &fakeExec{}, func(o *api.Options) { o.Executor = exec })
+	ctx := context.Background()
+	id, err := f.cl.StartJob(ctx, types.RunRequest{Session: header("s1", f.work), Policy: policy.WorkspaceWrite, Command: "read", StdinOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	type answer struct {
+		resp types.StdinResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := f.cl.WriteJobStdin(ctx, "s1", id, pr, false)
+		done <- answer{resp, err}
+	}()
+	if _, err := pw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	<-exec.got // the write is in progress, its body now silent
+	if err := f.cl.KillJob(ctx, "s1", id); err != nil {
+		t.Fatalf("KillJob = %v", err)
+	}
+	select {
+	case a := <-done:
+		if a.err != nil || !a.resp.Closed || a.resp.Written != 1 {
+			t.Errorf("stuck WriteJobStdin after the job's end = %+v, %v; want 1 written, closed", a.resp, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a stdin write whose client sends nothing outlived the job")
+	}
+}

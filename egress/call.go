@@ -144,14 +144,15 @@ func Start(opts Options) (_ *Call, err error) {
 	c.http = &http.Server{
 		Handler:           c.p.handler(),
 		ReadHeaderTimeout: dialTimeout,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          log.New(io.Discard, "", 0), // a call's broken requests are not the service's errors
 	}
 	c.dns = []*dns.Server{
-		{Listener: dnsTCP, Handler: c.p, ReadTimeout: 5 * time.Second},
+		{Listener: &trackedListener{Listener: dnsTCP, p: c.p}, Handler: c.p, ReadTimeout: 5 * time.Second},
 		{PacketConn: dnsUDP, Handler: c.p},
 	}
 	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
-	c.serve(func() error { return socks.Serve(&trackedListener{Listener: socksLn, p: c.p}) })
+	c.serve(func() error { return socks.Serve(&trackedListener{Listener: socksLn, p: c.p, handshake: true}) })
 	for _, s := range c.dns {
 		c.serve(s.ActivateAndServe)
 	}
@@ -205,6 +206,9 @@ func WithProxyEnv(env []string) []string {
 // Close is idempotent; later calls return the same record.
 func (c *Call) Close() []sandbox.Connection {
 	c.once.Do(func() {
+		// First end the lookups and dials in flight, which the DNS
+		// servers' shutdown would otherwise wait for.
+		c.p.stop()
 		var errs []error
 		if c.http != nil {
 			errs = append(errs, c.http.Close())

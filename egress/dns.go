@@ -18,16 +18,29 @@ const dnsTTL = 5
 // any unlisted IP address.
 const maxLearned = 4096
 
+// maxDNSInFlight bounds the questions one call's DNS server answers at
+// once (over UDP and TCP); one more gets SERVFAIL at once.
+const maxDNSInFlight = 64
+
 // ServeDNS answers A and AAAA questions for names the rules allow with
 // the addresses the rules allow, and remembers them, so that a client
 // that resolves first and then asks the proxy for the address is treated
 // as asking for the name. A name no allow entry matches, or one whose
 // addresses are all refused, gets NXDOMAIN; other question types of an
 // allowed name get an empty answer. Refusals are recorded with port 0.
+// A question over maxDNSInFlight gets SERVFAIL.
 func (p *proxy) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.RecursionAvailable = true
+	select {
+	case p.dnsSlots <- struct{}{}:
+		defer func() { <-p.dnsSlots }()
+	default:
+		m.Rcode = dns.RcodeServerFailure
+		_ = w.WriteMsg(m)
+		return
+	}
 	if q.Opcode != dns.OpcodeQuery || len(q.Question) != 1 {
 		m.Rcode = dns.RcodeRefused
 		_ = w.WriteMsg(m)
@@ -59,7 +72,7 @@ func (p *proxy) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		refuse("resolving " + name + " failed: " + dnsError(err))
 		return
 	}
-	ok, why := p.rules.filter(addrs, 0)
+	ok, why := p.filter(addrs, 0)
 	if len(ok) == 0 {
 		refuse(why)
 		return

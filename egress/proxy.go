@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,18 +31,41 @@ type Network struct {
 	// DialContext opens a TCP connection to an address the rules
 	// allowed ("203.0.113.7:443"); nil means a net.Dialer's.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+	// InterfaceAddrs lists the host's own addresses, which are refused
+	// unless an allow entry lists them; nil means those of the host's
+	// interfaces (net.InterfaceAddrs), asked again at most once a second.
+	InterfaceAddrs func() ([]netip.Addr, error)
 }
 
 // Limits of one call's proxy.
 const (
 	// maxRecords bounds the connections one call's record keeps; the
-	// log says once that later ones were left out.
+	// log says once that later ones were left out, and the record ends
+	// with one of verdict dropped that counts them.
 	maxRecords = 1000
+	// maxField bounds the bytes of a record's Host and Reason (and of
+	// the log's host and reason); a longer one is cut and ends in
+	// truncated.
+	maxField = 255
+	// maxConns bounds the connections a call holds open to its proxy,
+	// SOCKS5 and DNS (TCP) servers together; one more is closed at once
+	// and recorded as denied.
+	maxConns = 512
+	// handshakeTimeout bounds a SOCKS5 client's greeting and request.
+	handshakeTimeout = 10 * time.Second
+	// idleTimeout bounds how long the HTTP proxy keeps an idle client
+	// connection between requests.
+	idleTimeout = 30 * time.Second
 	// dialTimeout bounds the resolution and dial of one connection.
 	dialTimeout = 30 * time.Second
 	// Verdict of an allowed connection whose upstream could not be
 	// reached.
 	failed = "failed"
+	// Verdict of the last record of a call that had more than
+	// maxRecords connections.
+	dropped = "dropped"
+	// truncated ends a record field cut at maxField bytes.
+	truncated = "…(truncated)"
 )
 
 // proxy serves one call: the HTTP proxy and DNS server handlers, the
@@ -53,12 +77,18 @@ type proxy struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	conns   map[io.Closer]struct{}
-	records []sandbox.Connection
-	dropped int
-	learned map[netip.Addr]string // addresses the DNS server answered, by name
+	dnsSlots chan struct{} // one per DNS question in flight
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[io.Closer]struct{}
+	clients   int                    // client connections open (clientConn)
+	handshake map[string]*clientConn // SOCKS5 clients before their request, by remote address
+	records   []sandbox.Connection
+	dropped   int
+	learned   map[netip.Addr]string // addresses the DNS server answered, by name
+	own       []netip.Addr          // the host's addresses, asked at ownAt
+	ownAt     time.Time
 }
 
 func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
@@ -70,11 +100,16 @@ func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
 	if nw.DialContext == nil {
 		nw.DialContext = (&net.Dialer{}).DialContext
 	}
+	if nw.InterfaceAddrs == nil {
+		nw.InterfaceAddrs = interfaceAddrs
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &proxy{
 		rules: rules, net: nw, log: log, ctx: ctx, stop: stop,
-		conns:   map[io.Closer]struct{}{},
-		learned: map[netip.Addr]string{},
+		dnsSlots:  make(chan struct{}, maxDNSInFlight),
+		conns:     map[io.Closer]struct{}{},
+		handshake: map[string]*clientConn{},
+		learned:   map[netip.Addr]string{},
 	}
 }
 
@@ -117,8 +152,20 @@ func (p *proxy) untrack(c io.Closer) {
 	p.mu.Unlock()
 }
 
-// record adds one connection to the call's record.
+// clip cuts s to maxField bytes, at a UTF-8 boundary, ending in
+// truncated.
+func clip(s string) string {
+	if len(s) <= maxField {
+		return s
+	}
+	s = strings.ToValidUTF8(s[:maxField-len(truncated)], "")
+	return s + truncated
+}
+
+// record adds one connection to the call's record, its host and reason
+// clipped.
 func (p *proxy) record(c sandbox.Connection) {
+	c.Host, c.Reason = clip(c.Host), clip(c.Reason)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.records) >= maxRecords {
@@ -145,7 +192,7 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	deny := func(reason string) (net.Conn, error) {
 		rec.Verdict, rec.Reason = Denied, reason
 		p.record(rec)
-		p.log.Debug().Str("host", host).Uint64("port", port).Str("reason", reason).Msg("egress: denied")
+		p.log.Debug().Str("host", clip(host)).Uint64("port", port).Str("reason", clip(reason)).Msg("egress: denied")
 		return nil, fmt.Errorf("egress: %s:%d denied: %s", host, port, reason)
 	}
 	if network != "tcp" && network != "tcp4" && network != "tcp6" {
@@ -181,7 +228,7 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 			return deny("resolving " + name + " failed: " + dnsError(err))
 		}
 	}
-	ok, why := p.rules.filter(addrs, uint16(port))
+	ok, why := p.filter(addrs, uint16(port))
 	if len(ok) == 0 {
 		return deny(why)
 	}
@@ -206,10 +253,14 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	return nil, fmt.Errorf("egress: %s:%d: %w", host, port, errors.Join(errs...))
 }
 
-// filter keeps the addresses CheckAddr allows; why is the first refusal.
-func (r *Rules) filter(addrs []netip.Addr, port uint16) (ok []netip.Addr, why string) {
+// filter keeps the addresses CheckAddr allows that are not the host's
+// own (unless an allow entry lists them); why is the first refusal.
+func (p *proxy) filter(addrs []netip.Addr, port uint16) (ok []netip.Addr, why string) {
 	for _, a := range addrs {
-		d := r.CheckAddr(a, port)
+		d := p.rules.CheckAddr(a, port)
+		if d.Verdict == Allowed && p.isOwn(a) && !p.rules.listsAddr(a, port) {
+			d = Decision{Denied, "address " + a.Unmap().String() + " is the host's own and not listed explicitly"}
+		}
 		if d.Verdict == Allowed {
 			ok = append(ok, a.Unmap())
 		} else if why == "" {
@@ -235,6 +286,40 @@ func dnsError(err error) string {
 	return err.Error()
 }
 
+// isOwn reports whether a is one of the host's addresses, asking
+// InterfaceAddrs again when the last answer is older than a second; when
+// the host's addresses cannot be listed, every address counts as its own
+// (fail closed).
+func (p *proxy) isOwn(a netip.Addr) bool {
+	a = a.Unmap()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.own == nil || time.Since(p.ownAt) > time.Second {
+		own, err := p.net.InterfaceAddrs()
+		if err != nil {
+			p.log.Warn().Err(err).Msg("egress: listing the host's addresses")
+			return true
+		}
+		p.own, p.ownAt = append(own[:0:0], own...), time.Now()
+	}
+	return slices.Contains(p.own, a)
+}
+
+// interfaceAddrs lists the addresses of the host's interfaces, unmapped.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ias, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	own := []netip.Addr{}
+	for _, ia := range ias {
+		if pf, err := netip.ParsePrefix(ia.String()); err == nil {
+			own = append(own, pf.Addr().Unmap())
+		}
+	}
+	return own, nil
+}
+
 // close ends the proxy: the connections still open are closed and the
 // record is returned, ordered as the connections ended.
 func (p *proxy) close() []sandbox.Connection {
@@ -251,7 +336,11 @@ func (p *proxy) close() []sandbox.Connection {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.records)
+	recs := slices.Clone(p.records)
+	if p.dropped > 0 {
+		recs = append(recs, sandbox.Connection{Verdict: dropped, Reason: fmt.Sprintf("%d more connections not recorded", p.dropped)})
+	}
+	return recs
 }
 
 // countedConn is an upstream connection that counts its bytes and records
@@ -307,18 +396,60 @@ func (c *countedConn) Close() error {
 // end of the call at the latest. It keeps the half-close methods.
 type clientConn struct {
 	*net.TCPConn
-	p *proxy
+	p    *proxy
+	once sync.Once
 }
 
 func (c *clientConn) Close() error {
-	c.p.untrack(c)
+	c.once.Do(func() {
+		c.p.mu.Lock()
+		delete(c.p.conns, c)
+		delete(c.p.handshake, c.RemoteAddr().String())
+		c.p.clients--
+		c.p.mu.Unlock()
+	})
 	return c.TCPConn.Close()
 }
 
-// trackedListener registers every accepted connection with the proxy.
+// trackClient registers a connection the call opened, unless the call
+// ended or holds maxConns already; then it closes c and says why.
+func (p *proxy) trackClient(c *clientConn, handshake bool) (ok bool, full bool) {
+	p.mu.Lock()
+	closed, full := p.closed, p.clients >= maxConns
+	if !closed && !full {
+		p.conns[c] = struct{}{}
+		p.clients++
+		if handshake {
+			p.handshake[c.RemoteAddr().String()] = c
+		}
+	}
+	p.mu.Unlock()
+	if closed || full {
+		c.TCPConn.Close()
+	}
+	return !closed && !full, full
+}
+
+// handshakeDone lifts the handshake deadline of the SOCKS5 client at
+// remote, whose request was read.
+func (p *proxy) handshakeDone(remote string) {
+	p.mu.Lock()
+	c := p.handshake[remote]
+	delete(p.handshake, remote)
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.SetDeadline(time.Time{})
+	}
+}
+
+// trackedListener registers every accepted connection with the proxy,
+// closing one over maxConns at once (recorded as denied). With
+// handshake, a connection must send its SOCKS5 request within
+// handshakeTimeout.
 type trackedListener struct {
 	net.Listener
-	p *proxy
+	p         *proxy
+	handshake bool
 }
 
 func (l *trackedListener) Accept() (net.Conn, error) {
@@ -332,8 +463,17 @@ func (l *trackedListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
+		if l.handshake {
+			_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		}
 		cc := &clientConn{TCPConn: tc, p: l.p}
-		if !l.p.track(cc) {
+		ok, full := l.p.trackClient(cc, l.handshake)
+		if full {
+			local, _ := netip.ParseAddrPort(l.Addr().String())
+			l.p.record(sandbox.Connection{Host: local.Addr().String(), Port: local.Port(), Verdict: Denied, Reason: fmt.Sprintf("connection limit: %d connections to the proxy are open", maxConns)})
+			continue
+		}
+		if !ok {
 			return nil, net.ErrClosed
 		}
 		return cc, nil

@@ -94,7 +94,13 @@ func parseRule(s string) (rule, error) {
 		if pf.Addr().Zone() != "" {
 			return r, fmt.Errorf("%q: an address with a zone is not allowed", s)
 		}
+		if pf.Addr().Is4In6() && pf.Bits() < 96 {
+			return r, fmt.Errorf("%q: an IPv4-mapped CIDR (::ffff:a.b.c.d/n) needs n of at least 96", s)
+		}
 		r.prefix = netip.PrefixFrom(pf.Addr().Unmap(), pf.Bits()-unmapBits(pf.Addr())).Masked()
+		if !r.prefix.IsValid() {
+			return r, fmt.Errorf("%q is not a valid CIDR", s)
+		}
 		return r, nil
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -269,6 +275,13 @@ func (r *Rules) CheckAddr(a netip.Addr, port uint16) Decision {
 		return Decision{Allowed, "address " + a.String() + " is listed by allow entry " + strconv.Quote(al.text)}
 	}
 	return Decision{Denied, "address " + a.String() + " is " + kind + " and not listed explicitly"}
+}
+
+// listsAddr reports whether an allow address or CIDR lists a for port.
+func (r *Rules) listsAddr(a netip.Addr, port uint16) bool {
+	a = a.Unmap()
+	_, ok := first(r.allow, func(ru rule, deny bool) bool { return ru.matchAddr(a, port, deny) }, false)
+	return ok
 }
 
 // special are the ranges no name may resolve to unless an allow entry

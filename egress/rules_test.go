@@ -165,3 +165,21 @@ func TestWithProxyEnv(t *testing.T) {
 		t.Errorf("WithProxyEnv = %q, want 10 entries", got)
 	}
 }
+
+// TestParseRuleMappedCIDR: an IPv4-mapped CIDR shorter than /96 is
+// refused (it has no IPv4 form and would match nothing); one of /96 or
+// more is its IPv4 CIDR.
+func TestParseRuleMappedCIDR(t *testing.T) {
+	for _, s := range []string{"::ffff:0:0/95", "::ffff:10.0.0.0/8"} {
+		if err := ParseRule(s); err == nil {
+			t.Errorf("ParseRule(%q) = nil, want an error", s)
+		}
+	}
+	r, err := ParseRules(nil, []string{"::ffff:10.0.0.0/104"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.CheckAddr(netip.MustParseAddr("10.1.2.3"), 80); d.Verdict != Denied || !strings.Contains(d.Reason, "deny entry") {
+		t.Errorf("CheckAddr(10.1.2.3) under deny ::ffff:10.0.0.0/104 = %+v, want denied by the entry", d)
+	}
+}

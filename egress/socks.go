@@ -29,6 +29,9 @@ func (socksResolver) Resolve(ctx context.Context, name string) (context.Context,
 type socksRules struct{ p *proxy }
 
 func (r socksRules) Allow(ctx context.Context, req *socks5.Request) (context.Context, bool) {
+	if req.RemoteAddr != nil {
+		r.p.handshakeDone(req.RemoteAddr.Address())
+	}
 	if req.Command == socks5.ConnectCommand {
 		return ctx, true
 	}

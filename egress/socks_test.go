@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	xproxy "golang.org/x/net/proxy"
 	"golang.org/x/sys/unix"
@@ -110,5 +111,43 @@ func TestStartInNamespace(t *testing.T) {
 	}
 	if _, err := Start(Options{Namespace: "/nonexistent/ns"}); err == nil {
 		t.Errorf("Start in a namespace that does not exist = nil, want an error")
+	}
+}
+
+// TestSOCKSHandshakeDeadline: a SOCKS5 client that sends nothing is
+// closed after handshakeTimeout, while a tunnel opened before lives on.
+func TestSOCKSHandshakeDeadline(t *testing.T) {
+	requireRoot(t)
+	up := newEchoUpstream(t)
+	c, err := Start(Options{Allow: []string{"echo.test:7"}, Network: testNetwork(up.ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var silent, tunnel net.Conn
+	err = inNamespace(t, c.NamespacePath(), func() (err error) {
+		if silent, err = net.Dial("tcp", SOCKSAddr); err != nil {
+			return err
+		}
+		d, err := xproxy.SOCKS5("tcp", SOCKSAddr, nil, xproxy.Direct)
+		if err != nil {
+			return err
+		}
+		tunnel, err = d.Dial("tcp", "echo.test:7")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	defer tunnel.Close()
+	silent.SetReadDeadline(time.Now().Add(3 * handshakeTimeout))
+	if n, err := silent.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Errorf("a silent SOCKS5 client read %d bytes, %v; want the connection closed after %v", n, err, handshakeTimeout)
+	}
+	fmt.Fprintln(tunnel, "ping")
+	tunnel.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(tunnel).ReadString('\n'); err != nil || line != "ping\n" {
+		t.Errorf("echo through a tunnel older than the handshake deadline = %q, %v", line, err)
 	}
 }

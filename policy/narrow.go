@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -141,22 +140,23 @@ func mountAllowed(roots []sandbox.MountRoot, m sandbox.Mount) string {
 	if len(roots) == 0 {
 		return fmt.Sprintf("%s: the policy has no mountRoots, so a call may not add mounts (add mountRoots to the policy file)", m.Source)
 	}
-	var under []sandbox.MountRoot
-	for _, r := range roots {
-		if sandbox.Within(m.Source, r.Path) {
-			under = append(under, r)
+	// The nearest (longest) root holding the source decides: a read-only
+	// root nested in a read-write one keeps what lies in it read-only.
+	var nearest *sandbox.MountRoot
+	for i, r := range roots {
+		if sandbox.Within(m.Source, r.Path) && (nearest == nil || len(r.Path) > len(nearest.Path)) {
+			nearest = &roots[i]
 		}
 	}
 	switch {
-	case len(under) == 0:
+	case nearest == nil:
 		var paths []string
 		for _, r := range roots {
 			paths = append(paths, r.Path)
 		}
 		return fmt.Sprintf("%s lies outside the policy's mountRoots (%s)", m.Source, strings.Join(paths, ", "))
-	case !m.ReadOnly && !slices.ContainsFunc(under, func(r sandbox.MountRoot) bool { return !r.ReadOnly }):
-		// Roots are sorted parents first: name the nearest.
-		return fmt.Sprintf("%s: read-write, but mountRoots %s is read-only (mode ro); mount it read-only (:ro)", m.Source, under[len(under)-1].Path)
+	case !m.ReadOnly && nearest.ReadOnly:
+		return fmt.Sprintf("%s: read-write, but mountRoots %s is read-only (mode ro); mount it read-only (:ro)", m.Source, nearest.Path)
 	}
 	return ""
 }

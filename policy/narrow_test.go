@@ -112,3 +112,37 @@ func TestNarrow(t *testing.T) {
 		})
 	}
 }
+
+// TestNarrowNestedRootsCase: the nearest root holding a mount's source
+// decides whether it may be read-write, whichever order the roots have.
+func TestNarrowNestedRootsCase(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		roots string
+		src   string
+		ro    bool
+		want  string // substring of the refusal; "" means allowed
+	}{
+		{"rw below a ro root nested in a rw root", "[{path: /srv/data, mode: rw}, {path: /srv/data/ref, mode: ro}]", "/srv/data/ref/a", false, "mountRoots /srv/data/ref is read-only"},
+		{"same, roots listed the other way", "[{path: /srv/data/ref, mode: ro}, {path: /srv/data, mode: rw}]", "/srv/data/ref/a", false, "mountRoots /srv/data/ref is read-only"},
+		{"ro below the nested ro root", "[{path: /srv/data, mode: rw}, {path: /srv/data/ref, mode: ro}]", "/srv/data/ref/a", true, ""},
+		{"rw beside the nested ro root", "[{path: /srv/data, mode: rw}, {path: /srv/data/ref, mode: ro}]", "/srv/data/other", false, ""},
+		{"rw below a rw root nested in a ro root", "[{path: /srv, mode: ro}, {path: /srv/data, mode: rw}]", "/srv/data/x", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte("name: nested\nmountRoots: " + tc.roots + "\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := Narrowing{Mounts: []sandbox.Mount{{Source: tc.src, Target: "/m", ReadOnly: tc.ro}}}
+			_, err = Narrow(p, n)
+			var ne *NarrowError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Narrow(%+v) = %v, want allowed", n.Mounts, err)
+			case tc.want != "" && (!errors.As(err, &ne) || ne.Field != "mounts" || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Narrow(%+v) = %v, want a NarrowError for mounts containing %q", n.Mounts, err, tc.want)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 		line("network: refused even when allowed: %s", strings.Join(p.NetworkDeny, ", "))
 	}
 	line("network: refused unless an allow entry lists the address or its CIDR: IP addresses asked for directly, and names resolving to private, loopback, link-local, CGNAT, multicast, reserved or cloud metadata addresses (169.254.169.254, fd00:ec2::254); checked on every resolved address, and the proxy dials the address it checked (no DNS rebinding)")
-	line("network: DNS answers only names the allow list matches (others get NXDOMAIN); raw TCP or UDP to anything but the proxy and the DNS server fails; /sys is an empty read-only tmpfs; every connection (host, port, bytes, verdict, reason) is in the call's audit record")
+	line("network: DNS answers only names the allow list matches (others get NXDOMAIN); raw TCP or UDP to anything but the proxy and the DNS server fails; /sys is an empty read-only tmpfs on backends oci and containerd (the engine's read-only sysfs on docker); every connection (host, port, bytes, verdict, reason) is in the call's audit record")
 }
 
 // WithNetworkNamespace makes the call join the network namespace at path

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +21,8 @@ const MaxRedactFileBytes = 64 << 10
 //     child: its name looks like a secret (SecretName) or its value does
 //     (SecretValue). Names that env.allowSecrets passes are included: the
 //     policy lets the call use the value, not show it;
+//   - every variable of p.EnvSet whose name or value looks like a secret
+//     by the same rule, in name order;
 //   - the variables of p.RedactEnv, read with getenv (nil: none); a name
 //     that is not set adds nothing;
 //   - for each file of p.RedactFiles, read with safefile (no link in any
@@ -37,6 +40,11 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 	for _, e := range environ {
 		name, v, ok := strings.Cut(e, "=")
 		if ok && name != "" && (SecretName(name) || SecretValue(v)) {
+			out = append(out, redact.Secret{Name: name, Value: v})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.EnvSet)) {
+		if v := p.EnvSet[name]; SecretName(name) || SecretValue(v) {
 			out = append(out, redact.Secret{Name: name, Value: v})
 		}
 	}

@@ -30,7 +30,8 @@ func TestCallSecretsCase(t *testing.T) {
 		}
 		return "", false
 	}
-	p := Policy{RedactEnv: []string{"PLAIN", "UNSET"}, RedactFiles: []string{file}}
+	p := Policy{RedactEnv: []string{"PLAIN", "UNSET"}, RedactFiles: []string{file},
+		EnvSet: map[string]string{"SET_PLAIN": "visible", "SET_API_KEY": "set-key-0123456789", "SET_URL": "https://u:pw-987654@db/y"}}
 	got, err := CallSecrets(p, environ, getenv)
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,8 @@ func TestCallSecretsCase(t *testing.T) {
 	want := []redact.Secret{
 		{Name: "GITHUB_TOKEN", Value: "ghp_abcdef0123456789"},
 		{Name: "DATABASE_URL", Value: "postgres://u:pw-123456@db/x"},
+		{Name: "SET_API_KEY", Value: "set-key-0123456789"},
+		{Name: "SET_URL", Value: "https://u:pw-987654@db/y"},
 		{Name: "PLAIN", Value: "plain-value-42"},
 		{Name: "creds", Value: "user=alice\npass=hunter2-long"},
 		{Name: "creds", Value: "user=alice"},

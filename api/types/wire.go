@@ -44,7 +44,9 @@ type RunRequest struct {
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
 	Pids        int64   `json:"pids,omitempty"`
-	// Network is "none" or, under a loopback policy, "loopback".
+	// Network is "none", "loopback" (under a loopback or allowlist
+	// policy) or "allowlist" (under an allowlist policy, keeping its
+	// lists); empty keeps the policy's.
 	Network string `json:"network,omitempty"`
 	// Mounts are extra bind mounts, each below one of the policy's
 	// mountRoots (policy.Narrow, policy.CheckMountSources); anything

@@ -184,7 +184,10 @@ type settings struct {
 	dockerHost          string
 	containerdAddress   string
 	containerdNamespace string
-	log                 zerolog.Logger
+	// operatorFiles are the files the operator configured this run with
+	// (operatorFiles), part of protectedPaths.
+	operatorFiles map[string]string
+	log           zerolog.Logger
 }
 
 func loadSettings(c *cli.Context) (*settings, error) {
@@ -277,6 +280,9 @@ func loadSettings(c *cli.Context) (*settings, error) {
 			return nil, usageError("--session-id: %v", err)
 		}
 		s.header = &h
+	}
+	if s.operatorFiles, err = operatorFiles(c); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // maxConfigBytes bounds the --config file.
@@ -128,6 +130,42 @@ func configurable(c *cli.Command) {
 	}
 }
 
+// noWorkspaceCommands run no call in the current directory: for them the
+// current directory is not a workspace a --config file must stay out of
+// (serve's calls name their own workspaces, which --workspace-roots
+// bounds; a service started from $HOME keeps its config there).
+var noWorkspaceCommands = []string{"serve", "reap", "doctor", "images", "bench", "policy", "audit", "session", "replay-model", "completion"}
+
+// configOutside are the directories a --config file may not lie in,
+// compared by device and inode: the workspace of a command that runs
+// calls there (--cwd, else the current directory, unless --no-cwd; a
+// system directory is never one) and every
+// --workspace-roots directory. They are read before the file is applied,
+// so from the command line and the environment only: the file cannot
+// move them.
+func configOutside(f *flags, cwdIsWorkspace bool) ([]safefile.Dir, error) {
+	var outside []safefile.Dir
+	if cwdIsWorkspace && !f.Bool("no-cwd") {
+		cwd := f.String("cwd")
+		if cwd == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return nil, fmt.Errorf("current directory: %w", err)
+			}
+			cwd = wd
+		}
+		if cwd, err := filepath.Abs(cwd); err == nil && !sandbox.SystemDir(cwd) {
+			outside = append(outside, safefile.Dir{What: "the workspace (--cwd; --no-cwd for none)", Path: cwd})
+		}
+	}
+	for _, r := range strings.Split(f.String("workspace-roots"), ":") {
+		if filepath.IsAbs(r) {
+			outside = append(outside, safefile.Dir{What: "workspace root", Path: r})
+		}
+	}
+	return outside, nil
+}
+
 // configFlag is f as a flag the config file can set; a flag of a type
 // the file cannot set is returned as it is (and its key is refused).
 func configFlag(f cli.Flag) cli.Flag {
@@ -161,9 +199,15 @@ func applyConfig(ctx *cli.Context) error {
 	}
 	// Opened as data: no link in its path, without blocking, a regular
 	// file of bounded size (a FIFO or a device is an error at once),
-	// owned by root or the invoking user and writable by nobody else, as
-	// it may name policies, mounts and listeners.
-	data, err := safefile.Read(path, safefile.Options{MaxBytes: maxConfigBytes, OperatorOwned: true})
+	// owned by root or the invoking user, writable by nobody else and
+	// outside every directory a sandboxed call may write, as it may name
+	// policies, mounts and listeners (STYLE 18, as operatorPolicy).
+	path0 := commandPath(ctx.App.Commands, ctx.Command)
+	outside, err := configOutside(newFlags(ctx), len(path0) == 0 || !slices.Contains(noWorkspaceCommands, path0[0]))
+	if err != nil {
+		return err
+	}
+	data, err := safefile.Read(path, safefile.Options{MaxBytes: maxConfigBytes, OperatorOwned: true, Outside: outside})
 	if err != nil {
 		return usageError("--config: %v", err)
 	}

@@ -273,3 +273,63 @@ func TestConfigExampleLoads(t *testing.T) {
 		t.Fatalf("serve with the example: exit %d: %s", code, errOut)
 	}
 }
+
+// TestConfigOutsideWorkspaceCase: a --config file inside the workspace
+// (--cwd, or the current directory) or a --workspace-roots directory is
+// one a sandboxed call could have written: refused, whatever the file
+// itself says of them.
+func TestConfigOutsideWorkspaceCase(t *testing.T) {
+	ws := t.TempDir()
+	elsewhere := t.TempDir()
+	cfg := filepath.Join(ws, "sub", "dsh-sandbox.yaml")
+	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("no-cwd: true\nworkspace-roots: /nonexistent\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(elsewhere, "ws-link")
+	if err := os.Symlink(ws, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // "" means the file is read
+	}{
+		{"in --cwd", []string{"--cwd", ws}, "the workspace"},
+		{"in --cwd reached through a link", []string{"--cwd", link}, "the workspace"},
+		{"in a workspace root", []string{"--no-cwd", "--workspace-roots", "/nonexistent-root:" + ws}, "workspace root"},
+		{"another workspace", []string{"--cwd", elsewhere}, ""},
+		{"no workspace", []string{"--no-cwd"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"--config", cfg}, tc.args...), "locate", "--session-id", "a")
+			_, errOut, code := run(t, args...)
+			refused := code == 2 && strings.Contains(errOut, "--config") && strings.Contains(errOut, tc.want)
+			switch {
+			case tc.want != "" && !refused:
+				t.Errorf("%q: exit %d, stderr %q; want 2 naming --config and %q", args, code, errOut, tc.want)
+			case tc.want == "" && strings.Contains(errOut, "--config"):
+				t.Errorf("%q: exit %d, stderr %q; want the file read", args, code, errOut)
+			}
+		})
+	}
+	t.Run("in the current directory", func(t *testing.T) {
+		t.Chdir(ws)
+		_, errOut, code := run(t, "--config", cfg, "locate", "--session-id", "a")
+		if code != 2 || !strings.Contains(errOut, "the workspace") {
+			t.Errorf("config in the current directory: exit %d, stderr %q; want 2 naming the workspace", code, errOut)
+		}
+		// A command that runs no call there (doctor, serve, …) does
+		// not take the current directory for a workspace; a workspace
+		// root still counts.
+		if _, errOut, _ := run(t, "--config", cfg, "doctor"); strings.Contains(errOut, "--config") {
+			t.Errorf("doctor with its config in the current directory: stderr %q; want the file read", errOut)
+		}
+		_, errOut, code = run(t, "--config", cfg, "--workspace-roots", ws, "doctor")
+		if code != 2 || !strings.Contains(errOut, "workspace root") {
+			t.Errorf("doctor with its config in a workspace root: exit %d, stderr %q; want 2 naming the workspace root", code, errOut)
+		}
+	})
+}

@@ -22,7 +22,7 @@ func execTTY(c *cli.Context, req *sandbox.Request) error {
 	case c.String("stdin-file") != "":
 		return usageError("--tty: reads the CLI's terminal; not together with --stdin-file")
 	case c.String("server") != "":
-		return usageError("--tty: not available with --server (the service takes stdin whole)")
+		return usageError("--tty: not available with --server (the API has no terminal: it streams stdin, stdout and stderr, not a pseudo-terminal and its size changes)")
 	case c.Bool("json"):
 		return usageError("--tty: the output is a terminal stream; not together with --json")
 	}

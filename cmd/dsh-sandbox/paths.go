@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -85,9 +89,9 @@ func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []sandbox.Check {
 }
 
 // protectedPaths are what the service trusts and no call may reach: the
-// dsh home, the sessions root, the state and data directories and, with
-// SQLite persistence, the database. `serve` adds its audit log and
-// sockets.
+// dsh home, the sessions root, the state and data directories, with
+// SQLite persistence the database, and the operator's files of this run
+// (operatorFiles). `serve` adds its audit log and sockets.
 func (s *settings) protectedPaths() map[string]string {
 	p := map[string]string{
 		"sessions root": s.sessionsRoot,
@@ -98,7 +102,44 @@ func (s *settings) protectedPaths() map[string]string {
 	if s.persistence == "sqlite" {
 		p["SQLite database"] = s.sqlitePath
 	}
+	maps.Copy(p, s.operatorFiles)
 	return p
+}
+
+// operatorFiles are the files the operator configured this run with, as
+// absolute paths by name: the --config file, the --token-file, the
+// policy files (serve's --policy-file and --policy-dir, and a --policy
+// that names a file). A call that could write one would choose its own
+// sandbox; one that could read the token file would hold the service's
+// credentials. A flag the command does not have adds nothing.
+func operatorFiles(c *cli.Context) (map[string]string, error) {
+	out := map[string]string{}
+	add := func(name, flag, v string) error {
+		if v == "" {
+			return nil
+		}
+		abs, err := absFlag(flag, v)
+		out[name] = abs
+		return err
+	}
+	if err := errors.Join(
+		add("config file", "config", newFlags(c).String("config")),
+		add("token file", "token-file", c.String("token-file")),
+		add("policy dir", "policy-dir", c.String("policy-dir")),
+	); err != nil {
+		return nil, err
+	}
+	if v := c.String("policy"); isPolicyFile(v) {
+		if err := add("policy file", "policy", v); err != nil {
+			return nil, err
+		}
+	}
+	for i, f := range c.StringSlice("policy-file") {
+		if err := add(fmt.Sprintf("policy file %d", i+1), "policy-file", f); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // workspaceRoot returns the --workspace-roots entry ws lies in (the

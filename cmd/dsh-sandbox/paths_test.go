@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -70,6 +73,65 @@ func TestCheckCallPaths(t *testing.T) {
 			if !strings.Contains(err.Error(), m) {
 				t.Errorf("checkCallPaths(%s) = %q, want it to name %q", tt.name, err, m)
 			}
+		}
+	}
+}
+
+// TestProtectedPathsHoldOperatorFiles: the config file, serve's policy
+// files and --policy-dir and the token file are protected: a mount
+// source (CheckMountSources) that holds one is refused, one beside them
+// is not.
+func TestProtectedPathsHoldOperatorFiles(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(rel, text string) string {
+		path := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cfg := mk("conf/dsh-sandbox.yaml", "log-level: warn\n")
+	token := mk("secrets/token", "tok-0123456789abcdef\n")
+	pfile := mk("pol/extra.yaml", "name: extra\n")
+	pdir := filepath.Join(dir, "poldir")
+	mk("poldir/other.yaml", "name: other\n")
+	free := filepath.Join(dir, "free")
+	if err := os.Mkdir(free, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var protected map[string]string
+	code, errOut := probe(t, []string{"serve"}, func(c *cli.Context) {
+		s, err := loadSettings(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		protected = s.protectedPaths()
+	}, "--config", cfg, "--no-cwd", "serve", "--token-file", token, "--policy-file", pfile, "--policy-dir", pdir)
+	if code != 0 {
+		t.Fatalf("serve: exit %d, %s", code, errOut)
+	}
+	for name, want := range map[string]string{"config file": cfg, "token file": token, "policy file 1": pfile, "policy dir": pdir} {
+		if protected[name] != want {
+			t.Errorf("protectedPaths()[%q] = %q, want %q", name, protected[name], want)
+		}
+	}
+	for _, tc := range []struct {
+		src     string
+		refused bool
+	}{
+		{filepath.Join(dir, "conf"), true},
+		{filepath.Join(dir, "secrets"), true},
+		{filepath.Join(dir, "pol"), true},
+		{pdir, true},
+		{dir, true},
+		{free, false},
+	} {
+		err := policy.CheckMountSources([]sandbox.Mount{{Source: tc.src, Target: "/m", ReadOnly: true}}, protected)
+		if (err != nil) != tc.refused {
+			t.Errorf("CheckMountSources(%s) = %v, want refused %v", tc.src, err, tc.refused)
 		}
 	}
 }

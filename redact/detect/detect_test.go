@@ -115,3 +115,13 @@ func TestFindConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestGitleaksAllowStillRedacts: a "gitleaks:allow" comment on the line
+// does not keep a secret in the output.
+func TestGitleaksAllowStillRedacts(t *testing.T) {
+	s := redact.New(nil, redact.Options{Detect: true})
+	got := s.String("token=" + githubToken + " # gitleaks:allow")
+	if want := "token=[REDACTED:github-pat] # gitleaks:allow"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+}

@@ -43,6 +43,14 @@ const readyScript = `read -r _ <` + readyPath + ` || exit 125; exec "$@"`
 // the pid of a container whose process already opened its FIFO.
 const pidWait = 10 * time.Second
 
+// readyWait bounds how long the service waits for the container's pid 1
+// to open its FIFO (the call's end stops the wait before), and
+// readyPoll is how often it looks.
+const (
+	readyWait = 2 * time.Minute
+	readyPoll = 2 * time.Millisecond
+)
+
 // callEgress is the egress network of one running call.
 type callEgress struct {
 	e      *Executor
@@ -78,9 +86,14 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 	}
 	// One directory per instance, as for the staging mounts: instance
 	// and call ids may both hold "-", so a shared directory could not
-	// tell whose FIFO a name is.
+	// tell whose FIFO a name is. Only the service may enter it: another
+	// host user who opened a call's FIFO could take its line (the
+	// engine binds the FIFO in as root).
 	dir := filepath.Join(files, e.instance)
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
 	}
 	fifo := filepath.Join(dir, "ready-"+call.ID)
@@ -123,12 +136,13 @@ func (ce *callEgress) serve() {
 	if ce.ended.Load() {
 		return
 	}
-	// Blocks until a reader opens the FIFO: the container's pid 1, or
-	// end, which opens it to end the wait.
-	w, err := os.OpenFile(ce.reopen(), os.O_WRONLY, 0)
+	w, err := ce.openWriter()
 	if err != nil {
-		ce.fail(fmt.Errorf("egress FIFO: %w", err))
+		ce.fail(err)
 		return
+	}
+	if w == nil {
+		return // the call ended first
 	}
 	defer w.Close() // without a line, pid 1 exits 125
 	if ce.ended.Load() {
@@ -157,6 +171,29 @@ func (ce *callEgress) serve() {
 	ce.mu.Unlock()
 	if _, err := w.Write([]byte("\n")); err != nil {
 		ce.fail(fmt.Errorf("egress FIFO: %w", err))
+	}
+}
+
+// openWriter opens the FIFO for writing once a reader, the container's
+// pid 1, holds it open: an open without O_NONBLOCK would wait for one
+// and could be ended only by opening the FIFO ourselves, so it polls
+// every readyPoll. It returns nil, nil when the call ended first and an
+// error after readyWait.
+func (ce *callEgress) openWriter() (*os.File, error) {
+	deadline := time.Now().Add(readyWait)
+	for {
+		w, err := os.OpenFile(ce.reopen(), os.O_WRONLY|unix.O_NONBLOCK, 0)
+		switch {
+		case err == nil:
+			return w, nil
+		case !errors.Is(err, unix.ENXIO): // ENXIO: no reader yet
+			return nil, fmt.Errorf("egress FIFO: %w", err)
+		case ce.ended.Load():
+			return nil, nil
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("egress: container %s did not open its FIFO within %v", ce.name, readyWait)
+		}
+		time.Sleep(readyPoll)
 	}
 }
 
@@ -198,7 +235,13 @@ func (ce *callEgress) openNamespace(pid int) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: network namespace of container %s: %w", ce.name, err)
 	}
+	// pid 1's open of the FIFO returns after ours: its descriptor may
+	// not be there yet.
 	err = holdsFile(pid, ce.ref)
+	for deadline := time.Now().Add(pidWait); err != nil && time.Now().Before(deadline) && !ce.ended.Load(); {
+		time.Sleep(readyPoll)
+		err = holdsFile(pid, ce.ref)
+	}
 	if err == nil {
 		if serr := unix.PidfdSendSignal(pidfd, 0, nil, 0); serr != nil {
 			err = fmt.Errorf("pid %d ended: %w", pid, serr)
@@ -252,15 +295,7 @@ func (ce *callEgress) fail(err error) {
 // that it runs after the container's removal.
 func (ce *callEgress) end(res **sandbox.Result, err *error) {
 	ce.ended.Store(true)
-	// A reader lets a writer's open that still waits return; it is held
-	// until serve is done, so that serve cannot start waiting after it.
-	r, rerr := os.OpenFile(ce.reopen(), os.O_RDONLY|unix.O_NONBLOCK, 0)
-	<-ce.done
-	if rerr == nil {
-		r.Close()
-	} else {
-		ce.log.Error().Err(rerr).Msg("egress: reopening the FIFO")
-	}
+	<-ce.done // serve sees ended within readyPoll, pidWait at most
 	ce.ref.Close()
 	if rmErr := os.Remove(ce.fifo); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 		ce.log.Error().Err(rmErr).Msg("egress: removing the FIFO")

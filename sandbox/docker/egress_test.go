@@ -175,6 +175,11 @@ func TestEgressConfigAndEnd(t *testing.T) {
 	if !slices.Equal(targets, []string{readyPath, "/etc/resolv.conf"}) {
 		t.Errorf("mounts %q, want the FIFO and resolv.conf", targets)
 	}
+	if fi, err := os.Stat(filepath.Dir(ce.fifo)); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o700 {
+		t.Errorf("the FIFO's directory has mode %v, want 0700, so that no other host user opens the FIFO", fi.Mode().Perm())
+	}
 	res := &sandbox.Result{}
 	var runErr error
 	done := make(chan struct{})

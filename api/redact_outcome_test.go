@@ -1,0 +1,111 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/api"
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+const egressSecret = "egress-secret-0123456789"
+
+// egressExec answers a call with a denied CONNECT to a host holding
+// egressSecret and, for command "fail", an error naming it.
+type egressExec struct{}
+
+func (egressExec) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	if req.Command == "fail" {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "proxy could not reach %s.example", egressSecret)
+	}
+	zero := 0
+	return &sandbox.Result{ExitCode: &zero, Egress: []sandbox.Connection{{
+		Host: egressSecret + ".example", Port: 443, Verdict: "denied", Reason: "host " + egressSecret + ".example is not in the allowlist",
+	}}}, nil
+}
+
+// TestServerRedactsOutcome: a secret of the service's environment in an
+// egress host or reason or in an error reaches no client, by any front
+// end (JSON, NDJSON, background job), and the audit log: each shows
+// [REDACTED:NAME], and the error keeps its class.
+func TestServerRedactsOutcome(t *testing.T) {
+	t.Setenv("EGRESSTEST_API_TOKEN", egressSecret)
+	f := newFixture(t, &fakeExec{}, func(o *api.Options) { o.Executor = egressExec{} })
+	ctx := context.Background()
+	const marker = "[REDACTED:EGRESSTEST_API_TOKEN]"
+	show := func(what string, v any) {
+		t.Helper()
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), egressSecret) || !strings.Contains(string(data), marker) {
+			t.Errorf("%s = %s, want %s and not the secret", what, data, marker)
+		}
+	}
+	run := types.RunRequest{Policy: policy.WorkspaceWrite, Command: "curl", Cwd: f.work}
+	resp, err := f.cl.Run(ctx, run)
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	show("Run's result", resp.Result)
+	if resp.Result.Egress[0].Host != marker+".example" {
+		t.Errorf("Run's egress host = %q, want %s.example", resp.Result.Egress[0].Host, marker)
+	}
+	var out, errOut bytes.Buffer
+	resp, err = f.cl.Stream(ctx, run, &out, &errOut)
+	if err != nil {
+		t.Fatalf("Stream = %v", err)
+	}
+	show("Stream's result", resp.Result)
+
+	fail := run
+	fail.Command = "fail"
+	_, err = f.cl.Run(ctx, fail)
+	if !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("Run(fail) = %v, want ErrUnavailable", err)
+	}
+	show("Run(fail)'s error", err.Error())
+	_, err = f.cl.Stream(ctx, fail, &out, &errOut)
+	show("Stream(fail)'s error", err.Error())
+
+	job := run
+	job.Session, job.Cwd = header("s1", f.work), ""
+	for _, cmd := range []string{"curl", "fail"} {
+		job.Command = cmd
+		id, err := f.cl.StartJob(ctx, job)
+		if err != nil {
+			t.Fatalf("StartJob(%s) = %v", cmd, err)
+		}
+		var jo sandbox.JobOutput
+		for deadline := time.Now().Add(30 * time.Second); !jo.Done && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if jo, err = f.cl.JobOutput(ctx, "s1", id); err != nil {
+				t.Fatalf("JobOutput = %v", err)
+			}
+		}
+		if !jo.Done {
+			t.Fatalf("job %s did not end", cmd)
+		}
+		if cmd == "fail" {
+			show("the failed job's error", jo.Err.Error())
+		} else {
+			show("the job's result", jo.Result)
+		}
+	}
+
+	log, err := os.ReadFile(f.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), egressSecret) || strings.Count(string(log), marker) < 6 {
+		t.Errorf("audit log = %s, want markers and not the secret", log)
+	}
+}
