@@ -204,7 +204,7 @@ func VerifyAudit(r io.Reader) (records int, head string, err error) {
 }
 
 // auditRecord builds the record of one execution from its outcome,
-// whose secrets redactOutcome replaced.
+// whose secrets sandbox.RedactOutcome replaced.
 func auditRecord(req *sandbox.Request, callID string, background bool, queue time.Duration, res *sandbox.Result, runErr error) AuditRecord {
 	sum := sha256.Sum256([]byte(req.Command))
 	rec := AuditRecord{
@@ -244,52 +244,6 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 	}
 	return rec
 }
-
-// redactOutcome replaces the call's secrets (sandbox.Redactor: the
-// service's secret-looking env, the policy's EnvSet and redact section)
-// in the free text of a call's outcome, the error and the egress hosts
-// and reasons, before a client or the audit log sees it (the output was
-// redacted as it was captured). res is not changed: the result returned
-// is a copy. The error keeps its class and field. When the secrets cannot
-// be known, that text is left out.
-func redactOutcome(p sandbox.Policy, res *sandbox.Result, err error) (*sandbox.Result, error) {
-	if err == nil && (res == nil || len(res.Egress) == 0) {
-		return res, err
-	}
-	s, rerr := sandbox.Redactor(p, os.Environ(), os.LookupEnv)
-	if res != nil && len(res.Egress) > 0 {
-		out := *res
-		out.Egress = nil
-		if rerr == nil {
-			out.Egress = slices.Clone(res.Egress)
-			for i := range out.Egress {
-				out.Egress[i].Host = s.String(out.Egress[i].Host)
-				out.Egress[i].Reason = s.String(out.Egress[i].Reason)
-			}
-		}
-		res = &out
-	}
-	if err != nil {
-		msg := s.String(err.Error())
-		if rerr != nil {
-			msg = "output redaction unavailable; error text left out: " + rerr.Error()
-		}
-		if msg != err.Error() {
-			err = &redactedError{err: err, msg: msg}
-		}
-	}
-	return res, err
-}
-
-// redactedError is an error whose text had secrets replaced; it wraps the
-// original for its class and field (types.Body) only.
-type redactedError struct {
-	err error
-	msg string
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // envNames are the names of the ordinary and DSH_* env of req, sorted.
 func envNames(req *sandbox.Request) []string {

@@ -567,7 +567,7 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 	ev.Msg("call")
 	// Every front end (JSON, NDJSON, jobs) and the audit log get the
 	// outcome from here, redacted once.
-	res, err = redactOutcome(req.Policy, res, err)
+	res, err = sandbox.RedactOutcome(req.Policy, res, err)
 	if a := o.s.opts.Audit; a != nil {
 		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
 		if cl, ok := ClientFrom(ctx); ok {

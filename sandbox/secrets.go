@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -87,3 +88,49 @@ func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*
 	}
 	return s, nil
 }
+
+// RedactOutcome replaces the call's secrets (sandbox.Redactor: the
+// service's secret-looking env, the policy's EnvSet and redact section)
+// in the free text of a call's outcome, the error and the egress hosts
+// and reasons, before a client, the CLI's output or the audit log sees it (the output was
+// redacted as it was captured). res is not changed: the result returned
+// is a copy. The error keeps its class and field. When the secrets cannot
+// be known, that text is left out.
+func RedactOutcome(p Policy, res *Result, err error) (*Result, error) {
+	if err == nil && (res == nil || len(res.Egress) == 0) {
+		return res, err
+	}
+	s, rerr := Redactor(p, os.Environ(), os.LookupEnv)
+	if res != nil && len(res.Egress) > 0 {
+		out := *res
+		out.Egress = nil
+		if rerr == nil {
+			out.Egress = slices.Clone(res.Egress)
+			for i := range out.Egress {
+				out.Egress[i].Host = s.String(out.Egress[i].Host)
+				out.Egress[i].Reason = s.String(out.Egress[i].Reason)
+			}
+		}
+		res = &out
+	}
+	if err != nil {
+		msg := s.String(err.Error())
+		if rerr != nil {
+			msg = "output redaction unavailable; error text left out: " + rerr.Error()
+		}
+		if msg != err.Error() {
+			err = &redactedError{err: err, msg: msg}
+		}
+	}
+	return res, err
+}
+
+// redactedError is an error whose text had secrets replaced; it wraps the
+// original for its class and field (the API's error body) only.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

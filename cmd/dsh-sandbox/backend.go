@@ -212,3 +212,14 @@ func (s *settings) listImages(ctx context.Context, d *backend.Descriptor) ([]ima
 	}
 	return st.List()
 }
+
+// redacting is an executor whose outcomes have the call's secrets
+// replaced in the egress record and the error text
+// (sandbox.RedactOutcome), as the service's are: for front ends that hand
+// results to a model (mcp).
+type redacting struct{ sandbox.Executor }
+
+func (r redacting) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	res, err := r.Executor.Run(ctx, req)
+	return sandbox.RedactOutcome(req.Policy, res, err)
+}

@@ -138,6 +138,9 @@ func runExecCall(c *cli.Context) error {
 		defer restore()
 	}
 	res, err := ex.Run(c.Context, req)
+	// The output was redacted as it was captured; the egress record and
+	// the error text are redacted here, as the service does.
+	res, err = sandbox.RedactOutcome(req.Policy, res, err)
 	restore()
 	if err != nil {
 		return err

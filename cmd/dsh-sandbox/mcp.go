@@ -84,7 +84,7 @@ func runMCP(c *cli.Context) error {
 		s.log.Warn().Err(err).Msg("reaping leftovers of earlier instances failed")
 	}
 	srv, err := mcpserver.New(mcpserver.Options{
-		Executor: ex,
+		Executor: redacting{ex},
 		Policy:   pol,
 		Session:  base.Session,
 		Snapshot: func(ctx context.Context) ([]string, error) {
