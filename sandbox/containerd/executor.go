@@ -409,28 +409,31 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 		return err
 	}
 
-	var callDir string
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
 		}
-		dir, err := e.makeCallDir(call.ID)
-		callDir = dir
-		if err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
-		}
-		// Removed after the container (pushed before its removal).
-		var staged []string
-		cu.Add("id-mapped mounts", func(context.Context) error {
-			return failed(removeCallDir(dir, staged))
-		})
-		if ids.Idmapped {
-			staged, err = stageBinds(spec, idmap.Dests(req), dir)
-			if err != nil {
-				return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
-			}
-		}
-		spec.Root = &specs.Root{Path: rootfsDir(dir), Readonly: true}
+	}
+	callDir, err := e.makeCallDir(call.ID)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+	}
+	// Removed after the container (pushed before its removal).
+	var staged []string
+	cu.Add("staging mounts", func(context.Context) error {
+		return failed(removeCallDir(callDir, staged))
+	})
+	// Every bind source becomes a staging mount: the shim's runc must
+	// not follow a link swapped in since PreparePaths.
+	var mapped map[string]bool
+	if ids.Idmapped {
+		mapped = idmap.Dests(req)
+	}
+	if staged, err = stageBinds(spec, mapped, callDir); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+	}
+	if ids.Enabled {
+		spec.Root = &specs.Root{Path: rootfsDir(callDir), Readonly: true}
 	}
 
 	// The daemon's objects are made on a context the caller's

@@ -17,8 +17,8 @@ import (
 )
 
 // idmapDir is the directory under StateDir that holds, per instance and
-// call of a user-namespaced call, the id-mapped staging mounts of its
-// binds and the mount point of its snapshot
+// call, the staging mounts of the call's binds and, for a
+// user-namespaced call, the mount point of its snapshot
 // (containerd-idmap/<instance>/<call id>). Reap removes those of dead
 // instances.
 const idmapDir = "containerd-idmap"
@@ -84,14 +84,19 @@ func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]stri
 	return removed, errors.Join(errs...)
 }
 
-// stageBinds replaces the sources of the call's workspace, session
-// directory and policy mounts in spec by id-mapped staging mounts (see
-// idmap.Stage) in dir, the call's directory. The daemon and its runc
-// shim run in this process's mount namespace, so the runc that
-// bind-mounts them sees them. The staging mounts made are returned, also
-// with an error; removeCallDir removes them.
-func stageBinds(spec *specs.Spec, dests map[string]bool, dir string) ([]string, error) {
-	return idmap.Stage(spec, dests, dir, func(f func() error) error { return f() })
+// stageBinds replaces the source of every bind of spec by a staging
+// mount in dir, the call's directory (idmap.Stage): a clone of the
+// source opened without following links, so the shim's runc, which
+// mounts sources by path and follows links, mounts what
+// sandbox.PreparePaths checked and never a symbolic link a call swapped
+// in since. The binds whose destination is in mapped (the workspace,
+// session directory and policy mounts of an id-mapped call) are
+// id-mapped. The daemon and its runc shim run in this process's mount
+// namespace, so the runc that bind-mounts them sees them. The staging
+// mounts made are returned, also with an error; removeCallDir removes
+// them.
+func stageBinds(spec *specs.Spec, mapped map[string]bool, dir string) ([]string, error) {
+	return idmap.Stage(spec, mapped, dir, func(f func() error) error { return f() })
 }
 
 // removeCallDir detaches the mounts staged in dir, then removes dir with

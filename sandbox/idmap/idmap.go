@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -209,35 +210,52 @@ func Dests(req *sandbox.Request) map[string]bool {
 	return d
 }
 
-// Stage replaces the source of every bind mount in spec whose
-// destination is in dests by an id-mapped mount of that source with the
-// spec's id maps, attached at a new entry of dir (an existing empty
-// directory): the runtime then bind-mounts the staging mount, and the
-// bind keeps the mapping. in runs each mount operation (in the mount
-// namespace the runtime sees). The staging mount points made are
-// returned, also with an error: the caller unmounts and removes them.
-func Stage(spec *specs.Spec, dests map[string]bool, dir string, in func(func() error) error) (staged []string, err error) {
-	if len(dests) == 0 {
-		return nil, nil
+// Stage replaces the source of every bind mount in spec by a staging
+// mount of that source attached at a new entry of dir (an existing empty
+// directory that no call can write): a clone of what StageAt opens
+// without following any link, so the runtime, which mounts a source by
+// its path and follows links there, mounts what sandbox.PreparePaths
+// checked and never a link a call swapped in since. Each staging mount
+// is nosuid and nodev, and read-only and noexec where the bind's options
+// say so. The binds whose destination is in mapped are id-mapped with
+// the spec's id maps, and the bind keeps the mapping. in runs each mount
+// operation (in the mount namespace the runtime sees). The staging mount
+// points made are returned, also with an error: the caller unmounts and
+// removes them.
+func Stage(spec *specs.Spec, mapped map[string]bool, dir string, in func(func() error) error) (staged []string, err error) {
+	usernsFD := -1
+	if len(mapped) > 0 {
+		l := spec.Linux
+		if l == nil || len(l.UIDMappings) == 0 || len(l.GIDMappings) == 0 {
+			return nil, fmt.Errorf("id-mapped mounts: the spec has no user namespace mappings")
+		}
+		ns, err := NewUserNamespace(l.UIDMappings, l.GIDMappings)
+		if err != nil {
+			return nil, err
+		}
+		defer ns.Close()
+		usernsFD = int(ns.Fd())
 	}
-	l := spec.Linux
-	if l == nil || len(l.UIDMappings) == 0 || len(l.GIDMappings) == 0 {
-		return nil, fmt.Errorf("id-mapped mounts: the spec has no user namespace mappings")
-	}
-	ns, err := NewUserNamespace(l.UIDMappings, l.GIDMappings)
-	if err != nil {
-		return nil, err
-	}
-	defer ns.Close()
 	for i := range spec.Mounts {
 		m := &spec.Mounts[i]
-		if m.Type != "bind" || !dests[filepath.Clean(m.Destination)] {
+		if m.Type != "bind" {
 			continue
+		}
+		fd := -1
+		if mapped[filepath.Clean(m.Destination)] {
+			fd = usernsFD
+		}
+		var attrs uint64
+		if slices.Contains(m.Options, "ro") {
+			attrs |= unix.MOUNT_ATTR_RDONLY
+		}
+		if slices.Contains(m.Options, "noexec") {
+			attrs |= unix.MOUNT_ATTR_NOEXEC
 		}
 		target := filepath.Join(dir, strconv.Itoa(len(staged)))
 		source := m.Source
-		if err := in(func() error { return StageAt(source, target, int(ns.Fd()), 0) }); err != nil {
-			return staged, fmt.Errorf("id-mapped mounts: %w", err)
+		if err := in(func() error { return StageAt(source, target, fd, attrs) }); err != nil {
+			return staged, fmt.Errorf("bind mount %s: %w", m.Destination, err)
 		}
 		staged = append(staged, target)
 		m.Source = target

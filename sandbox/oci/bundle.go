@@ -21,6 +21,9 @@ const (
 	bundleMarker = "dsh-sandbox.json"
 	bundlePid    = "container.pid"
 	bundleLog    = "runtime.log"
+	// bundleBinds holds the staging mounts of the call's binds, one
+	// numbered mount point per bind (stageBinds).
+	bundleBinds = "binds"
 )
 
 // marker is written into a bundle right after its directory is created,
@@ -47,8 +50,8 @@ type bundle struct {
 	// oom, when set, tells whether the call ran out of memory (see
 	// prepareOOMAccounting); the cleanup stack closes it.
 	oom *oomWatch
-	// staged are the id-mapped staging mounts in the bundle (see
-	// stageIdmapped); unmount removes them.
+	// staged are the staging mounts in the bundle (stageBinds, and the
+	// read-only root of prepareGofer); unmount removes them.
 	staged []string
 }
 
@@ -174,7 +177,31 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 	return nil
 }
 
-// unmount unmounts the id-mapped staging mounts and the overlay, lazily
+// stageBinds replaces the source of every bind of spec by a staging
+// mount in the bundle (idmap.Stage), which no call can write: a clone of
+// the source opened without following links, so the runtime, which
+// mounts sources by path and follows links, mounts what
+// sandbox.PreparePaths checked and never a symbolic link a call swapped
+// in since (a rename loop in a writable mount root). The binds whose
+// destination is in mapped are id-mapped with the spec's id maps. The
+// staging directory is 0711: the runtime (runsc's gofer) may mount from
+// within the call's user namespace. The mounts are made in the runtime's
+// mount namespace and recorded in b, whose unmount removes them, also
+// after an error.
+func (b *bundle) stageBinds(spec *specs.Spec, mapped map[string]bool) error {
+	dir := b.path(bundleBinds)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return fmt.Errorf("bind staging: %w", err)
+	}
+	staged, err := idmap.Stage(spec, mapped, dir, b.inNamespace)
+	b.staged = append(b.staged, staged...)
+	if err != nil {
+		return fmt.Errorf("bind staging: %w", err)
+	}
+	return nil
+}
+
+// unmount unmounts the staging mounts and the overlay, lazily
 // when they are busy.
 func (b *bundle) unmount() error {
 	for len(b.staged) > 0 {

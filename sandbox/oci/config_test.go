@@ -145,7 +145,7 @@ func TestConfigJSON(t *testing.T) {
 	if l.Seccomp == nil || len(l.Seccomp.Syscalls) == 0 || l.Resources == nil || l.Resources.Memory == nil || l.Resources.Pids == nil {
 		t.Errorf("seccomp %v, resources %+v: want the policy's profile and limits", l.Seccomp != nil, l.Resources)
 	}
-	staged := filepath.Join(e.bundlesDir(), "cfg-1", bundleIdmap)
+	staged := filepath.Join(e.bundlesDir(), "cfg-1", bundleBinds)
 	if m, ok := findMount(s, tr); !ok || !slices.Contains(m.Options, "ro") || filepath.Dir(m.Source) != staged {
 		t.Errorf("transcript mount = %+v (%v), want %q read-only at its own path from a staging mount in %s", m, ok, tr, staged)
 	}
@@ -164,6 +164,9 @@ func TestConfigJSON(t *testing.T) {
 		}
 		if m.Type == "bind" && !slices.Contains(m.Options, "nosuid") {
 			t.Errorf("bind mount %+v is not nosuid", m)
+		}
+		if m.Type == "bind" && filepath.Dir(m.Source) != staged {
+			t.Errorf("bind mount %+v is not from a staging mount in %s", m, staged)
 		}
 	}
 	// /proc comes before every bind, and the image binds before the

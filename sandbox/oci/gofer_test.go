@@ -215,7 +215,7 @@ func stagedModes(t *testing.T, dir string) (ro, rw int) {
 			continue
 		}
 		mp := unescapeMountinfo(f[4])
-		if filepath.Dir(mp) != filepath.Join(dir, bundleGofer) && filepath.Dir(mp) != filepath.Join(dir, bundleIdmap) {
+		if filepath.Dir(mp) != filepath.Join(dir, bundleBinds) {
 			continue
 		}
 		if strings.HasPrefix(f[5], "ro") {

@@ -1,44 +1,18 @@
 package oci
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
-// bundleIdmap is the directory of a bundle that holds its id-mapped
-// staging mounts, one numbered mount point per mapped bind.
-const bundleIdmap = "idmap"
-
-// stageIdmapped replaces the source of every bind mount in spec whose
-// destination is in dests by an id-mapped staging mount of that source
-// in the bundle, with the call's id maps: the runtime then bind-mounts
-// the staging mount, and the bind keeps the mapping. The staging mounts
-// are made in the runtime's mount namespace and recorded in b, whose
-// unmount removes them.
-func (b *bundle) stageIdmapped(spec *specs.Spec, dests map[string]bool) error {
-	if len(dests) == 0 {
-		return nil
-	}
-	dir := b.path(bundleIdmap)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return fmt.Errorf("id-mapped mounts: %w", err)
-	}
-	staged, err := idmap.Stage(spec, dests, dir, b.inNamespace)
-	b.staged = append(b.staged, staged...)
-	return err
-}
-
 // userNamespace decides the user namespace of a call of policy p running
 // as container uid:gid (idmap.ForCall): every runtime gives one, unless
 // the policy says user: host-root. Under runsc the spec's namespace is
 // the one gVisor's gofer runs in (the Sentry runs as host nobody in a
-// namespace of its own); see stageForGofer and docs/identity.md.
+// namespace of its own); see prepareGofer and docs/identity.md.
 func (e *Executor) userNamespace(p sandbox.Policy, uid, gid uint32) (idmap.Call, error) {
 	return idmap.ForCall("oci", p, uid, gid)
 }

@@ -17,7 +17,7 @@ import (
 // namespace), a uid-1000 workspace (a user namespace, uid 1000 mapped
 // 1:1) and a root-owned workspace (a user namespace plus id-mapped
 // staging mounts of the workspace and session directory; under runsc
-// the gofer's staging mounts and read-only root too). Run it with
+// the read-only root too). Every variant stages each bind. Run it with
 // -benchtime=30x or more; it reports the median of each variant.
 func BenchmarkUserNamespace(b *testing.B) {
 	for _, rt := range runtimes {

@@ -52,9 +52,9 @@ func TestTeardownAfterInjectedFailure(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			e := newTestExecutor(t, rt)
 			// The workspace is root's: its call stages id-mapped
-			// mounts (and under runsc, the gofer's staging mounts),
-			// which every later failure must remove.
-			steps := append(callSteps, "panic", "idmap")
+			// mounts, and every call staging mounts of its other
+			// binds, which every later failure must remove.
+			steps := append(callSteps, "panic", "idmap", "binds")
 			if rt == RuntimeRunsc {
 				steps = append(steps, "gofer")
 			}
