@@ -2,7 +2,9 @@ package egress
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -40,12 +42,27 @@ func WriteFiles(dir string) error {
 			err = os.Chmod(tmp.Name(), 0o644)
 		}
 		if err == nil {
-			err = os.Rename(tmp.Name(), path)
+			err = publish(tmp.Name(), path, []byte(data))
 		}
+		os.Remove(tmp.Name())
 		if err != nil {
-			os.Remove(tmp.Name())
 			return fmt.Errorf("egress files: %w", err)
 		}
 	}
 	return nil
+}
+
+// publish puts the file tmp at path unless a file with data is there
+// already. A fitting file another call published meanwhile stays: calls
+// bind it from a descriptor they opened, and replacing it would unlink
+// what they are about to mount. Only a stale file is replaced.
+func publish(tmp, path string, data []byte) error {
+	err := os.Link(tmp, path)
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, data) {
+		return nil
+	}
+	return os.Rename(tmp, path)
 }

@@ -230,7 +230,15 @@ func ensureEtc(parent, name string, entries []etcEntry) (string, error) {
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		// Move a stale copy aside; calls that have it mounted keep it.
+		// A copy another process published since the check above fits:
+		// moving that aside would unlink the directory its calls staged
+		// their bind from, and their mounts would fail. (A copy that
+		// exists and does not fit is stale: no process renames one into
+		// place while it is there.)
 		if _, err := os.Lstat(dst); err == nil {
+			if etcMatches(dst, entries) {
+				return dst, nil
+			}
 			aside, err := os.MkdirTemp(parent, name+".old-")
 			if err != nil {
 				return "", fmt.Errorf("host image: %w", err)
