@@ -302,7 +302,10 @@ type Connection struct {
 	Port uint16 `json:"port"`
 	// Address is the address the proxy dialed; empty when refused.
 	Address string `json:"address,omitempty"`
-	// Verdict is "allowed" or "denied"; Reason says which rule decided.
+	// Verdict is "allowed", "denied", "failed" (allowed, but its
+	// upstream could not be reached) or "dropped" (the record's last entry when
+	// the call made more connections than are recorded; Reason counts
+	// them); Reason says which rule decided.
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason"`
 	// BytesUp were sent by the call, BytesDown received by it.
