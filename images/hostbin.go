@@ -2,6 +2,7 @@ package images
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -121,4 +122,15 @@ func copyFileEntry(tw *tar.Writer, target, source string) error {
 		return fmt.Errorf("%s: changed size while copying", source)
 	}
 	return nil
+}
+
+// BusyboxWith writes the busybox root filesystem of BusyboxRootfsTar
+// (from DefaultBusyboxPath) with the host programs names added
+// (AddHostBinaries): the image the backend tests and demos build.
+func BusyboxWith(w io.Writer, names ...string) error {
+	var base bytes.Buffer
+	if err := BusyboxRootfsTar(&base, DefaultBusyboxPath); err != nil {
+		return err
+	}
+	return AddHostBinaries(w, &base, names...)
 }

@@ -103,12 +103,8 @@ func newTestExecutor(t testing.TB) *Executor {
 // failed redirection of `:` does not end the shell).
 func importTestImage(t testing.TB, e *Executor) {
 	t.Helper()
-	var base, tar bytes.Buffer
-	err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath)
-	if err == nil {
-		err = images.AddHostBinaries(&tar, &base, "bash")
-	}
-	if err != nil {
+	var tar bytes.Buffer
+	if err := images.BusyboxWith(&tar, "bash"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but the busybox test image cannot be built: %v", err)
 		}

@@ -19,11 +19,8 @@ func TestImageNamesCanonicalAndRemove(t *testing.T) {
 	e := newTestExecutor(t)
 	short := "dsh-test-names-" + sandbox.NewInstanceID()
 	canon := short + ":latest"
-	var base, tar bytes.Buffer
-	if err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath); err != nil {
-		t.Fatal(err)
-	}
-	if err := images.AddHostBinaries(&tar, &base, "bash"); err != nil {
+	var tar bytes.Buffer
+	if err := images.BusyboxWith(&tar, "bash"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.ImportRootfs(t.Context(), &tar, short, testImageEnv); err != nil {

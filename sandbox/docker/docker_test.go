@@ -111,11 +111,7 @@ func importTestImage(t testing.TB, e *Executor) {
 
 // testRootfsTar writes the test image's root filesystem to w.
 func testRootfsTar(w io.Writer) error {
-	var base bytes.Buffer
-	if err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath); err != nil {
-		return err
-	}
-	return images.AddHostBinaries(w, &base, "bash")
+	return images.BusyboxWith(w, "bash")
 }
 
 // testPolicy is the built-in workspace-write policy for the engine.

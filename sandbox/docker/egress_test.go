@@ -255,12 +255,8 @@ func BenchmarkEgressCall(b *testing.B) {
 // egressRootfsTar is the root filesystem of fixtures.EgressImage.
 func egressRootfsTar(t *testing.T) *bytes.Buffer {
 	t.Helper()
-	var base, tar bytes.Buffer
-	err := images.BusyboxRootfsTar(&base, images.DefaultBusyboxPath)
-	if err == nil {
-		err = images.AddHostBinaries(&tar, &base, fixtures.EgressTools...)
-	}
-	if err != nil {
+	var tar bytes.Buffer
+	if err := images.BusyboxWith(&tar, fixtures.EgressTools...); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but the egress test image cannot be built: %v", err)
 		}
