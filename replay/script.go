@@ -1,9 +1,11 @@
-// Package replay is a scripted stand-in for an OpenAI/DeepSeek
-// chat-completions model: an http.Handler that answers each request with
-// the next response of a script (text, reasoning, tool calls), streaming
-// as server-sent events or as one JSON object, and records every request
-// it receives as a JSON line. Harnesses such as dsh run keyless against it
-// in tests by pointing their base URL at it.
+// Package replay is a scripted stand-in for a model API: an http.Handler
+// that answers each request with the next response of a script (text,
+// reasoning, tool calls) in the wire format of the endpoint asked (OpenAI
+// and DeepSeek chat completions, the OpenAI Responses API, the Anthropic
+// Messages API), streaming as server-sent events or as one JSON object,
+// and records every request it receives as a JSON line. Harnesses such as
+// dsh, Codex and Claude Code run keyless against it in tests by pointing
+// their base URL at it.
 //
 // It imports only the standard library; the `dsh-sandbox replay-model`
 // command serves it on loopback. Any package may import it.
@@ -13,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // MaxScriptBytes bounds a script file.
@@ -48,6 +51,11 @@ type ToolCall struct {
 	ID string `json:"id,omitempty"`
 	// Name is the function's name; required.
 	Name string `json:"name"`
+	// Namespace is the Responses API's tool namespace (Codex offers an
+	// MCP server's tools as a namespace: "mcp__dsh_sandbox" holds
+	// "bash"); empty means none. The other formats have no namespaces
+	// and leave it out.
+	Namespace string `json:"namespace,omitempty"`
 	// Arguments are the call's arguments: a JSON object (sent compacted
 	// as the arguments string) or a JSON string (sent as it is, which
 	// lets a script send malformed arguments on purpose). Absent means
@@ -117,4 +125,13 @@ func (tc ToolCall) argumentString() (string, error) {
 	default:
 		return "", fmt.Errorf("must be a JSON object or a string, got %.20s", raw)
 	}
+}
+
+// callID is the call's id on the wire: its scripted id, else prefix,
+// the request's sequence number and the call's index.
+func (tc ToolCall) callID(seq, i int, prefix string) string {
+	if tc.ID != "" {
+		return tc.ID
+	}
+	return prefix + strconv.Itoa(seq) + "_" + strconv.Itoa(i)
 }

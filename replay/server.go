@@ -24,18 +24,30 @@ const chunkRunes = 16
 // arrives after the script's last response was played.
 const ErrorCodeExhausted = "replay_script_exhausted"
 
-// Server plays a Script over HTTP. It answers
+// Server plays a Script over HTTP, in the wire format of three APIs:
 //
-//   - POST /v1/chat/completions and /chat/completions (the base URL may
-//     or may not end in /v1): the next response, streamed as server-sent
-//     events when the request says "stream": true, else one JSON object;
-//   - GET /v1/models and /models: the script's model.
+//   - OpenAI/DeepSeek chat completions: POST /v1/chat/completions (and
+//     /chat/completions: the base URL may or may not end in /v1);
+//   - the OpenAI Responses API: POST /v1/responses (and /responses), the
+//     API Codex speaks; a tool call's result arrives as a
+//     function_call_output item of the next request;
+//   - the Anthropic Messages API: POST /v1/messages (also with
+//     ?beta=true, as Claude Code sends it), tool calls as tool_use
+//     blocks, their results as tool_result blocks of the next request;
+//
+// each answering with the next response of the one script, streamed as
+// server-sent events when the request says "stream": true, else as one
+// JSON object. GET /v1/models and /models list the script's model.
 //
 // Requests that arrive after the last response get a 400 error with code
-// ErrorCodeExhausted (a 4xx, so that clients do not retry). Every request
-// to a chat endpoint is recorded, before it is answered, as one line of
-// JSON (a Record) on the record writer. Authentication is not checked:
-// any key, or none, is accepted, and header values are never recorded.
+// ErrorCodeExhausted (a 4xx, so that clients do not retry), in the API's
+// error shape. Every request to a model endpoint is recorded, before it is
+// answered, as one line of JSON (a Record) on the record writer, and so
+// is every request to an unknown path or for a proxy (CONNECT host:443):
+// pointed at as a client's HTTP proxy, the server records what else the
+// client tried to reach and refuses it.
+// Authentication is not checked: any key, or none, is accepted, and header
+// values are never recorded.
 //
 // Create a Server with NewServer. It is safe for concurrent use;
 // concurrent requests take responses in the order they are served.
@@ -49,13 +61,19 @@ type Server struct {
 	record io.Writer
 }
 
-// Record is one recorded request.
+// Record is one recorded request: every request but GET /v1/models is
+// recorded, those to no endpoint too.
 type Record struct {
-	// Seq counts the requests to chat endpoints, from 1.
+	// Seq counts the recorded requests, from 1.
 	Seq int `json:"seq"`
-	// Method and Path are the request line's.
+	// Method and Path are the request line's; Query is its query string
+	// (Claude Code sends "beta=true"), absent when empty.
 	Method string `json:"method"`
 	Path   string `json:"path"`
+	Query  string `json:"query,omitempty"`
+	// Host is the target of a proxy request (CONNECT host:port, or an
+	// absolute URL): a client that used the server as its proxy.
+	Host string `json:"host,omitempty"`
 	// HeaderNames are the request's header names, canonical and sorted;
 	// values are never recorded (they hold keys).
 	HeaderNames []string `json:"headerNames"`
@@ -90,15 +108,49 @@ func (s *Server) Played() int {
 	return s.next
 }
 
+// Endpoints names the paths a Server answers, for help texts and errors.
+const Endpoints = "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models"
+
+// api is one wire format: how its requests are checked and its responses
+// and errors written.
+type api interface {
+	// parse checks a request body and returns what the answer depends
+	// on, or an error naming the field.
+	parse(body []byte) (request, error)
+	// respond writes resp, the answer to request seq.
+	respond(w http.ResponseWriter, t turn)
+	// fail writes an error in the API's shape.
+	fail(w http.ResponseWriter, status int, code, msg string)
+}
+
+// request is what an answer depends on of a request.
+type request struct {
+	model        string
+	stream       bool
+	includeUsage bool // chat: stream_options.include_usage
+}
+
+// turn is what a response writer needs: the scripted response and the
+// request's facts.
+type turn struct {
+	resp    Response
+	seq     int
+	model   string // the model name to report
+	req     request
+	created int64
+	prompt  int // request body bytes, for the token estimate
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var a api
 	switch r.URL.Path {
 	case "/v1/chat/completions", "/chat/completions":
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+": only POST")
-			return
-		}
-		s.chat(w, r)
+		a = chatAPI{}
+	case "/v1/responses", "/responses":
+		a = responsesAPI{}
+	case "/v1/messages", "/messages":
+		a = messagesAPI{}
 	case "/v1/models", "/models":
 		if r.Method != http.MethodGet {
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+": only GET")
@@ -108,29 +160,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"object": "list",
 			"data":   []any{map[string]any{"id": s.modelName(""), "object": "model", "owned_by": "dsh-sandbox-replay"}},
 		})
+		return
 	default:
-		writeError(w, http.StatusNotFound, "not_found", "no endpoint "+r.URL.Path+" (this is a replay model: /v1/chat/completions, /v1/models)")
+		// Recorded too: a client that asks for anything else, or uses
+		// the server as its proxy (CONNECT host:443, GET http://host/),
+		// tried to reach something a test should know about.
+		rec := Record{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Response: -1, Error: "no endpoint"}
+		if r.Method == http.MethodConnect || r.URL.Host != "" {
+			rec.Host = r.Host
+			rec.Error = "not a proxy"
+		}
+		rec.HeaderNames = headerNames(r)
+		s.mu.Lock()
+		s.seq++
+		rec.Seq = s.seq
+		err := s.writeRecord(&rec)
+		s.mu.Unlock()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "replay_record_failed", "recording the request: "+err.Error())
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.Host+r.URL.Path+" (this is a replay model: "+Endpoints+")")
+		return
 	}
+	if r.Method != http.MethodPost {
+		a.fail(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+": only POST")
+		return
+	}
+	s.serve(w, r, a)
 }
 
-// chatRequest is the part of a chat request the server reads.
-type chatRequest struct {
-	Model         string            `json:"model"`
-	Messages      []json.RawMessage `json:"messages"`
-	Stream        bool              `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+// serve records the request, takes the next response and has a write it.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, a api) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
-	rec := Record{Method: r.Method, Path: r.URL.Path, Response: -1}
-	for name := range r.Header {
-		rec.HeaderNames = append(rec.HeaderNames, name)
-	}
-	slices.Sort(rec.HeaderNames)
-	var req chatRequest
+	rec := Record{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Response: -1, HeaderNames: headerNames(r)}
+	var req request
 	status := http.StatusBadRequest
 	code := "invalid_request_error"
 	switch {
@@ -143,13 +207,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		rec.Error = "body: not JSON"
 	default:
 		rec.Body = json.RawMessage(body)
-		if err := json.Unmarshal(body, &req); err != nil {
-			rec.Error = "body: " + err.Error()
-		} else if len(req.Messages) == 0 {
-			rec.Error = "messages: at least one message is required"
+		var perr error
+		if req, perr = a.parse(body); perr != nil {
+			rec.Error = perr.Error()
 		}
+		rec.Stream = req.stream
 	}
-	rec.Stream = req.Stream
 
 	s.mu.Lock()
 	s.seq++
@@ -169,19 +232,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if recordErr != nil {
-		writeError(w, http.StatusInternalServerError, "replay_record_failed", "recording the request: "+recordErr.Error())
+		a.fail(w, http.StatusInternalServerError, "replay_record_failed", "recording the request: "+recordErr.Error())
 		return
 	}
 	if rec.Error != "" {
-		writeError(w, status, code, "replay: "+rec.Error)
+		a.fail(w, status, code, "replay: "+rec.Error)
 		return
 	}
-	id := "chatcmpl-replay-" + strconv.Itoa(rec.Seq)
-	if req.Stream {
-		s.stream(w, id, req, resp, rec.Seq)
-		return
+	a.respond(w, turn{resp: resp, seq: rec.Seq, model: s.modelName(req.model), req: req, created: s.now().Unix(), prompt: len(body)})
+}
+
+// headerNames are r's header names, sorted.
+func headerNames(r *http.Request) []string {
+	var names []string
+	for name := range r.Header {
+		names = append(names, name)
 	}
-	writeJSON(w, http.StatusOK, s.completion(id, req, resp, rec.Seq))
+	slices.Sort(names)
+	return names
 }
 
 // writeRecord writes rec as one line. Called with s.mu held, so that lines
@@ -209,163 +277,49 @@ func (s *Server) modelName(requested string) string {
 	}
 }
 
-// wireToolCall is a tool call as the chat API sends it.
-type wireToolCall struct {
-	Index    *int   `json:"index,omitempty"` // streaming deltas only
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type,omitempty"`
-	Function struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+// events writes server-sent events, flushing each.
+type events struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
 }
 
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-// toolCalls are resp's calls on the wire, with ids filled in.
-func toolCalls(resp Response, seq int) []wireToolCall {
-	out := make([]wireToolCall, 0, len(resp.ToolCalls))
-	for i, tc := range resp.ToolCalls {
-		w := wireToolCall{ID: tc.ID, Type: "function"}
-		if w.ID == "" {
-			w.ID = "call_" + strconv.Itoa(seq) + "_" + strconv.Itoa(i)
-		}
-		w.Function.Name = tc.Name
-		w.Function.Arguments, _ = tc.argumentString() // validated by NewServer
-		out = append(out, w)
-	}
-	return out
-}
-
-func finishReason(resp Response) string {
-	switch {
-	case resp.FinishReason != "":
-		return resp.FinishReason
-	case len(resp.ToolCalls) > 0:
-		return "tool_calls"
-	default:
-		return "stop"
-	}
-}
-
-// tokenUsage is a rough count (4 bytes a token): clients only need the
-// fields to be present and plausible.
-func tokenUsage(req chatRequest, resp Response) usage {
-	var prompt int
-	for _, m := range req.Messages {
-		prompt += len(m)
-	}
-	completion := len(resp.Content) + len(resp.ReasoningContent)
-	for _, tc := range resp.ToolCalls {
-		completion += len(tc.Name) + len(tc.Arguments)
-	}
-	u := usage{PromptTokens: (prompt + 3) / 4, CompletionTokens: (completion + 3) / 4}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return u
-}
-
-func (s *Server) completion(id string, req chatRequest, resp Response, seq int) map[string]any {
-	msg := map[string]any{"role": "assistant", "content": resp.Content}
-	if resp.Content == "" && len(resp.ToolCalls) > 0 {
-		msg["content"] = nil
-	}
-	if resp.ReasoningContent != "" {
-		msg["reasoning_content"] = resp.ReasoningContent
-	}
-	if len(resp.ToolCalls) > 0 {
-		msg["tool_calls"] = toolCalls(resp, seq)
-	}
-	return map[string]any{
-		"id":      id,
-		"object":  "chat.completion",
-		"created": s.now().Unix(),
-		"model":   s.modelName(req.Model),
-		"choices": []any{map[string]any{
-			"index":         0,
-			"message":       msg,
-			"logprobs":      nil,
-			"finish_reason": finishReason(resp),
-		}},
-		"usage": tokenUsage(req, resp),
-	}
-}
-
-// stream sends resp as chat.completion.chunk events: the role, the
-// reasoning and the content in pieces, each tool call's id and name and
-// then its arguments in two pieces, the finish reason, the usage when the
-// request asked for it, and [DONE].
-func (s *Server) stream(w http.ResponseWriter, id string, req chatRequest, resp Response, seq int) {
+// startEvents sends the headers of an event stream.
+func startEvents(w http.ResponseWriter) events {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	created := s.now().Unix()
-	model := s.modelName(req.Model)
-	send := func(delta map[string]any, finish any, u *usage) bool {
-		choices := []any{}
-		if delta != nil {
-			choices = append(choices, map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish})
-		}
-		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-		if u != nil {
-			chunk["usage"] = u
-		}
-		data, err := json.Marshal(chunk)
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
+	f, _ := w.(http.Flusher)
+	return events{w: w, flusher: f}
+}
+
+// send writes v as one event's JSON data, preceded by an "event:" line
+// when name is not empty; false when the client is gone.
+func (e events) send(name string, v any) bool {
+	var b bytes.Buffer
+	if name != "" {
+		b.WriteString("event: " + name + "\n")
 	}
-	if !send(map[string]any{"role": "assistant", "content": ""}, nil, nil) {
-		return
+	b.WriteString("data: ")
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // Encode ends the line
+		return false
 	}
-	for _, piece := range pieces(resp.ReasoningContent) {
-		if !send(map[string]any{"reasoning_content": piece}, nil, nil) {
-			return
-		}
+	b.WriteString("\n")
+	if _, err := e.w.Write(b.Bytes()); err != nil {
+		return false
 	}
-	for _, piece := range pieces(resp.Content) {
-		if !send(map[string]any{"content": piece}, nil, nil) {
-			return
-		}
+	if e.flusher != nil {
+		e.flusher.Flush()
 	}
-	for i, tc := range toolCalls(resp, seq) {
-		first := tc
-		first.Index = &i
-		args := tc.Function.Arguments
-		half := halfway(args)
-		first.Function.Arguments = args[:half]
-		if !send(map[string]any{"tool_calls": []wireToolCall{first}}, nil, nil) {
-			return
-		}
-		rest := wireToolCall{Index: &i}
-		rest.Function.Arguments = args[half:]
-		if !send(map[string]any{"tool_calls": []wireToolCall{rest}}, nil, nil) {
-			return
-		}
-	}
-	if !send(map[string]any{}, finishReason(resp), nil) {
-		return
-	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		u := tokenUsage(req, resp)
-		if !send(nil, nil, &u) {
-			return
-		}
-	}
-	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err == nil && flusher != nil {
-		flusher.Flush()
+	return true
+}
+
+// done ends a chat stream with its [DONE] sentinel.
+func (e events) done() {
+	if _, err := io.WriteString(e.w, "data: [DONE]\n\n"); err == nil && e.flusher != nil {
+		e.flusher.Flush()
 	}
 }
 

@@ -19,11 +19,20 @@ import (
 func replayModelCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "replay-model",
-		Usage: "serve an OpenAI/DeepSeek-compatible chat endpoint on loopback that plays a script (keyless tests)",
-		Description: `Answers POST /v1/chat/completions (and /chat/completions) with the script's responses in
-order, streamed as server-sent events when the request says "stream": true, else as one
-JSON object; tool calls included. A request after the last response gets a 400 error with
-code replay_script_exhausted. Any API key, or none, is accepted.
+		Usage: "serve a scripted model on loopback in the OpenAI chat, OpenAI Responses and Anthropic Messages formats (keyless tests)",
+		Description: `Answers, with the script's responses in order (one script, whichever endpoint asks):
+
+   POST /v1/chat/completions   OpenAI/DeepSeek chat completions (dsh, any chat client)
+   POST /v1/responses          the OpenAI Responses API (Codex: wire_api = "responses")
+   POST /v1/messages           the Anthropic Messages API, also ?beta=true (Claude Code:
+                               ANTHROPIC_BASE_URL)
+   GET  /v1/models             the script's model
+
+(each also without /v1). A response streams as server-sent events when the request says
+"stream": true, else comes as one JSON object; tool calls are sent in each format's own
+shape (tool_calls, function_call items, tool_use blocks) and their results come back in
+the next request. A request after the last response gets a 400 error with code
+replay_script_exhausted. Any API key, or none, is accepted.
 
 The script is JSON:
    {"model": "optional name",
@@ -33,8 +42,9 @@ The script is JSON:
       {"content": "done"}]}
 
 It prints the base URL (http://127.0.0.1:PORT/v1) on stdout once it listens, then serves
-until SIGINT or SIGTERM. --record appends one JSON line per request (the body and header
-names, never header values).
+until SIGINT or SIGTERM. Codex takes that URL as its provider's base_url; Claude Code takes
+it without the /v1 as ANTHROPIC_BASE_URL. --record appends one JSON line per request of any
+endpoint (path, query, the body and header names, never header values).
 
 Examples:
    dsh-sandbox replay-model --script integration/testdata/replay-bash.json
