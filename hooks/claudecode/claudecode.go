@@ -39,14 +39,23 @@ var _ hooks.Dialect = Dialect{}
 // Name returns "claude-code".
 func (Dialect) Name() string { return Name }
 
-// Syntax: Claude Code's events (Notification, PreCompact, SessionEnd and
-// PermissionRequest are accepted but never fired), exact-alternation
-// matchers and the ${CLAUDE_*} substitutions.
+// otherEvents are the event names Claude Code (checked: 2.1.328) knows
+// besides those dsh fires: a settings file that configures them is
+// accepted, and their hooks never run.
+var otherEvents = []string{"PostToolUseFailure", "PostToolBatch", "Notification", "UserPromptExpansion",
+	"SessionEnd", "StopFailure", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
+	"PermissionRequest", "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted",
+	"Elicitation", "ElicitationResult", "ConfigChange", "WorktreeCreate", "WorktreeRemove",
+	"InstructionsLoaded", "CwdChanged", "FileChanged", "DirectoryAdded", "MessageDisplay"}
+
+// Syntax: Claude Code's events (those dsh does not fire, otherEvents,
+// are accepted and never run), exact-alternation matchers and the
+// ${CLAUDE_*} substitutions.
 func (Dialect) Syntax() hooks.Syntax {
 	fired := []string{hooks.SessionStart, hooks.UserPromptSubmit, hooks.PreToolUse, hooks.PostToolUse,
 		hooks.Stop, hooks.SubagentStart, hooks.SubagentStop}
 	return hooks.Syntax{
-		Events:        append(fired, "Notification", "PreCompact", "SessionEnd", "PermissionRequest"),
+		Events:        append(fired, otherEvents...),
 		Fired:         fired,
 		ExactMatchers: true,
 	}

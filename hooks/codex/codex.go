@@ -38,10 +38,17 @@ var _ hooks.Dialect = Dialect{}
 // Name returns "codex".
 func (Dialect) Name() string { return Name }
 
-// Syntax: Codex's five events, regex matchers, timeoutSec, async skipped.
+// otherEvents are the event names Codex (checked: 0.169.0) knows besides
+// the five dsh fires: a hooks file that configures them is accepted, and
+// their hooks never run.
+var otherEvents = []string{"PreModelRequest", "PermissionRequest", "PreCompact", "PostCompact",
+	"SessionEnd", "SubagentStart", "SubagentStop", "Interrupt"}
+
+// Syntax: Codex's events (those dsh does not fire, otherEvents, are
+// accepted and never run), regex matchers, timeoutSec, async skipped.
 func (Dialect) Syntax() hooks.Syntax {
-	events := []string{hooks.SessionStart, hooks.UserPromptSubmit, hooks.PreToolUse, hooks.PostToolUse, hooks.Stop}
-	return hooks.Syntax{Events: events, Fired: events, TimeoutSec: true, SkipAsync: true}
+	fired := []string{hooks.SessionStart, hooks.UserPromptSubmit, hooks.PreToolUse, hooks.PostToolUse, hooks.Stop}
+	return hooks.Syntax{Events: append(fired, otherEvents...), Fired: fired, TimeoutSec: true, SkipAsync: true}
 }
 
 // ToolName presents the harness's "bash" as "Bash"; other names are kept.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/hooks"
@@ -133,5 +134,42 @@ func payloadRejects(t *testing.T, d hooks.Dialect) {
 		if _, err := d.Payload(ev, noLocator{}); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("Payload(%s) = %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// AgentEvents checks that a configuration naming every event the agent
+// itself knows (agentEvents, as the agent's own version lists them) loads
+// in d: the events d fires keep their hooks, the others load with a
+// warning that they never run; a name the agent does not know is still
+// refused.
+func AgentEvents(t *testing.T, d hooks.Dialect, agentEvents []string) {
+	t.Helper()
+	groups := map[string]any{}
+	for _, name := range agentEvents {
+		groups[name] = []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": "true"}}}}
+	}
+	data, err := json.Marshal(map[string]any{"hooks": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := hooks.Parse(data, d)
+	if err != nil {
+		t.Fatalf("a configuration with every event of the agent: %v", err)
+	}
+	fired := d.Syntax().Fired
+	var warned int
+	for _, name := range agentEvents {
+		if len(c.Events[name]) != 1 {
+			t.Errorf("event %s: %d groups, want 1", name, len(c.Events[name]))
+		}
+		if !slices.Contains(fired, name) {
+			warned++
+		}
+	}
+	if len(c.Warnings) != warned {
+		t.Errorf("warnings %q, want one for each of the %d events never fired", c.Warnings, warned)
+	}
+	if _, err := hooks.Parse([]byte(`{"hooks":{"PreToolUze":[]}}`), d); err == nil {
+		t.Error("an event name the agent does not know loaded; want an error")
 	}
 }
