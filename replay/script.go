@@ -15,6 +15,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 )
 
@@ -61,6 +63,15 @@ type ToolCall struct {
 	// lets a script send malformed arguments on purpose). Absent means
 	// "{}".
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Capture fills arguments from the request this response answers:
+	// each key is an argument name, each value a regular expression, and
+	// the argument is set to the expression's last match in the request
+	// body (the text of a previous tool result is there), so that a
+	// script can pass on what it cannot know in advance, such as a
+	// background job's id: {"job_id": "bash-[0-9a-f]{16}"}. Arguments
+	// must then be an object; a request without a match gets a 400
+	// error naming the argument.
+	Capture map[string]string `json:"capture,omitempty"`
 }
 
 // ParseScript decodes and validates a script. Unknown fields are errors,
@@ -95,8 +106,17 @@ func (s *Script) Validate() error {
 			if tc.Name == "" {
 				return fmt.Errorf("replay script: responses[%d].tool_calls[%d].name: required", i, j)
 			}
-			if _, err := tc.argumentString(); err != nil {
+			args, err := tc.argumentString()
+			if err != nil {
 				return fmt.Errorf("replay script: responses[%d].tool_calls[%d].arguments: %v", i, j, err)
+			}
+			if len(tc.Capture) > 0 && (!json.Valid([]byte(args)) || args[0] != '{') {
+				return fmt.Errorf("replay script: responses[%d].tool_calls[%d].arguments: must be an object with capture", i, j)
+			}
+			for name, expr := range tc.Capture {
+				if _, err := regexp.Compile(expr); err != nil || name == "" {
+					return fmt.Errorf("replay script: responses[%d].tool_calls[%d].capture.%s: %q is not a regular expression for an argument name", i, j, name, expr)
+				}
 			}
 		}
 	}
@@ -134,4 +154,43 @@ func (tc ToolCall) callID(seq, i int, prefix string) string {
 		return tc.ID
 	}
 	return prefix + strconv.Itoa(seq) + "_" + strconv.Itoa(i)
+}
+
+// captured returns resp with the captured arguments of its tool calls
+// filled from body, the request it answers, or an error naming the
+// argument that has no match. resp must be valid.
+func captured(resp Response, body []byte) (Response, error) {
+	out := resp
+	out.ToolCalls = slices.Clone(resp.ToolCalls)
+	for i, tc := range resp.ToolCalls {
+		if len(tc.Capture) == 0 {
+			continue
+		}
+		raw, _ := tc.argumentString() // validated: an object
+		var args map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			return resp, fmt.Errorf("tool_calls[%d].arguments: %v", i, err)
+		}
+		if args == nil {
+			args = map[string]json.RawMessage{}
+		}
+		for name, expr := range tc.Capture {
+			all := regexp.MustCompile(expr).FindAll(body, -1)
+			if len(all) == 0 {
+				return resp, fmt.Errorf("tool_calls[%d].capture.%s: no match of %q in the request", i, name, expr)
+			}
+			v, err := json.Marshal(string(all[len(all)-1]))
+			if err != nil {
+				return resp, err
+			}
+			args[name] = v
+		}
+		filled, err := json.Marshal(args)
+		if err != nil {
+			return resp, err
+		}
+		out.ToolCalls[i].Arguments = filled
+		out.ToolCalls[i].Capture = nil
+	}
+	return out, nil
 }

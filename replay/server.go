@@ -220,9 +220,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a api) {
 	var resp Response
 	if rec.Error == "" {
 		if s.next < len(s.script.Responses) {
-			rec.Response = s.next
-			resp = s.script.Responses[s.next]
-			s.next++
+			var err error
+			if resp, err = captured(s.script.Responses[s.next], body); err != nil {
+				rec.Error = "responses[" + strconv.Itoa(s.next) + "]." + err.Error()
+			} else {
+				rec.Response = s.next
+				s.next++
+			}
 		} else {
 			rec.Error = fmt.Sprintf("script exhausted: all %d responses were played; request %d has none", len(s.script.Responses), rec.Seq)
 			code = ErrorCodeExhausted

@@ -351,3 +351,38 @@ func TestRecordsOtherAddresses(t *testing.T) {
 		t.Errorf("Played() = %d, want 0", srv.Played())
 	}
 }
+
+// TestCapture: a call's argument is filled from the request it answers,
+// with the last match; without a match the request is refused and the
+// response stays unplayed.
+func TestCapture(t *testing.T) {
+	hs, srv, rec := newTestServer(t, `{"responses":[
+	  {"tool_calls":[{"id":"c1","name":"job_output","arguments":{"other":1},"capture":{"job_id":"bash-[0-9a-f]{4}"}}]},
+	  {"content":"done"}]}`)
+	resp := post(t, hs.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"no job here"}]}`)
+	if data, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(data), "capture.job_id: no match") {
+		t.Errorf("request without a match: %d %s, want 400 naming capture.job_id", resp.StatusCode, data)
+	}
+	if srv.Played() != 0 {
+		t.Fatalf("Played() = %d after a refused capture, want 0", srv.Played())
+	}
+	resp = post(t, hs.URL+"/v1/chat/completions", `{"messages":[{"role":"tool","content":"bash-00aa"},{"role":"tool","content":"job bash-12ef started"}]}`)
+	var c completion
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Choices) != 1 || len(c.Choices[0].Message.ToolCalls) != 1 || c.Choices[0].Message.ToolCalls[0].Function.Arguments != `{"job_id":"bash-12ef","other":1}` {
+		t.Errorf("completion = %+v, want job_id bash-12ef (the last match) next to the scripted argument", c)
+	}
+	if recs := rec.records(t); len(recs) != 2 || recs[1].Response != 0 {
+		t.Errorf("records = %+v", recs)
+	}
+	for _, bad := range []string{
+		`{"responses":[{"tool_calls":[{"name":"x","arguments":"[1]","capture":{"a":"b"}}]}]}`,
+		`{"responses":[{"tool_calls":[{"name":"x","capture":{"a":"("}}]}]}`,
+	} {
+		if _, err := ParseScript([]byte(bad)); err == nil {
+			t.Errorf("ParseScript(%s): no error", bad)
+		}
+	}
+}
