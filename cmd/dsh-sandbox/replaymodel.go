@@ -39,7 +39,13 @@ The script is JSON:
     "responses": [
       {"content": "text", "reasoning_content": "optional",
        "tool_calls": [{"id": "optional", "name": "bash", "arguments": {"command": "ls"}}]},
+      {"tool_calls": [{"name": "job_output", "capture": {"job_id": "bash-[0-9a-f]{16}"}}]},
       {"content": "done"}]}
+
+A tool call's "namespace" is sent on /v1/responses only (Codex offers MCP tools as namespace
+"mcp__<server>" holding the tool's name). "capture" fills an argument with the last match of a
+regular expression in the request being answered (a previous tool result): for values a
+script cannot know in advance, such as a background job's id.
 
 It prints the base URL (http://127.0.0.1:PORT/v1) on stdout once it listens, then serves
 until SIGINT or SIGTERM. Codex takes that URL as its provider's base_url; Claude Code takes
