@@ -21,7 +21,9 @@ have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd
 # host's /usr only: a python3 elsewhere (pyenv, say) does not count.
 [ -x /usr/bin/jq ] || need+=(jq)
 [ -x /usr/bin/python3 ] || need+=(python3)
-have unshare || need+=(util-linux)
+have unshare && have nsenter || need+=(util-linux)
+# ip brings up loopback in the network namespaces the agent tests run in.
+have ip || need+=(iproute2)
 have git || need+=(git)
 # systemd-socket-activate drives the socket-activation test of `serve`.
 have systemd-socket-activate || need+=(systemd)
@@ -57,7 +59,13 @@ fi
 # lock file changed since. No package script runs (--ignore-scripts): the
 # Node binary ships in its package.
 top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-for pkg in "$top/interop/dsh" "$top/integrations/dsh" "$top/integrations/mcp-inspector" "$top/tools/redocly"; do
+# Codex CLI and Claude Code (integrations/codex, integrations/claude-code)
+# ship their native Linux binaries in platform packages that npm installs
+# as optional dependencies; the tests run those binaries directly, so the
+# postinstall that Claude Code's wrapper package would run (it only copies
+# the binary over its bin/claude.exe stub) is not needed either.
+for pkg in "$top/interop/dsh" "$top/integrations/dsh" "$top/integrations/mcp-inspector" "$top/tools/redocly" \
+	"$top/integrations/codex" "$top/integrations/claude-code"; do
 	if [ -f "$pkg/package-lock.json" ] && ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.installed-lock.json"; then
 		echo "setup: installing npm packages for ${pkg#"$top"/} (npm ci)" >&2
 		(cd "$pkg" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
