@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -133,27 +131,7 @@ func (s *agentSandbox) startReplay(t *testing.T, script any) string {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := s.in(context.Background(), binary, "replay-model", "--script", path, "--record", s.recordFile)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("replay-model after SIGTERM: %v (stderr %s)", err, stderr.String())
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("replay-model: %v (stderr %s)", err, stderr.String())
-	}
-	return strings.TrimSpace(line)
+	return serveReplayModel(t, s.in(context.Background(), binary, "replay-model", "--script", path, "--record", s.recordFile))
 }
 
 // env is the agent's environment: PATH with dsh-sandbox first, the

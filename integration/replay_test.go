@@ -22,6 +22,14 @@ func startReplayModel(t *testing.T, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"replay-model"}, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	return serveReplayModel(t, cmd)
+}
+
+// serveReplayModel starts cmd, a replay-model command line (possibly
+// wrapped, as in nsenter), and returns the base URL it prints; it is
+// stopped with SIGTERM at cleanup, and its exit status checked.
+func serveReplayModel(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

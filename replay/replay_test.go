@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -54,6 +55,12 @@ func (s *syncBuffer) records(t *testing.T) []Record {
 
 func newTestServer(t *testing.T, script string) (*httptest.Server, *Server, *syncBuffer) {
 	t.Helper()
+	return newTestServerAt(t, script, nil)
+}
+
+// newTestServerAt is newTestServer with a clock (nil: the real one).
+func newTestServerAt(t *testing.T, script string, now func() time.Time) (*httptest.Server, *Server, *syncBuffer) {
+	t.Helper()
 	s, err := ParseScript([]byte(script))
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +69,9 @@ func newTestServer(t *testing.T, script string) (*httptest.Server, *Server, *syn
 	srv, err := NewServer(s, rec)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if now != nil {
+		srv.now = now
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -77,6 +87,17 @@ func post(t *testing.T, url string, body string) *http.Response {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-secret-value")
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// get sends a GET with client; the body is closed at cleanup.
+func get(t *testing.T, client *http.Client, url string) *http.Response {
+	t.Helper()
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,19 +347,10 @@ func TestBadRequests(t *testing.T) {
 	if resp := post(t, hs.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`); resp.StatusCode != http.StatusOK {
 		t.Errorf("good request after bad ones: status %d, want 200", resp.StatusCode)
 	}
-	resp, err := http.Get(hs.URL + "/v1/chat/completions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
+	if resp := get(t, http.DefaultClient, hs.URL+"/v1/chat/completions"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET chat: %d, want 405", resp.StatusCode)
 	}
-	resp, err = http.Get(hs.URL + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := get(t, http.DefaultClient, hs.URL+"/v1/models")
 	if data, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK || !strings.Contains(string(data), `"id":"replay"`) {
 		t.Errorf("GET /v1/models: %d %s, want the model list", resp.StatusCode, data)
 	}

@@ -38,18 +38,7 @@ var wireRequests = map[string]struct{ path, body string }{
 
 func goldenServer(t *testing.T) (*httptest.Server, *syncBuffer) {
 	t.Helper()
-	s, err := ParseScript([]byte(goldenScript))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &syncBuffer{}
-	srv, err := NewServer(s, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.now = func() time.Time { return time.Unix(1767225600, 0) }
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
+	hs, _, rec := newTestServerAt(t, goldenScript, func() time.Time { return time.Unix(1767225600, 0) })
 	return hs, rec
 }
 
@@ -129,16 +118,24 @@ func readEvents(t *testing.T, r io.Reader) []sseEvent {
 	return out
 }
 
+// firstStream sends the first request of format api and checks that the
+// stream runs from the event first to the event last.
+func firstStream(t *testing.T, hs *httptest.Server, api, first, last string) []sseEvent {
+	t.Helper()
+	req := wireRequests[api]
+	events := readEvents(t, post(t, hs.URL+req.path, req.body).Body)
+	if events[0].name != first || events[len(events)-1].name != last {
+		t.Fatalf("stream runs %s … %s, want %s … %s", events[0].name, events[len(events)-1].name, first, last)
+	}
+	return events
+}
+
 // TestResponsesStreamAssembles reads the Responses stream as Codex does:
 // the items of output_item.done, the text deltas, the argument deltas,
 // the final response.completed, with sequence numbers counting from 0.
 func TestResponsesStreamAssembles(t *testing.T) {
 	hs, rec := goldenServer(t)
-	req := wireRequests["responses"]
-	events := readEvents(t, post(t, hs.URL+req.path, req.body).Body)
-	if events[0].name != "response.created" || events[len(events)-1].name != "response.completed" {
-		t.Fatalf("stream runs %s … %s, want response.created … response.completed", events[0].name, events[len(events)-1].name)
-	}
+	events := firstStream(t, hs, "responses", "response.created", "response.completed")
 	var text, args strings.Builder
 	var done []map[string]any
 	for i, ev := range events {
@@ -200,11 +197,7 @@ func TestResponsesStreamAssembles(t *testing.T) {
 // does: blocks by index, their deltas, the stop reason.
 func TestMessagesStreamAssembles(t *testing.T) {
 	hs, rec := goldenServer(t)
-	req := wireRequests["messages"]
-	events := readEvents(t, post(t, hs.URL+req.path, req.body).Body)
-	if events[0].name != "message_start" || events[len(events)-1].name != "message_stop" {
-		t.Fatalf("stream runs %s … %s, want message_start … message_stop", events[0].name, events[len(events)-1].name)
-	}
+	events := firstStream(t, hs, "messages", "message_start", "message_stop")
 	type block struct {
 		typ, id, name, text, json, signature string
 	}
@@ -325,24 +318,11 @@ func TestWireErrors(t *testing.T) {
 // recorded too.
 func TestRecordsOtherAddresses(t *testing.T) {
 	hs, srv, rec := newTestServer(t, `{"responses":[{"content":"only"}]}`)
-	req, err := http.NewRequest(http.MethodGet, "http://telemetry.example:80/v1/track", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	proxied := &http.Client{Transport: &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse(hs.URL) }}}
-	resp, err := proxied.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
+	if resp := get(t, proxied, "http://telemetry.example:80/v1/track"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("proxied GET: %d, want 404", resp.StatusCode)
 	}
-	resp, err = http.Get(hs.URL + "/api/event_logging/batch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	get(t, http.DefaultClient, hs.URL+"/api/event_logging/batch")
 	recs := rec.records(t)
 	if len(recs) != 2 || recs[0].Host != "telemetry.example:80" || recs[0].Error != "not a proxy" || recs[1].Path != "/api/event_logging/batch" || recs[1].Host != "" {
 		t.Errorf("records = %+v, want the proxied host and the unknown path", recs)
