@@ -55,7 +55,7 @@ func TestClaudeCodeDrivesMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tool := func(name string) map[string]any { return map[string]any{"name": "mcp__dsh-sandbox__" + name} }
-	builtin := map[string]any{"id": "call_builtin", "name": "Bash", "arguments": map[string]any{"command": "echo hi", "description": "Say hi"}}
+	builtin := map[string]any{"id": "call_builtin", "name": "Bash", "arguments": map[string]any{"command": "sleep 2; echo hi", "description": "Wait, then say hi"}}
 	base := s.startReplay(t, mcpScript(tool, builtin))
 
 	settings := s.recordingHooks(t, claudeEvents, "*")
@@ -115,13 +115,19 @@ func claudeToolResult(t *testing.T, body json.RawMessage, id string) (string, bo
 	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
 		t.Fatalf("request body: %v", err)
 	}
-	var blocks []struct {
+	type block struct {
 		Type      string          `json:"type"`
 		ToolUseID string          `json:"tool_use_id"`
 		Content   json.RawMessage `json:"content"`
 		IsError   bool            `json:"is_error"`
 	}
-	_ = json.Unmarshal(req.Messages[len(req.Messages)-1].Content, &blocks)
+	// Usually in the last message; Claude Code may add one after it.
+	var blocks []block
+	for _, m := range req.Messages {
+		var more []block
+		_ = json.Unmarshal(m.Content, &more) // a string content has no blocks
+		blocks = append(blocks, more...)
+	}
 	for _, b := range blocks {
 		if b.Type != "tool_result" || b.ToolUseID != id {
 			continue
@@ -136,7 +142,7 @@ func claudeToolResult(t *testing.T, body json.RawMessage, id string) (string, bo
 		}
 		return text, b.IsError
 	}
-	t.Errorf("no tool_result for %s in the last message of the request", id)
+	t.Errorf("no tool_result for %s in the request", id)
 	return "", false
 }
 

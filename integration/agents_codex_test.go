@@ -38,7 +38,7 @@ var codexDifferences = []string{
 	"SessionEnd: not built by dsh-sandbox (not an event its dialect fires)",
 }
 
-// codexSettings are the settings, besides docs/mcp.md's MCP server
+// codexRootSettings and codexTables are the settings, besides docs/mcp.md's MCP server
 // block, that point Codex at the replay model and keep it off the
 // network (docs/mcp.md, "Keyless, against a scripted model").
 const codexRootSettings = `model = "replay"
@@ -52,6 +52,11 @@ enabled = false
 
 [feedback]
 enabled = false
+
+[features]
+plugins = false
+apps = false
+remote_plugin = false
 
 [model_providers.replay]
 name = "replay"
@@ -68,7 +73,7 @@ func TestCodexDrivesMCP(t *testing.T) {
 	codex := requireAgent(t, "codex", "@openai", "codex-linux-x64", "vendor", "x86_64-unknown-linux-musl", "bin", "codex")
 	s := newAgentSandbox(t)
 	tool := func(name string) map[string]any { return map[string]any{"namespace": "mcp__dsh_sandbox", "name": name} }
-	builtin := map[string]any{"id": "call_builtin", "name": "exec_command", "arguments": map[string]any{"cmd": "echo hi"}}
+	builtin := map[string]any{"id": "call_builtin", "name": "exec_command", "arguments": map[string]any{"cmd": "sleep 2; echo hi"}}
 	base := s.startReplay(t, mcpScript(tool, builtin))
 
 	codexHome := filepath.Join(s.home, ".codex")
@@ -86,8 +91,7 @@ func TestCodexDrivesMCP(t *testing.T) {
 	// --strict-config: every setting above is one Codex knows. The hooks
 	// are the test's own; Codex runs new hooks only once trusted.
 	out, stderr := s.runAgent(t, env, codex, "exec", "--strict-config", "--skip-git-repo-check",
-		"--dangerously-bypass-hook-trust", "--disable", "plugins", "--disable", "apps", "--disable", "remote_plugin",
-		"Run the checks.")
+		"--dangerously-bypass-hook-trust", "Run the checks.")
 	if !strings.Contains(out, "All done.") {
 		t.Errorf("codex exec printed %q (stderr %q), want the model's last text", out, stderr)
 	}

@@ -205,7 +205,8 @@ func (s *agentSandbox) modelRequests(t *testing.T, endpoint string) []replayReco
 
 // mcpScript is the scripted conversation both agents play: tool(name)
 // names our MCP tool as the agent offers it, builtin is the agent's own
-// shell tool call (for the hook comparison). The model runs a foreground
+// shell tool call (for the hook comparison; it should take a while, so
+// that the job has ended when job_output reads it). The model runs a foreground
 // bash call, starts a background job, makes a refused call (a relative
 // workdir), calls the agent's own shell tool, reads the job's output
 // through job_output (its id captured from the background call's result)
