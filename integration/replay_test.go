@@ -153,3 +153,13 @@ func TestReplayModelRefusesBadFlags(t *testing.T) {
 	// The legitimate variant: a loopback address by name works.
 	startReplayModel(t, "--script", "testdata/replay-bash.json", "--listen", "127.0.0.1:0")
 }
+
+// TestReplayModelHelpNamesEndpoints: --help says which endpoints it serves.
+func TestReplayModelHelpNamesEndpoints(t *testing.T) {
+	r := run(t, nil, "replay-model", "--help")
+	for _, want := range []string{"/v1/chat/completions", "/v1/responses", "/v1/messages"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("replay-model --help: exit %d, output lacks %s:\n%s", r.code, want, r.stdout)
+		}
+	}
+}

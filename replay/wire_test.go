@@ -366,3 +366,42 @@ func TestCapture(t *testing.T) {
 		}
 	}
 }
+
+// FuzzServe sends arbitrary bodies to every endpoint: the server answers
+// 200 or a 4xx, never panics, and a refused request plays nothing.
+func FuzzServe(f *testing.F) {
+	for _, r := range wireRequests {
+		f.Add(r.path, r.body)
+	}
+	f.Add("/v1/responses", `{"input":"x","stream":true}`)
+	f.Add("/v1/messages", `{"model":"m","max_tokens":1,"messages":[{}]}`)
+	script, err := ParseScript([]byte(goldenScript))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, path, body string) {
+		if !strings.HasPrefix(path, "/") {
+			return
+		}
+		srv, err := NewServer(script, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodPost, "http://replay/", strings.NewReader(body))
+		req.URL.Path = path
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, req)
+		switch {
+		case w.Code == http.StatusOK:
+			if srv.Played() != 1 {
+				t.Errorf("200 for %s %q but %d responses played", path, body, srv.Played())
+			}
+		case w.Code >= 400 && w.Code < 500:
+			if srv.Played() != 0 {
+				t.Errorf("%d for %s %q but a response was played", w.Code, path, body)
+			}
+		default:
+			t.Errorf("status %d for %s %q", w.Code, path, body)
+		}
+	})
+}
