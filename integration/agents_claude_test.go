@@ -51,7 +51,7 @@ func TestClaudeCodeDrivesMCP(t *testing.T) {
 	claude := requireAgent(t, "claude-code", "@anthropic-ai", "claude-code-linux-x64", "claude")
 	s := newAgentSandbox(t)
 	// `claude` on PATH, as the documented commands call it.
-	if err := os.Symlink(claude, filepath.Join(s.home, "claude")); err != nil {
+	if err := os.Symlink(claude, filepath.Join(s.agentBin(), "claude")); err != nil {
 		t.Fatal(err)
 	}
 	tool := func(name string) map[string]any { return map[string]any{"name": "mcp__dsh-sandbox__" + name} }
@@ -63,7 +63,6 @@ func TestClaudeCodeDrivesMCP(t *testing.T) {
 	writeJSONFile(t, settingsFile, settings)
 
 	env := s.env(base,
-		"PATH="+s.home+string(os.PathListSeparator)+s.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"ANTHROPIC_BASE_URL="+strings.TrimSuffix(base, "/v1"),
 		"ANTHROPIC_API_KEY=none",
 		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1",

@@ -83,7 +83,7 @@ func newAgentSandbox(t *testing.T) *agentSandbox {
 		recordFile: filepath.Join(base, "requests.jsonl"),
 		bin:        filepath.Dir(binary),
 	}
-	for _, d := range []string{s.home, s.work, s.hookDir} {
+	for _, d := range []string{s.home, s.agentBin(), s.work, s.hookDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -134,12 +134,16 @@ func (s *agentSandbox) startReplay(t *testing.T, script any) string {
 	return serveReplayModel(t, s.in(context.Background(), binary, "replay-model", "--script", path, "--record", s.recordFile))
 }
 
-// env is the agent's environment: PATH with dsh-sandbox first, the
+// agentBin is a directory for the agent's own commands, first on PATH.
+func (s *agentSandbox) agentBin() string { return filepath.Join(s.home, "bin") }
+
+// env is the agent's environment: PATH with the agent's commands and
+// dsh-sandbox first, the
 // private HOME, and every proxy variable pointing at the replay model.
 func (s *agentSandbox) env(base string, extra ...string) []string {
 	proxy := strings.TrimSuffix(base, "/v1")
 	env := []string{
-		"PATH=" + s.bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PATH=" + strings.Join([]string{s.agentBin(), s.bin, os.Getenv("PATH")}, string(os.PathListSeparator)),
 		"HOME=" + s.home,
 		"TMPDIR=" + filepath.Dir(s.recordFile),
 		"HTTPS_PROXY=" + proxy, "HTTP_PROXY=" + proxy, "ALL_PROXY=" + proxy,
