@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"sandbox/idmap":       {"sandbox", "policy"},
 	"sandbox/console":     {"sandbox"},
 	"sandbox/sandboxtest": {"sandbox"},
+	"sandbox/pool":        {},
 	"hooks":               {"session", "persistence", "sandbox", "internal/safefile"},
 	"hooks/claudecode":    {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
 	"hooks/codex":         {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
