@@ -5,11 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // unmarkedBundleAge is how old a bundle directory without a marker must
@@ -64,8 +64,10 @@ func (e *Executor) mayHaveLeftovers() bool {
 // behind in StateDir: containers labelled owner=dsh-sandbox whose
 // instance holds no lock, their bundles, overlay mounts and cgroups, and
 // the dead instances' lock files. Live instances, this one included, are
-// never touched. It keeps going after a failure and returns what it
-// removed with every failure joined.
+// never touched: this instance's own calls and pool slots are its Run's
+// to remove. It keeps going after a failure and returns what it removed
+// with every failure joined; a dead instance with a failure keeps its
+// cgroups and lock file for a later Reap.
 //
 // Reap is safe to call while calls of this and other live instances run.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
@@ -74,57 +76,69 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 	if e.closed {
 		return sandbox.ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
 	}
-	var rep sandbox.ReapReport
-	var errs []error
-	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
-	defer release()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	live := func(inst string) bool {
-		if inst == e.instance {
-			return true
-		}
-		_, isDead := dead[inst]
-		if isDead {
-			return false
-		}
-		// No lock file at all: the instance is gone (Close removes
-		// it, a crash leaves it, so this is an instance that closed
-		// while a call's teardown failed).
-		return sandbox.InstanceKnown(e.instancesDir(), inst)
-	}
-	reaped := map[string]bool{}
-
-	// Containers the runtime knows.
+	// The runtime's root is under StateDir: an instance without a lock
+	// file there is gone (Close removes it while a call's teardown may
+	// have failed), so its objects go at once.
+	s := reap.Start("oci", e.instancesDir(), e.instance, nil)
+	always := func() bool { return true }
 	cs, err := e.rt.list(ctx)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	s.Fail("", err)
 	for _, c := range cs {
-		if c.Annotations[sandbox.LabelOwner] != sandbox.LabelOwnerValue || live(c.Annotations[sandbox.LabelInstance]) {
-			continue
+		inst := c.Annotations[sandbox.LabelInstance]
+		if c.Annotations[sandbox.LabelOwner] == sandbox.LabelOwnerValue && s.Leftover(inst, "", always) {
+			e.reapContainer(ctx, s, inst, c.ID)
 		}
-		_ = e.rt.kill(ctx, c.ID, syscall.SIGKILL)
-		if err := e.rt.remove(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rep.Containers = append(rep.Containers, c.ID)
-		reaped[c.Annotations[sandbox.LabelInstance]] = true
 	}
+	e.reapBundles(ctx, s, always)
+	// The cgroup hierarchy is shared by every state directory, so only
+	// instances this state directory knows to be dead have their
+	// cgroups reaped without a bundle: an unknown one may be live.
+	s.EachDead(reap.Cgroups, func(inst string) ([]string, error) {
+		var removed []string
+		var errs []error
+		for _, dir := range e.layout.dirsFor("/" + cgroupParent + "/" + inst) {
+			if _, err := os.Lstat(dir); err != nil {
+				continue
+			}
+			if err := e.reapCgroup(ctx, dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, dir)
+		}
+		return removed, errors.Join(errs...)
+	})
+	for _, parent := range e.layout.dirsFor("/" + cgroupParent) {
+		removeEmptyParents(parent, cgroupParent)
+	}
+	return s.Finish()
+}
 
-	// Bundles, with their mounts and recorded cgroups.
+// reapContainer kills and removes container id of instance inst.
+func (e *Executor) reapContainer(ctx context.Context, s *reap.Sweep, inst, id string) bool {
+	_ = e.rt.kill(ctx, id, syscall.SIGKILL)
+	if err := e.rt.remove(ctx, id); err != nil {
+		s.Fail(inst, err)
+		return false
+	}
+	s.Removed(reap.Containers, inst, id)
+	return true
+}
+
+// reapBundles removes the bundles of leftover calls with their
+// container, mounts and recorded cgroups. A bundle without a marker
+// belongs to no known instance once it is older than unmarkedBundleAge.
+func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool) {
 	entries, err := os.ReadDir(e.bundlesDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
+		s.Fail("", err)
 	}
 	for _, ent := range entries {
 		dir := filepath.Join(e.bundlesDir(), ent.Name())
 		m, err := readMarker(dir)
 		switch {
 		case err == nil:
-			if live(m.Instance) || (m.Runtime != "" && m.Runtime != e.rt.name) {
+			if !s.Leftover(m.Instance, m.Container, foreign) || (m.Runtime != "" && m.Runtime != e.rt.name) {
 				continue
 			}
 		case errors.Is(err, os.ErrNotExist):
@@ -134,96 +148,36 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 			}
 			m = marker{Container: ent.Name()}
 		default:
-			errs = append(errs, err)
+			s.Fail("", err)
 			continue
 		}
 		if sandbox.ValidCallID(m.Container) {
-			ok, _ := e.rt.exists(m.Container)
-			if ok {
-				_ = e.rt.kill(ctx, m.Container, syscall.SIGKILL)
-				if err := e.rt.remove(ctx, m.Container); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				rep.Containers = append(rep.Containers, m.Container)
+			if ok, _ := e.rt.exists(m.Container); ok && !e.reapContainer(ctx, s, m.Instance, m.Container) {
+				continue
 			}
 		}
 		mps, err := unmountAll(dir)
-		rep.Mounts = append(rep.Mounts, mps...)
+		s.Removed(reap.Mounts, m.Instance, mps...)
 		if err != nil {
-			errs = append(errs, err)
+			s.Fail(m.Instance, err)
 			continue
 		}
 		for _, cg := range m.Cgroups {
-			if _, err := os.Lstat(cg); err == nil {
-				if err := e.reapCgroup(ctx, cg); err != nil {
-					errs = append(errs, err)
-				} else {
-					rep.Cgroups = append(rep.Cgroups, cg)
-				}
-			}
-		}
-		b := &bundle{dir: dir}
-		if err := b.remove(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rep.Bundles = append(rep.Bundles, dir)
-		if m.Instance != "" {
-			reaped[m.Instance] = true
-		}
-	}
-
-	// Cgroups of dead instances that no bundle recorded. The cgroup
-	// hierarchy is shared by every state directory on the host, so only
-	// instances this state directory knows to be dead (an unheld lock
-	// file) are reaped here: an unknown instance may be a live one of
-	// another state directory.
-	parents := e.layout.dirsFor("/" + cgroupParent)
-	seen := map[string]bool{}
-	for _, parent := range parents {
-		if seen[parent] {
-			continue
-		}
-		seen[parent] = true
-		insts, err := os.ReadDir(parent)
-		if err != nil {
-			continue
-		}
-		for _, inst := range insts {
-			if _, isDead := dead[inst.Name()]; !inst.IsDir() || !isDead {
+			if _, err := os.Lstat(cg); err != nil {
 				continue
 			}
-			dir := filepath.Join(parent, inst.Name())
-			if err := e.reapCgroup(ctx, dir); err != nil {
-				errs = append(errs, err)
+			if err := e.reapCgroup(ctx, cg); err != nil {
+				s.Fail(m.Instance, err)
 				continue
 			}
-			rep.Cgroups = append(rep.Cgroups, dir)
-			reaped[inst.Name()] = true
+			s.Removed(reap.Cgroups, m.Instance, cg)
 		}
-		removeEmptyParents(parent, cgroupParent)
-	}
-
-	// Lock files of dead instances.
-	for inst := range dead {
-		if err := os.Remove(filepath.Join(e.instancesDir(), inst+".lock")); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		if err := (&bundle{dir: dir}).remove(); err != nil {
+			s.Fail(m.Instance, err)
+			continue
 		}
-		reaped[inst] = true
+		s.Removed(reap.Bundles, m.Instance, dir)
 	}
-	for inst := range reaped {
-		if inst != "" {
-			rep.Instances = append(rep.Instances, inst)
-		}
-	}
-	for _, l := range [][]string{rep.Instances, rep.Containers, rep.Bundles, rep.Mounts, rep.Cgroups} {
-		sort.Strings(l)
-	}
-	if len(errs) > 0 {
-		return rep, sandbox.Errorf(sandbox.ErrInternal, "oci: reap: %w", errors.Join(errs...))
-	}
-	return rep, nil
 }
 
 // reapCgroup removes a cgroup tree, waiting a little for its tasks.
