@@ -33,7 +33,8 @@ type ReapReport struct {
 	// Cgroups are the cgroup directories removed (oci, containerd).
 	Cgroups []string `json:"cgroups"`
 	// Files are other state files removed, by absolute path (docker: the
-	// FIFO a call with a network allowlist waits on).
+	// FIFO a call with a network allowlist waits on; oci: the spill files
+	// of a dead call without a session directory).
 	Files []string `json:"files"`
 }
 

@@ -62,8 +62,8 @@ func (e *Executor) mayHaveLeftovers() bool {
 
 // Reap removes what dead instances of this executor's runtime left
 // behind in StateDir: containers labelled owner=dsh-sandbox whose
-// instance holds no lock, their bundles, overlay mounts and cgroups, and
-// the dead instances' lock files. Live instances, this one included, are
+// instance holds no lock, their bundles, overlay mounts, cgroups and
+// spill files in StateDir, and the dead instances' lock files. Live instances, this one included, are
 // never touched: this instance's own calls and pool slots are its Run's
 // to remove. It keeps going after a failure and returns what it removed
 // with every failure joined; a dead instance with a failure keeps its
@@ -177,7 +177,35 @@ func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func(
 			continue
 		}
 		s.Removed(reap.Bundles, m.Instance, dir)
+		if sandbox.ValidCallID(m.Container) {
+			files, err := e.reapSpill(m.Container)
+			s.Removed(reap.Files, m.Instance, files...)
+			s.Fail(m.Instance, err)
+		}
 	}
+}
+
+// reapSpill removes the spill files the dead call id left in the state
+// directory (a call without a session directory spills there, named
+// after its id, which is its container's). No one got the call's result,
+// so no one knows their path.
+func (e *Executor) reapSpill(id string) ([]string, error) {
+	state, err := filepath.EvalSymlinks(e.opts.StateDir)
+	if err != nil {
+		return nil, nil // no state directory, no spill files
+	}
+	var removed []string
+	var errs []error
+	for _, stream := range []string{".stdout", ".stderr"} {
+		p := filepath.Join(state, "spill", id+stream)
+		switch err := os.Remove(p); {
+		case err == nil:
+			removed = append(removed, p)
+		case !errors.Is(err, os.ErrNotExist):
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // reapCgroup removes a cgroup tree, waiting a little for its tasks.
