@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -71,8 +72,15 @@ func (e *Executor) mayHaveLeftovers() bool {
 //
 // Reap is safe to call while calls of this and other live instances run.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	// quiet: no call of this executor runs, and none starts before Reap
+	// returns.
+	quiet := e.mu.TryLock()
+	if quiet {
+		defer e.mu.Unlock()
+	} else {
+		e.mu.RLock()
+		defer e.mu.RUnlock()
+	}
 	if e.closed {
 		return sandbox.ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
 	}
@@ -89,7 +97,7 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 			e.reapContainer(ctx, s, inst, c.ID)
 		}
 	}
-	e.reapBundles(ctx, s, always)
+	e.reapBundles(ctx, s, always, quiet && !s.OthersLive())
 	// The cgroup hierarchy is shared by every state directory, so only
 	// instances this state directory knows to be dead have their
 	// cgroups reaped without a bundle: an unknown one may be live.
@@ -126,9 +134,13 @@ func (e *Executor) reapContainer(ctx context.Context, s *reap.Sweep, inst, id st
 }
 
 // reapBundles removes the bundles of leftover calls with their
-// container, mounts and recorded cgroups. A bundle without a marker
-// belongs to no known instance once it is older than unmarkedBundleAge.
-func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool) {
+// container, mounts and recorded cgroups. A bundle without a marker, or
+// with a torn one (an instance died between making it and writing the
+// marker), belongs to no
+// known instance: it goes when no instance can be making it right now
+// (alone: no other live instance, no call of this one), or else once it
+// is older than unmarkedBundleAge.
+func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool, alone bool) {
 	entries, err := os.ReadDir(e.bundlesDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.Fail("", err)
@@ -136,14 +148,16 @@ func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func(
 	for _, ent := range entries {
 		dir := filepath.Join(e.bundlesDir(), ent.Name())
 		m, err := readMarker(dir)
+		var torn *json.SyntaxError
 		switch {
 		case err == nil:
 			if !s.Leftover(m.Instance, m.Container, foreign) || (m.Runtime != "" && m.Runtime != e.rt.name) {
 				continue
 			}
-		case errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
+			// No marker, or one torn by a crash while it was written.
 			fi, serr := os.Lstat(dir)
-			if serr != nil || time.Since(fi.ModTime()) < unmarkedBundleAge {
+			if serr != nil || (!alone && time.Since(fi.ModTime()) < unmarkedBundleAge) {
 				continue
 			}
 			m = marker{Container: ent.Name()}

@@ -377,3 +377,48 @@ func TestReapSpillOfDeadCall(t *testing.T) {
 		t.Errorf("spill file of a call without a bundle after Reap: %v, want kept", err)
 	}
 }
+
+// TestReapUnmarkedBundles: a bundle an instance made and died before its
+// marker was written (none, or a torn one) is young; while another live
+// instance could be making it right now it stays, and once the reaper
+// is alone on the state directory it goes.
+func TestReapUnmarkedBundles(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	state := testStateDir(t)
+	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	bare := filepath.Join(e.bundlesDir(), "call-00000000000000000000000a")
+	torn := filepath.Join(e.bundlesDir(), "call-00000000000000000000000b")
+	for _, d := range []string{bare, torn} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(torn, bundleMarker), []byte(`{"instance":"i-`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.Reap(t.Context())
+	if err != nil || len(rep.Bundles) != 0 {
+		t.Errorf("Reap() with another live instance = %+v, %v; want the young unmarked bundles kept", rep, err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = e.Reap(t.Context())
+	if err != nil || !slices.Equal(rep.Bundles, []string{bare, torn}) {
+		t.Errorf("Reap() alone = %+v, %v; want bundles %q and %q", rep, err, bare, torn)
+	}
+	for _, d := range []string{bare, torn} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s after Reap alone: %v, want removed", d, err)
+		}
+	}
+}

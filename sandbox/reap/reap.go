@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -81,6 +82,24 @@ func Start(backend, dir, self string, active func(call string) bool) *Sweep {
 func (s *Sweep) Dead(inst string) bool {
 	_, ok := s.dead[inst]
 	return ok
+}
+
+// OthersLive reports whether an instance other than this one is live on
+// the state directory: its lock file exists and Start did not find it
+// dead (a lock file made since Start is a new live instance). Any doubt
+// (an unreadable directory) answers yes.
+func (s *Sweep) OthersLive() bool {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	for _, ent := range ents {
+		inst, ok := strings.CutSuffix(ent.Name(), ".lock")
+		if ok && inst != s.self && !s.Dead(inst) {
+			return true
+		}
+	}
+	return false
 }
 
 // Leftover reports whether an object of instance inst made for call may

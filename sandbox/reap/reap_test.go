@@ -202,3 +202,38 @@ func TestKindsCoverReport(t *testing.T) {
 		t.Errorf("one entry of each kind: Removed() = %d, want 7 (%+v)", rep.Removed(), rep)
 	}
 }
+
+func TestOthersLive(t *testing.T) {
+	dir := instances(t) // live and dead
+	s := Start("test", dir, "self", nil)
+	if !s.OthersLive() {
+		t.Error("OthersLive() = false with a live instance")
+	}
+	s.Finish()
+
+	alone := t.TempDir()
+	if err := os.WriteFile(filepath.Join(alone, "dead.lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	self, err := sandbox.LockInstance(alone, "self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	s = Start("test", alone, "self", nil)
+	if s.OthersLive() {
+		t.Error("OthersLive() = true with only this instance and a dead one")
+	}
+	late, err := sandbox.LockInstance(alone, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	if !s.OthersLive() {
+		t.Error("OthersLive() = false after a new instance locked in")
+	}
+	s.Finish()
+	if s := Start("test", filepath.Join(alone, "missing"), "self", nil); s.OthersLive() {
+		t.Error("OthersLive() = true on a missing directory")
+	}
+}
