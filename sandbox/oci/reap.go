@@ -19,6 +19,13 @@ import (
 // young one may belong to a call being set up right now.
 const unmarkedBundleAge = 10 * time.Minute
 
+// unmarkedBundleSettle is how old a bundle without a marker must be
+// before Reap removes it even when no instance can be making it: the
+// marker follows the directory at once, so only a crash leaves one
+// older, and a slot being prepared in the background that the lock
+// check cannot see is given time too.
+const unmarkedBundleSettle = 5 * time.Second
+
 // cgroupReapWait bounds the wait for one busy cgroup directory during Reap.
 const cgroupReapWait = 2 * time.Second
 
@@ -138,8 +145,9 @@ func (e *Executor) reapContainer(ctx context.Context, s *reap.Sweep, inst, id st
 // with a torn one (an instance died between making it and writing the
 // marker), belongs to no
 // known instance: it goes when no instance can be making it right now
-// (alone: no other live instance, no call of this one), or else once it
-// is older than unmarkedBundleAge.
+// (alone: no other live instance, no call of this one) and it is older
+// than unmarkedBundleSettle, or else once it is older than
+// unmarkedBundleAge.
 func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool, alone bool) {
 	entries, err := os.ReadDir(e.bundlesDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -157,7 +165,8 @@ func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func(
 		case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
 			// No marker, or one torn by a crash while it was written.
 			fi, serr := os.Lstat(dir)
-			if serr != nil || (!alone && time.Since(fi.ModTime()) < unmarkedBundleAge) {
+			age := time.Since(fi.ModTime())
+			if serr != nil || age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
 				continue
 			}
 			m = marker{Container: ent.Name()}

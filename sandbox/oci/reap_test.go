@@ -400,6 +400,16 @@ func TestReapUnmarkedBundles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(torn, bundleMarker), []byte(`{"instance":"i-`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Just made: not even a reaper alone touches them.
+	if rep, err := e.Reap(t.Context()); err != nil || len(rep.Bundles) != 0 {
+		t.Errorf("Reap() of bundles made just now = %+v, %v; want them kept", rep, err)
+	}
+	settled := time.Now().Add(-2 * unmarkedBundleSettle)
+	for _, d := range []string{bare, torn} {
+		if err := os.Chtimes(d, settled, settled); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	other, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
 	if err != nil {
