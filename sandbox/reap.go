@@ -30,10 +30,11 @@ type ReapReport struct {
 	// Mounts are the mount points unmounted (oci, docker: staging mounts)
 	// or the call ids whose staging mounts were removed (containerd).
 	Mounts []string `json:"mounts"`
-	// Cgroups are the cgroup directories removed (oci).
+	// Cgroups are the cgroup directories removed (oci, containerd).
 	Cgroups []string `json:"cgroups"`
 	// Files are other state files removed, by absolute path (docker: the
-	// FIFO a call with a network allowlist waits on).
+	// FIFO a call with a network allowlist waits on; oci: the spill files
+	// of a dead call without a session directory).
 	Files []string `json:"files"`
 }
 

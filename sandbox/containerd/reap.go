@@ -3,7 +3,6 @@ package containerd
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // labelFilter is the containerd filter for a label's value.
@@ -51,169 +51,113 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 
 // Reap removes what calls left in the namespace, by label
 // owner=dsh-sandbox, telling instances apart by their lock files in
-// StateDir/containerd-instances:
+// StateDir/containerd-instances (see reap.Sweep.Leftover):
 //
 //   - of a dead instance (its lock file exists and no process holds it):
 //     every container with its task (killed when still running) and
-//     snapshot, every orphaned snapshot, its cgroup directories and
-//     finally its lock file;
-//   - of this executor: containers and orphaned snapshots of calls that
-//     have returned (their teardown failed, typically because the daemon
-//     was down), never those of a call in progress;
+//     snapshot, every orphaned snapshot, its call mounts, its cgroup
+//     directories and finally its lock file;
+//   - of this executor: containers, orphaned snapshots and call mounts of
+//     calls that have returned (their teardown failed, typically because
+//     the daemon was down), never those of a call in progress;
 //   - of an instance unknown here (no lock file: a service on another
 //     state directory, or one long gone): only containers whose task is
 //     not running and that have been idle for
-//     sandbox.ForeignLeftoverGrace; its orphaned snapshots are left alone, as they may be
-//     a live executor's call being created;
+//     sandbox.ForeignLeftoverGrace; its orphaned snapshots are left alone,
+//     as they may be a live executor's call being created;
 //   - of a live instance on this state directory: nothing.
 //
 // It keeps going after a failure and returns what it removed with every
-// failure joined.
+// failure joined; a dead instance with a failure keeps the rest for a
+// later Reap.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	var rep sandbox.ReapReport
 	ctx = e.ctx(ctx)
 	cs, err := e.cli.Containers(ctx, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
 	if err != nil {
-		return rep, classify(err, "reap: list containers")
+		return sandbox.ReapReport{}, classify(err, "reap: list containers")
 	}
-	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
-	defer release()
-	var errs []error
-	if err != nil {
-		errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: instance locks: %w", err))
-	}
-	failed := map[string]bool{} // dead instances with leftovers that remain
-	removed := func(inst string) {
-		if inst != e.instance && !slices.Contains(rep.Instances, inst) {
-			rep.Instances = append(rep.Instances, inst)
+	s := reap.Start("containerd", e.instancesDir(), e.instance, e.active.Has)
+	used := e.reapContainers(ctx, s, cs)
+	e.reapSnapshots(ctx, s, used)
+	// Mounts of user-namespaced calls (their containers are gone now).
+	idmapRoot := filepath.Join(e.opts.StateDir, idmapDir)
+	s.EachCall(reap.Mounts, func(inst string, keep func(string) bool) ([]string, error) {
+		return removeCallDirs(filepath.Join(idmapRoot, inst), inst != e.instance, keep)
+	})
+	// Cgroup directories of dead instances (their tasks are gone now).
+	s.EachDead(reap.Cgroups, func(inst string) ([]string, error) {
+		if !slices.Contains(cgroupInstances(), inst) {
+			return nil, nil
 		}
-	}
+		p := "/" + cgroupParent + "/" + inst
+		dirs := cgroupDirs(p)
+		_, kerr := killCgroup(p)
+		if err := removeCgroup(p); err != nil {
+			return nil, errors.Join(kerr, err)
+		}
+		return dirs, kerr
+	})
+	removeEmptyCgroupParent()
+	return s.Finish()
+}
+
+// reapContainers removes the leftover containers of cs with their task
+// and snapshot, and returns the snapshot keys the others still use.
+func (e *Executor) reapContainers(ctx context.Context, s *reap.Sweep, cs []containerd.Container) map[string]bool {
 	used := map[string]bool{}
 	for _, c := range cs {
 		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
 		if err != nil {
 			if !cerrdefs.IsNotFound(err) {
-				errs = append(errs, classify(err, "reap: container %s", c.ID()))
+				s.Fail("", classify(err, "container %s", c.ID()))
 			}
 			continue
 		}
-		used[info.SnapshotKey] = true
-		// A user-namespaced call's snapshot has the container's id as
-		// key and is not in its record (withoutShimRootfs).
-		used[c.ID()] = true
 		inst := info.Labels[sandbox.LabelInstance]
-		_, isDead := dead[inst]
-		switch {
-		case inst == e.instance:
-			if e.active.Has(info.Labels[sandbox.LabelExecution]) {
-				continue
-			}
-		case isDead:
-		case sandbox.InstanceKnown(e.instancesDir(), inst) || running(ctx, c) || !foreignIdle(ctx, c, info.CreatedAt, e.foreignGrace):
+		foreign := func() bool { return !running(ctx, c) && foreignIdle(ctx, c, info.CreatedAt, e.foreignGrace) }
+		if !s.Leftover(inst, info.Labels[sandbox.LabelExecution], foreign) {
+			used[info.SnapshotKey] = true
+			// A user-namespaced call's snapshot has the container's id
+			// as key and is not in its record (withoutShimRootfs).
+			used[c.ID()] = true
 			continue
 		}
 		if err := deleteContainer(ctx, c); err != nil {
-			errs = append(errs, classify(err, "reap: remove container %s", c.ID()))
-			failed[inst] = true
+			s.Fail(inst, classify(err, "remove container %s", c.ID()))
+			used[info.SnapshotKey], used[c.ID()] = true, true
 			continue
 		}
-		delete(used, info.SnapshotKey)
 		if err := e.cli.SnapshotService(snapshotter).Remove(ctx, c.ID()); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, classify(err, "reap: remove snapshot %s", c.ID()))
-			failed[inst] = true
+			s.Fail(inst, classify(err, "remove snapshot %s", c.ID()))
 		}
-		delete(used, c.ID())
-		rep.Containers = append(rep.Containers, c.ID())
-		removed(inst)
+		s.Removed(reap.Containers, inst, c.ID())
 	}
+	return used
+}
 
+// reapSnapshots removes the orphaned snapshots (no container uses them)
+// of dead instances and of this instance's calls not in progress.
+func (e *Executor) reapSnapshots(ctx context.Context, s *reap.Sweep, used map[string]bool) {
 	sn := e.cli.SnapshotService(snapshotter)
 	type orphan struct{ key, inst string }
 	var orphans []orphan
-	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if used[info.Name] {
-			return nil
-		}
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		inst := info.Labels[sandbox.LabelInstance]
-		_, isDead := dead[inst]
-		if isDead || (inst == e.instance && !e.active.Has(info.Labels[sandbox.LabelExecution])) {
+		if !used[info.Name] && s.Leftover(inst, info.Labels[sandbox.LabelExecution], nil) {
 			orphans = append(orphans, orphan{info.Name, inst})
 		}
 		return nil
 	}, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
 	if err != nil {
-		errs = append(errs, classify(err, "reap: list snapshots"))
-		for inst := range dead {
-			failed[inst] = true // its snapshots are unknown
-		}
+		s.FailAll(classify(err, "list snapshots"))
 	}
 	for _, o := range orphans {
 		if err := sn.Remove(ctx, o.key); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, classify(err, "reap: remove snapshot %s", o.key))
-			failed[o.inst] = true
+			s.Fail(o.inst, classify(err, "remove snapshot %s", o.key))
 			continue
 		}
-		rep.Snapshots = append(rep.Snapshots, o.key)
-		removed(o.inst)
+		s.Removed(reap.Snapshots, o.inst, o.key)
 	}
-
-	// Mounts of user-namespaced calls (their containers are gone now):
-	// all of a dead instance's, this instance's of calls not running.
-	idmapRoot := filepath.Join(e.opts.StateDir, idmapDir)
-	ents, err := os.ReadDir(idmapRoot)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
-	}
-	for _, ent := range ents {
-		inst := ent.Name()
-		_, isDead := dead[inst]
-		keep := func(string) bool { return false }
-		switch {
-		case isDead && !failed[inst]:
-		case inst == e.instance:
-			keep = e.active.Has
-		default:
-			continue
-		}
-		calls, err := removeCallDirs(filepath.Join(idmapRoot, inst), isDead, keep)
-		if err != nil {
-			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: call mounts of instance %q: %w", inst, err))
-			failed[inst] = true
-		}
-		if len(calls) > 0 {
-			rep.Mounts = append(rep.Mounts, calls...)
-			removed(inst)
-		}
-	}
-
-	// Cgroup directories of dead instances (their tasks are gone now),
-	// and the empty parent.
-	for _, inst := range cgroupInstances() {
-		if _, isDead := dead[inst]; !isDead || failed[inst] {
-			continue
-		}
-		p := "/" + cgroupParent + "/" + inst
-		if _, err := killCgroup(p); err != nil {
-			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
-		}
-		if err := removeCgroup(p); err != nil {
-			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: %w", err))
-			failed[inst] = true
-			continue
-		}
-		removed(inst)
-	}
-	removeEmptyCgroupParent()
-
-	for inst, f := range dead {
-		if failed[inst] {
-			continue
-		}
-		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, sandbox.Errorf(sandbox.ErrInternal, "containerd: reap: lock file of instance %q: %w", inst, err))
-		}
-	}
-	return rep, errors.Join(errs...)
 }
 
 // running reports whether c has a task that has not stopped.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -16,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // instancesDir holds the lock files of live executors on StateDir.
@@ -51,77 +50,33 @@ func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 // container uses them. It keeps going after a failure and returns what
 // it removed with every failure joined.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	var rep sandbox.ReapReport
 	cs, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue),
 	)})
 	if err != nil {
-		return rep, unavailable(err, "reap: list containers")
+		return sandbox.ReapReport{}, unavailable(err, "reap: list containers")
 	}
-	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
-	defer release()
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
+	s := reap.Start("docker", e.instancesDir(), e.instance, e.active.Has)
 	for _, c := range cs {
 		inst := c.Labels[sandbox.LabelInstance]
-		if inst == e.instance {
-			if e.active.Has(c.Labels[sandbox.LabelExecution]) {
-				continue
-			}
-		} else if _, isDead := dead[inst]; !isDead && (sandbox.InstanceKnown(e.instancesDir(), inst) || c.State == "running" || !e.foreignIdle(ctx, c)) {
+		if !s.Leftover(inst, c.Labels[sandbox.LabelExecution], func() bool { return c.State != "running" && e.foreignIdle(ctx, c) }) {
 			continue
 		}
 		err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("container %s: %w", c.ID, err))
+			s.Fail(inst, fmt.Errorf("container %s: %w", c.ID, err))
 			continue
 		}
-		rep.Containers = append(rep.Containers, c.ID)
-		if inst != e.instance && !slices.Contains(rep.Instances, inst) {
-			rep.Instances = append(rep.Instances, inst)
-		}
+		s.Removed(reap.Containers, inst, c.ID)
 	}
 	// Staging mounts and egress FIFOs go after the containers that used
 	// them.
-	none := func(string) bool { return false }
-	for inst := range dead {
-		ms, err := e.reapBinds(inst, none)
-		rep.Mounts = append(rep.Mounts, ms...)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		fs, err := e.reapEgress(inst, none)
-		rep.Files = append(rep.Files, fs...)
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	ms, err := e.reapBinds(e.instance, e.active.Has)
-	rep.Mounts = append(rep.Mounts, ms...)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	fs, err := e.reapEgress(e.instance, e.active.Has)
-	rep.Files = append(rep.Files, fs...)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, f := range dead {
-		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
+	s.EachCall(reap.Mounts, e.reapBinds)
+	s.EachCall(reap.Files, e.reapEgress)
 	imgs, err := e.reapImages(ctx, danglingGrace)
-	rep.Images = imgs
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return rep, sandbox.Errorf(sandbox.ErrInternal, "docker: reap: %w", errors.Join(errs...))
-	}
-	return rep, nil
+	s.Removed(reap.Images, "", imgs...)
+	s.Fail("", err)
+	return s.Finish()
 }
 
 // foreignIdle reports whether the stopped container c of an instance

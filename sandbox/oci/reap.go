@@ -2,14 +2,15 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // unmarkedBundleAge is how old a bundle directory without a marker must
@@ -17,6 +18,13 @@ import (
 // directory is made, so only a crash in between leaves one without; a
 // young one may belong to a call being set up right now.
 const unmarkedBundleAge = 10 * time.Minute
+
+// unmarkedBundleSettle is how old a bundle without a marker must be
+// before Reap removes it even when no instance can be making it: the
+// marker follows the directory at once, so only a crash leaves one
+// older, and a slot being prepared in the background that the lock
+// check cannot see is given time too.
+const unmarkedBundleSettle = 5 * time.Second
 
 // cgroupReapWait bounds the wait for one busy cgroup directory during Reap.
 const cgroupReapWait = 2 * time.Second
@@ -62,168 +70,165 @@ func (e *Executor) mayHaveLeftovers() bool {
 
 // Reap removes what dead instances of this executor's runtime left
 // behind in StateDir: containers labelled owner=dsh-sandbox whose
-// instance holds no lock, their bundles, overlay mounts and cgroups, and
-// the dead instances' lock files. Live instances, this one included, are
-// never touched. It keeps going after a failure and returns what it
-// removed with every failure joined.
+// instance holds no lock, their bundles, overlay mounts, cgroups and
+// spill files in StateDir, and the dead instances' lock files. Live instances, this one included, are
+// never touched: this instance's own calls and pool slots are its Run's
+// to remove. It keeps going after a failure and returns what it removed
+// with every failure joined; a dead instance with a failure keeps its
+// cgroups and lock file for a later Reap.
 //
 // Reap is safe to call while calls of this and other live instances run.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	// quiet: no call of this executor runs, and none starts before Reap
+	// returns.
+	quiet := e.mu.TryLock()
+	if quiet {
+		defer e.mu.Unlock()
+	} else {
+		e.mu.RLock()
+		defer e.mu.RUnlock()
+	}
 	if e.closed {
 		return sandbox.ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
 	}
-	var rep sandbox.ReapReport
-	var errs []error
-	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
-	defer release()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	live := func(inst string) bool {
-		if inst == e.instance {
-			return true
-		}
-		_, isDead := dead[inst]
-		if isDead {
-			return false
-		}
-		// No lock file at all: the instance is gone (Close removes
-		// it, a crash leaves it, so this is an instance that closed
-		// while a call's teardown failed).
-		return sandbox.InstanceKnown(e.instancesDir(), inst)
-	}
-	reaped := map[string]bool{}
-
-	// Containers the runtime knows.
+	// The runtime's root is under StateDir: an instance without a lock
+	// file there is gone (Close removes it while a call's teardown may
+	// have failed), so its objects go at once.
+	s := reap.Start("oci", e.instancesDir(), e.instance, nil)
+	always := func() bool { return true }
 	cs, err := e.rt.list(ctx)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	s.Fail("", err)
 	for _, c := range cs {
-		if c.Annotations[sandbox.LabelOwner] != sandbox.LabelOwnerValue || live(c.Annotations[sandbox.LabelInstance]) {
-			continue
-		}
-		_ = e.rt.kill(ctx, c.ID, syscall.SIGKILL)
-		if err := e.rt.remove(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rep.Containers = append(rep.Containers, c.ID)
-		reaped[c.Annotations[sandbox.LabelInstance]] = true
-	}
-
-	// Bundles, with their mounts and recorded cgroups.
-	entries, err := os.ReadDir(e.bundlesDir())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	for _, ent := range entries {
-		dir := filepath.Join(e.bundlesDir(), ent.Name())
-		m, err := readMarker(dir)
-		switch {
-		case err == nil:
-			if live(m.Instance) || (m.Runtime != "" && m.Runtime != e.rt.name) {
-				continue
-			}
-		case errors.Is(err, os.ErrNotExist):
-			fi, serr := os.Lstat(dir)
-			if serr != nil || time.Since(fi.ModTime()) < unmarkedBundleAge {
-				continue
-			}
-			m = marker{Container: ent.Name()}
-		default:
-			errs = append(errs, err)
-			continue
-		}
-		if sandbox.ValidCallID(m.Container) {
-			ok, _ := e.rt.exists(m.Container)
-			if ok {
-				_ = e.rt.kill(ctx, m.Container, syscall.SIGKILL)
-				if err := e.rt.remove(ctx, m.Container); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				rep.Containers = append(rep.Containers, m.Container)
-			}
-		}
-		mps, err := unmountAll(dir)
-		rep.Mounts = append(rep.Mounts, mps...)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, cg := range m.Cgroups {
-			if _, err := os.Lstat(cg); err == nil {
-				if err := e.reapCgroup(ctx, cg); err != nil {
-					errs = append(errs, err)
-				} else {
-					rep.Cgroups = append(rep.Cgroups, cg)
-				}
-			}
-		}
-		b := &bundle{dir: dir}
-		if err := b.remove(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rep.Bundles = append(rep.Bundles, dir)
-		if m.Instance != "" {
-			reaped[m.Instance] = true
+		inst := c.Annotations[sandbox.LabelInstance]
+		if c.Annotations[sandbox.LabelOwner] == sandbox.LabelOwnerValue && s.Leftover(inst, "", always) {
+			e.reapContainer(ctx, s, inst, c.ID)
 		}
 	}
-
-	// Cgroups of dead instances that no bundle recorded. The cgroup
-	// hierarchy is shared by every state directory on the host, so only
-	// instances this state directory knows to be dead (an unheld lock
-	// file) are reaped here: an unknown instance may be a live one of
-	// another state directory.
-	parents := e.layout.dirsFor("/" + cgroupParent)
-	seen := map[string]bool{}
-	for _, parent := range parents {
-		if seen[parent] {
-			continue
-		}
-		seen[parent] = true
-		insts, err := os.ReadDir(parent)
-		if err != nil {
-			continue
-		}
-		for _, inst := range insts {
-			if _, isDead := dead[inst.Name()]; !inst.IsDir() || !isDead {
+	e.reapBundles(ctx, s, always, quiet && !s.OthersLive())
+	// The cgroup hierarchy is shared by every state directory, so only
+	// instances this state directory knows to be dead have their
+	// cgroups reaped without a bundle: an unknown one may be live.
+	s.EachDead(reap.Cgroups, func(inst string) ([]string, error) {
+		var removed []string
+		var errs []error
+		for _, dir := range e.layout.dirsFor("/" + cgroupParent + "/" + inst) {
+			if _, err := os.Lstat(dir); err != nil {
 				continue
 			}
-			dir := filepath.Join(parent, inst.Name())
 			if err := e.reapCgroup(ctx, dir); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			rep.Cgroups = append(rep.Cgroups, dir)
-			reaped[inst.Name()] = true
+			removed = append(removed, dir)
 		}
+		return removed, errors.Join(errs...)
+	})
+	for _, parent := range e.layout.dirsFor("/" + cgroupParent) {
 		removeEmptyParents(parent, cgroupParent)
 	}
+	return s.Finish()
+}
 
-	// Lock files of dead instances.
-	for inst := range dead {
-		if err := os.Remove(filepath.Join(e.instancesDir(), inst+".lock")); err != nil && !errors.Is(err, os.ErrNotExist) {
+// reapContainer kills and removes container id of instance inst.
+func (e *Executor) reapContainer(ctx context.Context, s *reap.Sweep, inst, id string) bool {
+	_ = e.rt.kill(ctx, id, syscall.SIGKILL)
+	if err := e.rt.remove(ctx, id); err != nil {
+		s.Fail(inst, err)
+		return false
+	}
+	s.Removed(reap.Containers, inst, id)
+	return true
+}
+
+// reapBundles removes the bundles of leftover calls with their
+// container, mounts and recorded cgroups. A bundle without a marker, or
+// with a torn one (an instance died between making it and writing the
+// marker), belongs to no
+// known instance: it goes when no instance can be making it right now
+// (alone: no other live instance, no call of this one) and it is older
+// than unmarkedBundleSettle, or else once it is older than
+// unmarkedBundleAge.
+func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool, alone bool) {
+	entries, err := os.ReadDir(e.bundlesDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.Fail("", err)
+	}
+	for _, ent := range entries {
+		dir := filepath.Join(e.bundlesDir(), ent.Name())
+		m, err := readMarker(dir)
+		var torn *json.SyntaxError
+		switch {
+		case err == nil:
+			if !s.Leftover(m.Instance, m.Container, foreign) || (m.Runtime != "" && m.Runtime != e.rt.name) {
+				continue
+			}
+		case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
+			// No marker, or one torn by a crash while it was written.
+			fi, serr := os.Lstat(dir)
+			age := time.Since(fi.ModTime())
+			if serr != nil || age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
+				continue
+			}
+			m = marker{Container: ent.Name()}
+		default:
+			s.Fail("", err)
+			continue
+		}
+		if sandbox.ValidCallID(m.Container) {
+			if ok, _ := e.rt.exists(m.Container); ok && !e.reapContainer(ctx, s, m.Instance, m.Container) {
+				continue
+			}
+		}
+		mps, err := unmountAll(dir)
+		s.Removed(reap.Mounts, m.Instance, mps...)
+		if err != nil {
+			s.Fail(m.Instance, err)
+			continue
+		}
+		for _, cg := range m.Cgroups {
+			if _, err := os.Lstat(cg); err != nil {
+				continue
+			}
+			if err := e.reapCgroup(ctx, cg); err != nil {
+				s.Fail(m.Instance, err)
+				continue
+			}
+			s.Removed(reap.Cgroups, m.Instance, cg)
+		}
+		if err := (&bundle{dir: dir}).remove(); err != nil {
+			s.Fail(m.Instance, err)
+			continue
+		}
+		s.Removed(reap.Bundles, m.Instance, dir)
+		if sandbox.ValidCallID(m.Container) {
+			files, err := e.reapSpill(m.Container)
+			s.Removed(reap.Files, m.Instance, files...)
+			s.Fail(m.Instance, err)
+		}
+	}
+}
+
+// reapSpill removes the spill files the dead call id left in the state
+// directory (a call without a session directory spills there, named
+// after its id, which is its container's). No one got the call's result,
+// so no one knows their path.
+func (e *Executor) reapSpill(id string) ([]string, error) {
+	state, err := filepath.EvalSymlinks(e.opts.StateDir)
+	if err != nil {
+		return nil, nil // no state directory, no spill files
+	}
+	var removed []string
+	var errs []error
+	for _, stream := range []string{".stdout", ".stderr"} {
+		p := filepath.Join(state, "spill", id+stream)
+		switch err := os.Remove(p); {
+		case err == nil:
+			removed = append(removed, p)
+		case !errors.Is(err, os.ErrNotExist):
 			errs = append(errs, err)
 		}
-		reaped[inst] = true
 	}
-	for inst := range reaped {
-		if inst != "" {
-			rep.Instances = append(rep.Instances, inst)
-		}
-	}
-	for _, l := range [][]string{rep.Instances, rep.Containers, rep.Bundles, rep.Mounts, rep.Cgroups} {
-		sort.Strings(l)
-	}
-	if len(errs) > 0 {
-		return rep, sandbox.Errorf(sandbox.ErrInternal, "oci: reap: %w", errors.Join(errs...))
-	}
-	return rep, nil
+	return removed, errors.Join(errs...)
 }
 
 // reapCgroup removes a cgroup tree, waiting a little for its tasks.

@@ -39,7 +39,7 @@ func crashHelper() {
 	}
 	p := testPolicy(&testing.T{}, rt)
 	_, err = e.Run(context.Background(), &sandbox.Request{
-		Command: "echo started; sleep " + marker,
+		Command: os.Getenv("OCI_TEST_PREFIX") + "echo started; sleep " + marker,
 		Policy:  p,
 		Stdout:  os.Stdout,
 	})
@@ -52,9 +52,16 @@ func crashHelper() {
 // bundle, cgroups and lock file behind.
 func crashInstance(t *testing.T, rt, stateDir, inst, marker string) {
 	t.Helper()
+	crashInstanceAfter(t, rt, stateDir, inst, marker, "")
+}
+
+// crashInstanceAfter is crashInstance for a call that runs the shell
+// code prefix first.
+func crashInstanceAfter(t *testing.T, rt, stateDir, inst, marker, prefix string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=crash", "OCI_TEST_RUNTIME=" + rt, "OCI_TEST_STATE=" + stateDir,
-		"OCI_TEST_INSTANCE=" + inst, "OCI_TEST_MARKER=" + marker, "PATH=" + os.Getenv("PATH")}
+		"OCI_TEST_INSTANCE=" + inst, "OCI_TEST_MARKER=" + marker, "OCI_TEST_PREFIX=" + prefix, "PATH=" + os.Getenv("PATH")}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -326,5 +333,102 @@ exec ` + real + ` "$@"
 	}
 	if cs, _ := reaper.rt.list(t.Context()); len(cs) != 0 {
 		t.Errorf("containers after ReapDead() = %+v, want none", cs)
+	}
+}
+
+// TestReapSpillOfDeadCall: a call without a session directory that
+// spilled its output when its instance died leaves a spill file in the
+// state directory whose path no one was told; Reap removes it with the
+// call's bundle. A spill file of a call this state directory has no
+// bundle for stays.
+func TestReapSpillOfDeadCall(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	state := testStateDir(t)
+	dead := "crashed-spill"
+	crashInstanceAfter(t, RuntimeRunc, state, dead, fmt.Sprintf("%d%d", 8300000, os.Getpid()), "seq 1 300000 >&2; ")
+	spills, _ := filepath.Glob(filepath.Join(state, "spill", "*"))
+	if len(spills) != 1 || !strings.HasSuffix(spills[0], ".stderr") {
+		t.Fatalf("spill files of the crashed call = %q, want its stderr", spills)
+	}
+	real, err := filepath.EvalSymlinks(spills[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(state, "spill", "call-000000000000000000000000.stdout")
+	if err := os.WriteFile(other, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	rep, err := e.Reap(t.Context())
+	if err != nil || !slices.Contains(rep.Instances, dead) || len(rep.Bundles) != 1 {
+		t.Fatalf("Reap() = %+v, %v; want instance %q and its bundle", rep, err, dead)
+	}
+	if !slices.Contains(rep.Files, real) {
+		t.Errorf("Reap().Files = %q, want the spill file %s", rep.Files, real)
+	}
+	if _, err := os.Stat(spills[0]); !os.IsNotExist(err) {
+		t.Errorf("spill file of the dead call after Reap: %v, want removed", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("spill file of a call without a bundle after Reap: %v, want kept", err)
+	}
+}
+
+// TestReapUnmarkedBundles: a bundle an instance made and died before its
+// marker was written (none, or a torn one) is young; while another live
+// instance could be making it right now it stays, and once the reaper
+// is alone on the state directory it goes.
+func TestReapUnmarkedBundles(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	state := testStateDir(t)
+	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	bare := filepath.Join(e.bundlesDir(), "call-00000000000000000000000a")
+	torn := filepath.Join(e.bundlesDir(), "call-00000000000000000000000b")
+	for _, d := range []string{bare, torn} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(torn, bundleMarker), []byte(`{"instance":"i-`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Just made: not even a reaper alone touches them.
+	if rep, err := e.Reap(t.Context()); err != nil || len(rep.Bundles) != 0 {
+		t.Errorf("Reap() of bundles made just now = %+v, %v; want them kept", rep, err)
+	}
+	settled := time.Now().Add(-2 * unmarkedBundleSettle)
+	for _, d := range []string{bare, torn} {
+		if err := os.Chtimes(d, settled, settled); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	other, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.Reap(t.Context())
+	if err != nil || len(rep.Bundles) != 0 {
+		t.Errorf("Reap() with another live instance = %+v, %v; want the young unmarked bundles kept", rep, err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = e.Reap(t.Context())
+	if err != nil || !slices.Equal(rep.Bundles, []string{bare, torn}) {
+		t.Errorf("Reap() alone = %+v, %v; want bundles %q and %q", rep, err, bare, torn)
+	}
+	for _, d := range []string{bare, torn} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s after Reap alone: %v, want removed", d, err)
+		}
 	}
 }
