@@ -1,17 +1,10 @@
 package api
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
@@ -65,6 +58,10 @@ type AuditRecord struct {
 	// Prev is the hex sha256 of the previous line (without its newline),
 	// GenesisHash for the first line.
 	Prev string `json:"prev"`
+	// MAC is the hex HMAC-SHA256, under the operator's audit key, of the
+	// line without this field (AuditOptions.Key); AuditLog.Append sets
+	// it, always as the line's last field. Empty without a key.
+	MAC string `json:"mac,omitempty"`
 }
 
 // AuditTimings are the phases of one execution in nanoseconds. The
@@ -75,132 +72,6 @@ type AuditTimings struct {
 	CreateNs   int64 `json:"createNs"`
 	RunNs      int64 `json:"runNs"`
 	TeardownNs int64 `json:"teardownNs"`
-}
-
-// AuditLog appends hash-chained records to a JSONL file. Create it with
-// OpenAudit; it is safe for concurrent use. Each record is one write(2) of
-// a whole line with O_APPEND, so a crash leaves at most a torn last line,
-// which the next OpenAudit cuts off.
-type AuditLog struct {
-	mu   sync.Mutex
-	path string
-	f    *os.File
-	prev string
-}
-
-// OpenAudit opens (creating 0600) the audit log at path, verifies the
-// chain it already holds and continues it. A torn final line (no newline)
-// is removed first; a broken chain is an error.
-func OpenAudit(path string) (*AuditLog, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
-		data = data[:i+1]
-		if err := f.Truncate(int64(len(data))); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("audit log %s: cutting a torn last line: %w", path, err)
-		}
-	}
-	_, head, err := VerifyAudit(bytes.NewReader(data))
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &AuditLog{path: path, f: f, prev: head}, nil
-}
-
-// Reopen opens the log's path again, for log rotation: after the file was
-// renamed, records go to a new file at the path, whose chain starts again
-// at GenesisHash (each file verifies on its own); when the path is still
-// the same file, its chain continues. It returns the head hash of the file
-// written so far, to link the two chains. On error the old file stays in
-// use.
-func (a *AuditLog) Reopen() (previousHead string, err error) {
-	a.mu.Lock() // appends wait: the new file must see every record
-	defer a.mu.Unlock()
-	next, err := OpenAudit(a.path)
-	if err != nil {
-		return "", err
-	}
-	old, head := a.f, a.prev
-	a.f, a.prev = next.f, next.prev
-	_ = old.Sync()
-	return head, old.Close()
-}
-
-// Append writes rec with Prev set to the chain's head.
-func (a *AuditLog) Append(rec AuditRecord) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	rec.Prev = a.prev
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("audit record: %w", err)
-	}
-	if _, err := a.f.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("audit log: %w", err)
-	}
-	a.prev = lineHash(line)
-	return nil
-}
-
-// Close closes the file after syncing it.
-func (a *AuditLog) Close() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_ = a.f.Sync()
-	return a.f.Close()
-}
-
-func lineHash(line []byte) string {
-	sum := sha256.Sum256(line)
-	return hex.EncodeToString(sum[:])
-}
-
-// VerifyAudit checks the hash chain of an audit log: every line is a JSON
-// record whose prev is the sha256 of the line before it (GenesisHash for
-// the first). It returns the number of records and the head hash (the
-// sha256 of the last line, GenesisHash for an empty log), or an error
-// naming the first line that breaks the chain — an edited, removed or
-// reordered line breaks it at the line after the change. Appending forged
-// records or editing the last line can only be detected by comparing the
-// head hash with one kept elsewhere.
-func VerifyAudit(r io.Reader) (records int, head string, err error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxAuditLine)
-	head = GenesisHash
-	for sc.Scan() {
-		records++
-		line := sc.Bytes()
-		var rec struct {
-			Prev *string `json:"prev"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return records - 1, head, fmt.Errorf("line %d: not a JSON record: %v", records, err)
-		}
-		if rec.Prev == nil {
-			return records - 1, head, fmt.Errorf("line %d: no prev hash", records)
-		}
-		if *rec.Prev != head {
-			return records - 1, head, fmt.Errorf("line %d: prev %q does not match the sha256 of line %d (%s): a line was edited, removed or reordered", records, *rec.Prev, records-1, head)
-		}
-		head = lineHash(line)
-	}
-	if err := sc.Err(); err != nil {
-		return records, head, fmt.Errorf("line %d: %w", records+1, err)
-	}
-	return records, head, nil
 }
 
 // auditRecord builds the record of one execution from its outcome,

@@ -37,6 +37,12 @@ const (
 	// MaxDSHEnvValueBytes bounds one value of RunRequest.DSHEnv (a path
 	// of PATH_MAX fits).
 	MaxDSHEnvValueBytes = 4096
+	// MaxSessionIDBytes bounds session.id: it names the session's
+	// transcript directory, one file name (NAME_MAX).
+	MaxSessionIDBytes = 255
+	// MaxPathBytes bounds a path of a request (cwd, workdir, a mount's
+	// source and target): PATH_MAX less its terminating NUL.
+	MaxPathBytes = 4095
 )
 
 // DecodeRun strictly decodes and validates one RunRequest from r: exactly
@@ -83,7 +89,10 @@ func headerText(h *session.Header) error {
 			return fieldErrorf(f.name, "contains a NUL byte")
 		}
 	}
-	return nil
+	if len(h.ID) > MaxSessionIDBytes {
+		return fieldErrorf("session.id", "is %d bytes, longer than %d (it names the session's transcript directory)", len(h.ID), MaxSessionIDBytes)
+	}
+	return checkPath("session.cwd", h.Cwd)
 }
 
 func decodeStrict(r io.Reader, v any) error {
@@ -198,6 +207,14 @@ func validateRun(r *types.RunRequest) error {
 			return fieldErrorf(field, "%s: DSH_* variables come only from the service's snapshot", name)
 		}
 	}
+	for i, m := range r.Mounts {
+		if err := checkPath(fmt.Sprintf("mounts[%d].source", i), m.Source); err != nil {
+			return err
+		}
+		if err := checkPath(fmt.Sprintf("mounts[%d].target", i), m.Target); err != nil {
+			return err
+		}
+	}
 	if len(r.CallID) > MaxCallIDBytes || !utf8.ValidString(r.CallID) || strings.ContainsAny(r.CallID, "\x00\n") {
 		return fieldErrorf("callId", "must be at most %d bytes of text", MaxCallIDBytes)
 	}
@@ -255,6 +272,21 @@ func absPath(field, p string) error {
 		return fieldErrorf(field, "contains a NUL byte")
 	case !filepath.IsAbs(p):
 		return fieldErrorf(field, "%q is not an absolute path", p)
+	}
+	return checkPath(field, p)
+}
+
+// checkPath refuses a path no file system call can take: longer than
+// MaxPathBytes, or with a component longer than a file name may be
+// (NAME_MAX, 255 bytes). "" passes.
+func checkPath(field, p string) error {
+	if len(p) > MaxPathBytes {
+		return fieldErrorf(field, "is %d bytes, longer than %d (PATH_MAX)", len(p), MaxPathBytes)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if len(c) > 255 {
+			return fieldErrorf(field, "has a component of %d bytes, longer than 255 (NAME_MAX)", len(c))
+		}
 	}
 	return nil
 }

@@ -50,6 +50,10 @@ func TestDecodeRunBadInput(t *testing.T) {
 		{"NulPolicy", `{"policy":"c\u0000i","command":"true"}`, "policy"},
 		{"NulWorkdir", `{"policy":"ci","command":"true","workdir":"/a\u0000"}`, "workdir"},
 		{"NulCallID", `{"policy":"ci","command":"true","callId":"\u0000"}`, "callId"},
+		{"LongSessionID", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"` + strings.Repeat("a", 3000) + `","createdAt":0}}`, "session.id"},
+		{"LongCwdComponent", `{"policy":"ci","command":"true","cwd":"/` + strings.Repeat("a", 256) + `"}`, "cwd"},
+		{"LongSessionCwd", `{"policy":"ci","command":"true","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"` + strings.Repeat("/a", 2100) + `"}}`, "session.cwd"},
+		{"LongMountTarget", `{"policy":"ci","command":"true","mounts":[{"source":"/srv","target":"/` + strings.Repeat("t", 300) + `"}]}`, "mounts[0].target"},
 		{"CwdWithSession", `{"policy":"ci","command":"true","cwd":"/a","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/b"}}`, "cwd"},
 	}
 	for _, tc := range cases {

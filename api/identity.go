@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 )
@@ -79,6 +80,10 @@ func identify(tokens []TokenClient, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(err error) {
+			// The connection ends after the answer. Without a read
+			// deadline now, net/http would first drain a small body
+			// still arriving (up to 256 KiB) until ReadTimeout.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			w.Header().Set("Connection", "close")
 			writeError(w, err)
 		}

@@ -455,6 +455,12 @@ func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (
 			return nil, err
 		}
 	}
+	if l, ok := s.locate(*rr); ok {
+		// The id, escaped, names the transcript directory: one file name.
+		if dir := filepath.Dir(l.Path); len(filepath.Base(dir)) > 255 || len(l.Path) > MaxPathBytes {
+			return nil, fieldErrorf("session.id", "names a transcript path the file system cannot hold (the directory name is %d bytes once escaped, at most 255)", len(filepath.Base(dir)))
+		}
+	}
 	blame := "session.cwd"
 	if rr.DSHEnv != nil {
 		blame = "dshEnv." + overlay.KeySessionJSONL

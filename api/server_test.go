@@ -106,7 +106,7 @@ func newFixture(t testing.TB, exec *fakeExec, mutate func(*api.Options)) *fixtur
 		t.Fatal(err)
 	}
 	auditPath := filepath.Join(dir, "audit.jsonl")
-	audit, err := api.OpenAudit(auditPath)
+	audit, err := api.OpenAudit(auditPath, api.AuditOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

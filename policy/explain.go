@@ -46,6 +46,11 @@ func Explain(p sandbox.Policy) string {
 	}
 	line("time: %d ms per call by default, at most %d ms when the caller asks for more; on timeout SIGTERM, then SIGKILL %s later",
 		l.TimeoutMs, l.MaxTimeoutMs, sandbox.DefaultKillGrace)
+	if l.JobTimeoutMs > 0 {
+		line("background jobs: stopped after %d ms (reported as timed out); at most the service's per-session job cap, kept for its job TTL", l.JobTimeoutMs)
+	} else {
+		line("background jobs: no deadline (limits.jobTimeoutMs sets one); at most the service's per-session job cap, kept for its job TTL")
+	}
 	line("output: the last %d bytes of each stream are returned; the full output, up to %s per stream, is kept in a spill file in the session directory; a session's spill files together stay within %s (the oldest are removed first) and are removed after %s",
 		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
 		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))

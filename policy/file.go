@@ -65,11 +65,14 @@ type documentTmpfs struct {
 }
 
 type documentLimits struct {
-	Memory         *sizeValue `json:"memory,omitempty"`
-	CPUs           *float64   `json:"cpus,omitempty"`
-	Pids           *int64     `json:"pids,omitempty"`
-	TimeoutMs      *int64     `json:"timeoutMs,omitempty"`
-	MaxTimeoutMs   *int64     `json:"maxTimeoutMs,omitempty"`
+	Memory       *sizeValue `json:"memory,omitempty"`
+	CPUs         *float64   `json:"cpus,omitempty"`
+	Pids         *int64     `json:"pids,omitempty"`
+	TimeoutMs    *int64     `json:"timeoutMs,omitempty"`
+	MaxTimeoutMs *int64     `json:"maxTimeoutMs,omitempty"`
+	// JobTimeoutMs is the deadline of a background job; absent or 0
+	// means none.
+	JobTimeoutMs   *int64     `json:"jobTimeoutMs,omitempty"`
 	StdoutMaxBytes *sizeValue `json:"stdoutMaxBytes,omitempty"`
 	SpillMaxBytes  *sizeValue `json:"spillMaxBytes,omitempty"`
 	// SpillTotalBytes caps a session's spill files together (default

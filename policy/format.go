@@ -28,6 +28,7 @@ func Format(p sandbox.Policy) ([]byte, error) {
 			Pids:           &p.Limits.Pids,
 			TimeoutMs:      &p.Limits.TimeoutMs,
 			MaxTimeoutMs:   &p.Limits.MaxTimeoutMs,
+			JobTimeoutMs:   jobTimeout(p.Limits.JobTimeoutMs),
 			StdoutMaxBytes: size(int64(p.Limits.StdoutMaxBytes)),
 			SpillMaxBytes:  size(p.Limits.SpillMaxBytes),
 		},
@@ -79,4 +80,13 @@ func Format(p sandbox.Policy) ([]byte, error) {
 		doc.Tmpfs = append(doc.Tmpfs, dt)
 	}
 	return json.MarshalIndent(doc, "", "  ")
+}
+
+// jobTimeout is limits.jobTimeoutMs as a policy file writes it: absent
+// for none.
+func jobTimeout(ms int64) *int64 {
+	if ms == 0 {
+		return nil
+	}
+	return &ms
 }

@@ -95,6 +95,11 @@ func TestNarrowMountsCase(t *testing.T) {
 		{"target over /", mount("/srv/ref/a", "/", true), `"/" may not be /`},
 		{"target taken by the policy", mount("/srv/ref/a", "/fixed", true), "already the target"},
 		{"target over /tmp", mount("/srv/ref/a", "/tmp", true), "already the target"},
+		{"target over /usr/bin", mount("/srv/ref/a", "/usr/bin", true), "target /usr/bin lies in /usr"},
+		{"target below /etc", mount("/srv/ref/a", "/etc/x", true), "target /etc/x lies in /etc"},
+		{"target /lib64", mount("/srv/ref/a", "/lib64", true), "lies in /lib64"},
+		{"target beside /usr", mount("/srv/ref/a", "/usrx", true), ""},
+		{"target below /mnt", mount("/srv/ref/a", "/mnt/ref", true), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Narrow(p, tc.n)

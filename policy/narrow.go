@@ -127,15 +127,28 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 	return out, nil
 }
 
+// imageTrees are the image's program, library and configuration
+// directories. A mount a call asks for may not target them: over them it
+// hides the shell the call runs with, or the passwd, hosts and resolver
+// files the sandbox provides; below them the runtime cannot create the
+// mount point (the host image shows them read-only).
+var imageTrees = []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr"}
+
 // mountAllowed says why roots do not allow mount m, or "" when they do:
-// its source must be a clean absolute path at or below a root (compared
-// as written: CheckMountSources and the backends resolve it without
-// following links, so a link cannot lead out of the root), and a
-// read-write mount needs a read-write root.
+// its target must not lie in one of imageTrees; its source must be a
+// clean absolute path at or below a root (compared as written:
+// CheckMountSources and the backends resolve it without following links,
+// so a link cannot lead out of the root), and a read-write mount needs a
+// read-write root.
 func mountAllowed(roots []sandbox.MountRoot, m sandbox.Mount) string {
 	var ps problems
 	if !checkAbsPath("source", m.Source, &ps) || !checkAbsPath("target", m.Target, &ps) {
 		return strings.TrimPrefix(ps.err("mount").Error(), "mount: ")
+	}
+	for _, t := range imageTrees {
+		if within(m.Target, t) {
+			return fmt.Sprintf("target %s lies in %s, which holds the image's programs, libraries or configuration; mount elsewhere (for example below /mnt)", m.Target, t)
+		}
 	}
 	if len(roots) == 0 {
 		return fmt.Sprintf("%s: the policy has no mountRoots, so a call may not add mounts (add mountRoots to the policy file)", m.Source)

@@ -147,6 +147,9 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		if l.MaxTimeoutMs != nil {
 			p.Limits.MaxTimeoutMs = *l.MaxTimeoutMs
 		}
+		if l.JobTimeoutMs != nil {
+			p.Limits.JobTimeoutMs = *l.JobTimeoutMs
+		}
 		switch {
 		case l.TimeoutMs != nil:
 			p.Limits.TimeoutMs = *l.TimeoutMs

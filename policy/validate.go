@@ -233,6 +233,9 @@ func checkLimits(l sandbox.Limits, ps *problems) {
 	if l.MaxTimeoutMs <= 0 || l.MaxTimeoutMs > sandbox.DefaultMaxTimeout.Milliseconds() {
 		ps.add("limits.maxTimeoutMs", "%d is not allowed; want an integer from 1 to %d", l.MaxTimeoutMs, sandbox.DefaultMaxTimeout.Milliseconds())
 	}
+	if l.JobTimeoutMs < 0 {
+		ps.add("limits.jobTimeoutMs", "%d is not allowed; want 0 (no deadline for background jobs) or an integer > 0", l.JobTimeoutMs)
+	}
 	if l.TimeoutMs <= 0 {
 		ps.add("limits.timeoutMs", "%d is not allowed; want an integer > 0", l.TimeoutMs)
 	} else if l.MaxTimeoutMs > 0 && l.TimeoutMs > l.MaxTimeoutMs {

@@ -113,10 +113,12 @@ func newJobID() string { return "bash-" + randomHex(8) }
 // Start validates req (as Prepare does, so a bad request fails here with
 // ErrInvalid and never becomes a job) and runs it in the background. The
 // job's context carries ctx's values but not its cancellation: the job
-// outlives the caller of Start until Kill. No timeout applies unless the
-// request or the policy sets one; then the policy's maximum does
-// (Request.TimeoutMs cannot express "none"). req is copied; its Stdout
-// and Stderr, when set, still receive the output live.
+// outlives the caller of Start until Kill. The foreground timeout
+// (Request.TimeoutMs, the policy's timeoutMs and maxTimeoutMs) does not
+// apply: a job's only deadline is the policy's limits.jobTimeoutMs, none
+// when it is 0 (Request.Background), and a job it stops ends timed out.
+// Jobs stay bounded by MaxLivePerOwner and TTL. req is copied; its
+// Stdout and Stderr, when set, still receive the output live.
 func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string, err error) {
 	call, err := Prepare(req, nil, nil)
 	if err != nil {
@@ -124,9 +126,7 @@ func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string
 	}
 	r := *req
 	r.CallID = call.ID
-	if r.TimeoutMs == 0 && r.Policy.Limits.TimeoutMs == 0 {
-		r.TimeoutMs = cmp.Or(r.Policy.Limits.MaxTimeoutMs, DefaultMaxTimeout.Milliseconds())
-	}
+	r.Background = true
 	jb := &job{done: make(chan struct{})}
 	jb.stdout.tail.max = call.TailBytes
 	jb.stderr.tail.max = call.TailBytes

@@ -315,7 +315,14 @@ func TestJobsStartInvalid(t *testing.T) {
 }
 
 func TestJobsRequestPassedOn(t *testing.T) {
+	// The deadline a backend applies is Prepare's Call.Timeout.
+	var deadline time.Duration
 	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+		c, err := Prepare(req, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		deadline = c.Timeout
 		req.Stdout.Write([]byte("o"))
 		req.Stderr.Write([]byte("e"))
 		return &Result{ExitCode: exit(0)}, nil
@@ -323,14 +330,15 @@ func TestJobsRequestPassedOn(t *testing.T) {
 	j := NewJobs(f)
 	var liveOut, liveErr bytes.Buffer
 	tests := []struct {
-		name        string
-		mutate      func(r *Request)
-		wantTimeout int64
+		name         string
+		mutate       func(r *Request)
+		wantDeadline time.Duration
 	}{
-		{"no timeout anywhere: the policy maximum", func(r *Request) {}, DefaultMaxTimeout.Milliseconds()},
-		{"policy maximum", func(r *Request) { r.Policy.Limits.MaxTimeoutMs = 900_000 }, 900_000},
-		{"policy timeout applies", func(r *Request) { r.Policy.Limits.TimeoutMs = 5000 }, 0},
-		{"request timeout applies", func(r *Request) { r.TimeoutMs = 1000 }, 1000},
+		{"no job timeout: none", func(r *Request) {}, 0},
+		{"the foreground timeout does not apply", func(r *Request) { r.Policy.Limits.TimeoutMs = 5000 }, 0},
+		{"nor the foreground maximum", func(r *Request) { r.Policy.Limits.MaxTimeoutMs = 900_000 }, 0},
+		{"nor the request's timeout", func(r *Request) { r.TimeoutMs = 1000 }, 0},
+		{"the policy's job timeout applies", func(r *Request) { r.Policy.Limits.JobTimeoutMs = 7_200_000; r.TimeoutMs = 1000 }, 2 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -349,8 +357,11 @@ func TestJobsRequestPassedOn(t *testing.T) {
 			}
 			reqs := f.requests()
 			got := reqs[len(reqs)-1]
-			if got.TimeoutMs != tt.wantTimeout {
-				t.Errorf("executor got TimeoutMs %d, want %d", got.TimeoutMs, tt.wantTimeout)
+			if !got.Background || deadline != tt.wantDeadline {
+				t.Errorf("executor got Background %t and a deadline of %v, want a background call with %v", got.Background, deadline, tt.wantDeadline)
+			}
+			if fg, _ := Prepare(&orig, nil, nil); fg.Timeout == 0 {
+				t.Errorf("the same request in the foreground has no deadline")
 			}
 			if !ValidCallID(got.CallID) {
 				t.Errorf("executor got CallID %q, want a valid id", got.CallID)

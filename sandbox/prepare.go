@@ -100,7 +100,8 @@ type Call struct {
 //
 // Resolution: the timeout is TimeoutMs, else Policy.Limits.TimeoutMs,
 // else DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
-// DefaultMaxTimeout); the tail size is StdoutMaxBytes, else the policy's,
+// DefaultMaxTimeout); for a Background call it is
+// Policy.Limits.JobTimeoutMs, 0 meaning none; the tail size is StdoutMaxBytes, else the policy's,
 // else DefaultStdoutMaxBytes; the workdir is Workdir, else the plan's
 // (NewPlan: Session.Cwd when the workspace is mounted, else /tmp), and
 // the spill directory and its visibility are the plan's. The env is
@@ -133,6 +134,9 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		ms = defMs
 	}
 	c.Timeout = time.Duration(min(ms, maxMs)) * time.Millisecond
+	if req.Background {
+		c.Timeout = time.Duration(lim.JobTimeoutMs) * time.Millisecond // 0: none
+	}
 
 	c.TailBytes = cmp.Or(req.StdoutMaxBytes, lim.StdoutMaxBytes, DefaultStdoutMaxBytes)
 	c.SpillMax = cmp.Or(lim.SpillMaxBytes, DefaultSpillMaxBytes)
@@ -202,6 +206,8 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: policy.limits.timeoutMs %d is negative", lim.TimeoutMs)
 	case lim.MaxTimeoutMs < 0:
 		return Errorf(ErrInvalid, "sandbox: policy.limits.maxTimeoutMs %d is negative", lim.MaxTimeoutMs)
+	case lim.JobTimeoutMs < 0:
+		return Errorf(ErrInvalid, "sandbox: policy.limits.jobTimeoutMs %d is negative", lim.JobTimeoutMs)
 	case req.StdoutMaxBytes < 0 || req.StdoutMaxBytes > MaxTailBytes:
 		return Errorf(ErrInvalid, "sandbox: stdoutMaxBytes %d is outside [0, %d]", req.StdoutMaxBytes, MaxTailBytes)
 	case lim.StdoutMaxBytes < 0 || lim.StdoutMaxBytes > MaxTailBytes:

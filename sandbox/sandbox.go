@@ -56,8 +56,13 @@ type Request struct {
 	Workdir string `json:"workdir,omitempty"`
 	// TimeoutMs bounds the call; 0 means the policy's timeout (default
 	// 120 s); it is clamped to the policy's maximum (default 600 s); a
-	// negative value is an invalid-argument error.
+	// negative value is an invalid-argument error. A background call
+	// ignores it.
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// Background marks a background job (Jobs.Start sets it): its only
+	// deadline is Policy.Limits.JobTimeoutMs, none when that is 0; a job
+	// stopped by it is timed out (Result.TimedOut), never completed.
+	Background bool `json:"background,omitempty"`
 	// StdoutMaxBytes is how many bytes of each stream's tail are kept in
 	// the Result; 0 means the policy's value (default 64 000).
 	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
@@ -249,6 +254,10 @@ type Limits struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 	// MaxTimeoutMs clamps a requested timeout; 0 = 600 000.
 	MaxTimeoutMs int64 `json:"maxTimeoutMs,omitempty"`
+	// JobTimeoutMs is the deadline of a background job (Request.Background);
+	// 0 = none, like dsh's own jobs (DESIGN §3.7). The foreground
+	// timeouts above never apply to a job.
+	JobTimeoutMs int64 `json:"jobTimeoutMs,omitempty"`
 	// StdoutMaxBytes is the tail kept per stream; 0 = 64 000.
 	StdoutMaxBytes int `json:"stdoutMaxBytes,omitempty"`
 	// SpillMaxBytes caps each spill file; 0 = 64 MiB.

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
+	"os"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/mcpserver"
@@ -102,5 +102,5 @@ func runMCP(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(c.Context, &mcp.StdioTransport{})
+	return srv.Run(c.Context, &mcpserver.StdioTransport{In: os.Stdin, Out: os.Stdout})
 }

@@ -107,11 +107,11 @@ func (s *settings) protectedPaths() map[string]string {
 }
 
 // operatorFiles are the files the operator configured this run with, as
-// absolute paths by name: the --config file, the --token-file, the
-// policy files (serve's --policy-file and --policy-dir, and a --policy
-// that names a file). A call that could write one would choose its own
-// sandbox; one that could read the token file would hold the service's
-// credentials. A flag the command does not have adds nothing.
+// absolute paths by name: the --config file, the --token-file, serve's
+// --audit-key, the policy files (serve's --policy-file and --policy-dir,
+// and a --policy that names a file). A call that could write one would
+// choose its own sandbox; one that could read the token file or the
+// audit key would hold the service's credentials. A flag the command does not have adds nothing.
 func operatorFiles(c *cli.Context) (map[string]string, error) {
 	out := map[string]string{}
 	add := func(name, flag, v string) error {
@@ -125,6 +125,7 @@ func operatorFiles(c *cli.Context) (map[string]string, error) {
 	if err := errors.Join(
 		add("config file", "config", newFlags(c).String("config")),
 		add("token file", "token-file", c.String("token-file")),
+		add("audit key", "audit-key", c.String("audit-key")),
 		add("policy dir", "policy-dir", c.String("policy-dir")),
 	); err != nil {
 		return nil, err

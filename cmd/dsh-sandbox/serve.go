@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -69,6 +70,8 @@ Examples:
 			&cli.IntFlag{Name: "max-jobs-per-session", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs of one session that have not ended before 429 (0: no limit)"},
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until removed)"},
 			&cli.StringFlag{Name: "audit-log", Usage: "audit log `FILE` (JSONL, hash-chained; default <data-dir>/audit.jsonl; \"none\" disables)"},
+			&cli.StringFlag{Name: "audit-key", Usage: "operator key `FILE` (0600 or 0400, owned by root or you, outside --data-dir): every audit record and the checkpoint carry an HMAC under it"},
+			&cli.StringFlag{Name: "audit-checkpoint", Usage: "`FILE` holding the audit log's record count and head after each record, to detect a cut or rewritten tail (default <audit-log>.checkpoint; keep it apart from the log)"},
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
 			&cli.StringFlag{Name: "policy-dir", Usage: "`DIR` whose *.yaml, *.yml and *.json files are policies requests may name, as with --policy-file (listed again on SIGHUP)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
@@ -86,6 +89,11 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	lock, err := lockDataDir(s.dataDir) // before any socket or file of the service is touched
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	maxStdin, err := policy.ParseSize(c.String("max-stdin"))
 	if err != nil || maxStdin <= 0 {
 		return usageError("--max-stdin: %q: want a positive size such as 1Gi or 64Mi", c.String("max-stdin"))
@@ -153,7 +161,11 @@ func runServe(c *cli.Context) error {
 	for _, l := range inherited {
 		deployed = append(deployed, api.ListenerAddress(l))
 	}
-	protected, err := checkDeployment(s, deployed, auditPath)
+	auditFiles, err := serveAuditFiles(c, auditPath)
+	if err != nil {
+		return err
+	}
+	protected, err := checkDeployment(s, deployed, auditFiles)
 	if err != nil {
 		return err
 	}
@@ -191,8 +203,8 @@ func runServe(c *cli.Context) error {
 		if err := os.MkdirAll(filepath.Dir(auditPath), 0o700); err != nil {
 			return sandbox.Errorf(sandbox.ErrUnavailable, "--audit-log: %v", err)
 		}
-		if audit, err = api.OpenAudit(auditPath); err != nil {
-			return sandbox.Errorf(sandbox.ErrUnavailable, "--audit-log: %v", err)
+		if audit, err = s.openAudit(c, auditFiles); err != nil {
+			return err
 		}
 		defer audit.Close()
 	}
@@ -297,19 +309,13 @@ func ttlFlag(d time.Duration) time.Duration {
 }
 
 // checkDeployment returns the paths calls may never reach
-// (settings.protectedPaths, the audit log, every socket) and refuses
+// (settings.protectedPaths, the audit log and its checkpoint, every socket) and refuses
 // to serve when one of them lies inside a --workspace-roots directory, or
 // a root inside one of them: a call could then write what the service
 // trusts.
-func checkDeployment(s *settings, listens []string, auditPath string) (map[string]string, error) {
+func checkDeployment(s *settings, listens []string, auditFiles map[string]string) (map[string]string, error) {
 	protected := s.protectedPaths()
-	if auditPath != "none" {
-		abs, err := filepath.Abs(auditPath)
-		if err != nil {
-			return nil, usageError("--audit-log: %v", err)
-		}
-		protected["audit log"] = abs
-	}
+	maps.Copy(protected, auditFiles)
 	n := 0
 	for _, addr := range listens {
 		if scheme, target, err := types.ParseListen(addr); err == nil && scheme == types.SchemeUnix {

@@ -382,7 +382,12 @@ class BackgroundJob implements ShellProcess {
     this.signal = r.signal;
     this.stdoutSpill = r.stdout.spillPath;
     this.stderrSpill = r.stderr.spillPath;
-    this.finish(this.killRequested ? 'killed' : 'completed');
+    // A job the policy's job deadline stopped ended timed out: it did
+    // not complete. As dsh's own processes, anything a signal ended is
+    // killed; the deadline is said on stderr, where the model reads it.
+    if (r.timedOut) this.err.push(`[timed out after ${r.timeoutMs}ms]\n`);
+    const stopped = this.killRequested || r.timedOut || r.aborted || r.signal !== null;
+    this.finish(stopped ? 'killed' : 'completed');
   }
 
   /** Settles the job as killed with err's message on stderr (a job that never ran, or was lost). */

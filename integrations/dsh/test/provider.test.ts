@@ -296,6 +296,34 @@ test('background: incremental reads, kill, settle', async (t) => {
   assert.ok(fake.requests.some((r) => r.method === 'POST' && r.url === '/v1/jobs/bash-00000000000000aa/kill?session=s1'));
 });
 
+test('background: a job stopped by its deadline is killed and says timed out, never completed', async (t) => {
+  const outcomes: Record<string, any> = {
+    'bash-00000000000000bb': { exitCode: null, signal: 'SIGTERM', timedOut: true, timeoutMs: 2000, stdout: { text: '' }, stderr: { text: '' } },
+    'bash-00000000000000cc': { exitCode: 0, signal: '', timedOut: false, timeoutMs: 0, stdout: { text: 'ok\n' }, stderr: { text: '' } },
+  };
+  const ids = Object.keys(outcomes);
+  const fake = await fakeService(t, (req, res) => {
+    const url = new URL(req.url ?? '', 'http://x');
+    if (req.method === 'POST' && url.pathname === '/v1/jobs') {
+      json(res, 200, { id: ids.shift() });
+      return;
+    }
+    const id = decodeURIComponent(url.pathname.split('/')[3] ?? '');
+    json(res, 200, { id, stdout: '', stderr: '', done: true, result: outcomes[id] });
+  });
+  const ex = executor(fake);
+  const timedOut = ex.start(ex.resolve({ command: 'sleep 30', dshEnv }));
+  await timedOut.done;
+  assert.equal(timedOut.status, 'killed', 'a timed-out job is not completed');
+  assert.equal(timedOut.signal, 'SIGTERM');
+  assert.equal(timedOut.exitCode, null);
+  assert.match(timedOut.readOutput().delta, /\[timed out after 2000ms\]/);
+  const ok = ex.start(ex.resolve({ command: 'echo ok', dshEnv }));
+  await ok.done;
+  assert.equal(ok.status, 'completed', 'a job that exited is completed');
+  assert.equal(ok.exitCode, 0);
+});
+
 test('background fails closed when the service is unreachable', async () => {
   const ex = executor({ socket: join(tmpdir(), 'no-such-dir-dsh-sandbox', 'sandbox.sock') });
   const proc = ex.start(ex.resolve({ command: 'long', dshEnv }));
