@@ -219,6 +219,7 @@ func TestServerRefusesBadInputAndRunsNothing(t *testing.T) {
 		{"UnknownField", `{"policy":"workspace-write","command":"x","dshEnv":["DSH_HOME=/"]}`, "dshEnv", 400},
 		{"TenMegabytes", big, "body", 413},
 		{"RelativeCwd", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"rel"}}`, "session.cwd", 400},
+		{"WindowsCwd", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"C:\\work\\agent"}}`, "session.cwd", 400},
 		{"EmptyID", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"","createdAt":0}}`, "session.id", 400},
 		{"Version1", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":1,"id":"s","createdAt":0}}`, "session.version", 400},
 		{"DSHEnv", `{"policy":"workspace-write","command":"x","env":["DSH_SESSION_ID=forged"]}`, "env[0]", 400},
