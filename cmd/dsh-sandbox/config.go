@@ -123,6 +123,9 @@ func configurable(c *cli.Command) {
 		if err := applyConfig(ctx); err != nil {
 			return err
 		}
+		if err := checkChoices(ctx); err != nil {
+			return err
+		}
 		if before != nil {
 			return before(ctx)
 		}
@@ -415,4 +418,35 @@ func yamlKind(v any) string {
 		return "a mapping"
 	}
 	return fmt.Sprintf("a %T", v)
+}
+
+// choiceFlags are the flags that take one of a fixed set of values, and
+// those values. Any other value, from the command line, the environment
+// or the config file, is a usage error naming the flag: a setting that
+// silently does nothing is worse than none.
+var choiceFlags = []struct {
+	name   string
+	values []string
+}{
+	{"log-level", []string{"debug", "info", "warn", "error"}},
+	{"log-format", []string{"json", "console"}},
+	{"persistence", []string{"jsonl", "sqlite"}},
+	{"compression", []string{"zstd", "none"}},
+	{"dialect", []string{"claude-code", "codex"}},
+	{"source", []string{"startup", "resume", "clear", "compact"}},
+}
+
+// checkChoices refuses a value of a choice flag that is not one of its
+// values (exit 2).
+func checkChoices(c *cli.Context) error {
+	f := newFlags(c)
+	for _, cf := range choiceFlags {
+		if !f.IsSet(cf.name) {
+			continue
+		}
+		if v := f.String(cf.name); !slices.Contains(cf.values, v) {
+			return usageError("--%s: %q is not one of %s", cf.name, v, strings.Join(cf.values, ", "))
+		}
+	}
+	return nil
 }
