@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 func TestFlagsFirst(t *testing.T) {
@@ -58,4 +60,49 @@ func TestUnknownCommandSuggests(t *testing.T) {
 	if out, _, code := run(t, "images"); code != 0 || !strings.Contains(out, "list") {
 		t.Errorf("images without a subcommand: exit %d, stdout %q; want its help", code, out)
 	}
+}
+
+// TestJSONCommandsPrintErrorsAsJSON: every command with --json prints a
+// refusal as the error object on stdout, whether it comes from a flag
+// check before the command runs or from the command itself.
+func TestJSONCommandsPrintErrorsAsJSON(t *testing.T) {
+	var leaves [][]string
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			p := append(append([]string{}, path...), c.Name)
+			if len(c.Subcommands) > 0 {
+				walk(p, c.Subcommands)
+				continue
+			}
+			for _, f := range c.Flags {
+				if f.Names()[0] == "json" {
+					leaves = append(leaves, p)
+				}
+			}
+		}
+	}
+	walk(nil, newApp(nil, nil).Commands)
+	if len(leaves) < 10 {
+		t.Fatalf("found %d commands with --json, want at least 10", len(leaves))
+	}
+	check := func(args []string, class string) {
+		t.Helper()
+		out, errOut, code := run(t, args...)
+		var v struct {
+			Error struct {
+				Class   string `json:"class"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if code == 0 || json.Unmarshal([]byte(out), &v) != nil || v.Error.Class != class || v.Error.Message == "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the error object of class %s", args, code, out, errOut, class)
+		}
+	}
+	for _, p := range leaves {
+		check(append(append([]string{}, p...), "--json", "--log-level", "loud"), "invalid")
+	}
+	check([]string{"--home", t.TempDir(), "policy", "check", "--json", "/nonexistent/p.yaml"}, "invalid")
+	check([]string{"images", "rm", "--json", "--data-dir", t.TempDir(), "--backend", "oci", "nosuch:1"}, "not_found")
+	t.Logf("%d commands with --json", len(leaves))
 }

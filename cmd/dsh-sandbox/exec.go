@@ -10,7 +10,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -84,20 +83,9 @@ Examples:
 }
 
 // runExec runs the call; with --json, a call that did not run (or whose
-// outcome is unknown) prints the service's error object on stdout too,
-// {"error":{"class","field","message"}}, so stdout always holds one JSON
-// document.
+// outcome is unknown) prints the service's error object on stdout too
+// (jsonError, for every command), so stdout always holds one JSON document.
 func runExec(c *cli.Context) error {
-	err := runExecCall(c)
-	if err != nil && c.Bool("json") && !errors.As(err, new(*childExit)) {
-		if werr := writeJSON(c.App.Writer, types.ErrorResponse{Error: types.Body(err)}); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-	return err
-}
-
-func runExecCall(c *cli.Context) error {
 	s, err := loadSettings(c)
 	if err != nil {
 		return err
