@@ -78,6 +78,7 @@ Examples:
 			serveCommand(),
 			auditCommand(),
 			hooksCommand(), replayModelCommand(), mcpCommand(),
+			callsCommand(), jobsCommand(),
 			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes

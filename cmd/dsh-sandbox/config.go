@@ -177,7 +177,7 @@ func jsonError(c *cli.Context, err error) error {
 // current directory is not a workspace a --config file must stay out of
 // (serve's calls name their own workspaces, which --workspace-roots
 // bounds; a service started from $HOME keeps its config there).
-var noWorkspaceCommands = []string{"serve", "reap", "doctor", "images", "bench", "policy", "audit", "session", "replay-model", "completion"}
+var noWorkspaceCommands = []string{"serve", "calls", "jobs", "reap", "doctor", "images", "bench", "policy", "audit", "session", "replay-model", "completion"}
 
 // configOutside are the directories a --config file may not lie in,
 // compared by device and inode: the workspace of a command that runs

@@ -487,23 +487,10 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 	if err != nil {
 		return usageError("--server: %v", err)
 	}
-	rr := types.RunRequest{
-		Session:        s.header,
-		Policy:         req.Policy.Name,
-		Command:        req.Command,
-		Workdir:        req.Workdir,
-		TimeoutMs:      req.TimeoutMs,
-		StdoutMaxBytes: req.StdoutMaxBytes,
-		Env:            req.Env,
-	}
-	if s.header == nil {
-		rr.Cwd = s.cwd
-	}
-	n, err := narrowing(c)
+	rr, err := s.runRequest(c, req)
 	if err != nil {
 		return err
 	}
-	narrowRun(&rr, n)
 	// Any stdin streams to the service (a multipart stdin part), so its
 	// size is not bound by the JSON body's.
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
