@@ -65,19 +65,30 @@ Examples:
 	}
 }
 
+// serviceArgs loads the settings, checks the positional arguments with
+// ok (want says what they may be) and connects to the service.
+func serviceArgs(c *cli.Context, ok func(args []string) bool, want string) (s *settings, cl *client.Client, addr string, args []string, err error) {
+	if s, err = loadSettings(c); err != nil {
+		return nil, nil, "", nil, err
+	}
+	if args = c.Args().Slice(); !ok(args) {
+		return nil, nil, "", nil, usageError("%s takes %s; got %q", c.Command.Name, want, args)
+	}
+	cl, addr, err = serviceClient(c, s)
+	return s, cl, addr, args, err
+}
+
+// printKilled reports that the call or job id was stopped.
+func printKilled(c *cli.Context, id string) error {
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, map[string]any{"id": id, "killed": true})
+	}
+	_, err := fmt.Fprintf(c.App.Writer, "killed %s\n", id)
+	return err
+}
+
 func runCalls(c *cli.Context) error {
-	s, err := loadSettings(c)
-	if err != nil {
-		return err
-	}
-	args := c.Args().Slice()
-	switch {
-	case len(args) == 0:
-	case args[0] == "kill" && len(args) == 2:
-	default:
-		return usageError("calls takes no arguments, or kill ID; got %q", args)
-	}
-	cl, addr, err := serviceClient(c, s)
+	_, cl, addr, args, err := serviceArgs(c, func(a []string) bool { return len(a) == 0 || len(a) == 2 && a[0] == "kill" }, "no arguments, or kill ID")
 	if err != nil {
 		return err
 	}
@@ -85,11 +96,7 @@ func runCalls(c *cli.Context) error {
 		if err := cl.CancelCall(c.Context, args[1]); err != nil {
 			return remoteError(addr, err)
 		}
-		if c.Bool("json") {
-			return writeJSON(c.App.Writer, map[string]any{"id": args[1], "killed": true})
-		}
-		_, err := fmt.Fprintf(c.App.Writer, "killed %s\n", args[1])
-		return err
+		return printKilled(c, args[1])
 	}
 	calls, err := cl.Calls(c.Context)
 	if err != nil {
@@ -140,18 +147,9 @@ Examples:
 }
 
 func runJobs(c *cli.Context) error {
-	s, err := loadSettings(c)
-	if err != nil {
-		return err
-	}
-	args := c.Args().Slice()
-	switch {
-	case len(args) == 0:
-	case len(args) == 2 && (args[0] == "output" || args[0] == "kill"):
-	default:
-		return usageError("jobs takes no arguments, output ID or kill ID; got %q", args)
-	}
-	cl, addr, err := serviceClient(c, s)
+	s, cl, addr, args, err := serviceArgs(c, func(a []string) bool {
+		return len(a) == 0 || len(a) == 2 && (a[0] == "output" || a[0] == "kill")
+	}, "no arguments, output ID or kill ID")
 	if err != nil {
 		return err
 	}
@@ -179,11 +177,7 @@ func runJobs(c *cli.Context) error {
 		if err := cl.KillJob(c.Context, sessionID, id); err != nil {
 			return remoteError(addr, err)
 		}
-		if c.Bool("json") {
-			return writeJSON(c.App.Writer, map[string]any{"id": id, "killed": true})
-		}
-		_, err := fmt.Fprintf(c.App.Writer, "killed %s\n", id)
-		return err
+		return printKilled(c, id)
 	}
 	out, err := cl.JobOutput(c.Context, sessionID, id)
 	if err != nil {
