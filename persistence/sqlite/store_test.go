@@ -648,3 +648,23 @@ func TestLoadNotFound(t *testing.T) {
 		t.Errorf("Load(%q) = %v, want ErrNotFound naming the id", "missing-id", err)
 	}
 }
+
+// TestEmptyStringsKept: a header with "parentSession": "" and
+// "agentPreset": "" loads back with both (stored as "", as dsh stores
+// them), and one without them loads back without.
+func TestEmptyStringsKept(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	kept := testHeader("empty-kept")
+	kept.EmptyParentSession, kept.EmptyAgentPreset = true, true
+	absent := testHeader("absent")
+	for _, h := range []session.Header{kept, absent} {
+		if err := s.Append(ctx, h, makeEvents(0, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		log, err := s.Load(ctx, h.ID)
+		if err != nil || !reflect.DeepEqual(log.Header, h) {
+			t.Errorf("Load(%q).Header = %+v, %v; want %+v", h.ID, log.Header, err, h)
+		}
+	}
+}
