@@ -265,8 +265,8 @@ func TestConfigExampleLoads(t *testing.T) {
 		}
 	}
 	code, errOut := probe(t, []string{"serve"}, func(c *cli.Context) {
-		if c.Int("max-concurrent") != 8 || c.String("policy-dir") != "/etc/dsh-sandbox/policies" || newFlags(c).String("log-level") != "info" {
-			t.Errorf("serve with the example: max-concurrent %d, policy-dir %q, log-level %q", c.Int("max-concurrent"), c.String("policy-dir"), newFlags(c).String("log-level"))
+		if c.Int("max-concurrent") != 8 || c.String("audit-log") != "/var/lib/dsh-sandbox/audit.jsonl" || newFlags(c).String("log-level") != "info" {
+			t.Errorf("serve with the example: max-concurrent %d, audit-log %q, log-level %q", c.Int("max-concurrent"), c.String("audit-log"), newFlags(c).String("log-level"))
 		}
 	}, "--config", example, "serve")
 	if code != 0 {
