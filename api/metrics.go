@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -45,6 +46,9 @@ func newMetrics(l *limiter, leaked func() float64) *metrics {
 			Help: "Connections of calls of network allowlist by verdict (allowed, denied, failed).",
 		}, []string{"verdict"}),
 	}
+	// The runtime's and the process's own series (go_*, process_*), as
+	// every Go service exposes them: memory, goroutines, open files, CPU.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.executions, m.latency, m.queueWait, m.requests, m.egress,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dsh_sandbox_in_flight",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -28,6 +29,11 @@ func (s *Server) checkDir(cl Client, field, dir string) (string, error) {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fieldErrorf(field, "%s does not exist", dir)
+		}
+		if !filepath.IsAbs(dir) {
+			// A header may carry a Windows cwd (session.IsAbsCwd); it names
+			// no directory here.
+			return "", fieldErrorf(field, "%s is not an absolute path on this machine", dir)
 		}
 		return "", forbiddenf(field, "%s: %v", dir, err)
 	}

@@ -219,6 +219,7 @@ func TestServerRefusesBadInputAndRunsNothing(t *testing.T) {
 		{"UnknownField", `{"policy":"workspace-write","command":"x","dshEnv":["DSH_HOME=/"]}`, "dshEnv", 400},
 		{"TenMegabytes", big, "body", 413},
 		{"RelativeCwd", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"rel"}}`, "session.cwd", 400},
+		{"WindowsCwd", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"C:\\work\\agent"}}`, "session.cwd", 400},
 		{"EmptyID", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":0,"id":"","createdAt":0}}`, "session.id", 400},
 		{"Version1", `{"policy":"workspace-write","command":"x","session":{"type":"session","version":1,"id":"s","createdAt":0}}`, "session.version", 400},
 		{"DSHEnv", `{"policy":"workspace-write","command":"x","env":["DSH_SESSION_ID=forged"]}`, "env[0]", 400},
@@ -397,7 +398,8 @@ func TestServerMetrics(t *testing.T) {
 	f := newFixture(t, &fakeExec{}, nil)
 	f.cl.Run(context.Background(), types.RunRequest{Policy: policy.WorkspaceWrite, Command: "x"})
 	m := metrics(t, f)
-	for _, want := range []string{`dsh_sandbox_executions_total{backend="oci",outcome="ok"} 1`, "dsh_sandbox_in_flight 0", "dsh_sandbox_queue_depth 0", "dsh_sandbox_leaked_objects 0", "dsh_sandbox_execution_duration_seconds_bucket"} {
+	for _, want := range []string{`dsh_sandbox_executions_total{backend="oci",outcome="ok"} 1`, "dsh_sandbox_in_flight 0", "dsh_sandbox_queue_depth 0", "dsh_sandbox_leaked_objects 0", "dsh_sandbox_execution_duration_seconds_bucket",
+		"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_open_fds ", "process_resident_memory_bytes "} {
 		if !strings.Contains(m, want) {
 			t.Errorf("GET /metrics lacks %q", want)
 		}

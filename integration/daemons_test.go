@@ -400,4 +400,11 @@ func TestDaemonBackendsTimeoutDoctorReapBench(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("bench rows missing: %v", want)
 	}
+	// bench removes what it created: its image is in neither daemon.
+	for _, b := range []string{"docker", "containerd"} {
+		r := run(t, nil, append(append([]string{"images", "list", "--backend", b, "--json"}, e.flags("")...), daemonFlags()...)...)
+		if r.code != 0 || strings.Contains(r.stdout, "dsh-sandbox-bench") {
+			t.Errorf("images list --backend %s after bench = %d, %q; want the bench image removed", b, r.code, r.stdout)
+		}
+	}
 }

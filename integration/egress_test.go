@@ -96,6 +96,10 @@ probe dns getent hosts denied.invalid`
 			t.Errorf("result egress %s = %q, want %q (%+v)", hp, verdicts[hp], want, resp.Result.Egress)
 		}
 	}
+	// The model-facing text ends with a note naming the denied hosts.
+	if !strings.Contains(resp.Rendered, "[network: the sandbox denied connections to ") || !strings.Contains(resp.Rendered, ip+":"+otherPort) {
+		t.Errorf("rendered result %q, want it to end with a note naming %s:%s", resp.Rendered, ip, otherPort)
+	}
 	audit, err := os.ReadFile(sv.audit)
 	if err != nil {
 		t.Fatal(err)
@@ -111,5 +115,11 @@ probe dns getent hosts denied.invalid`
 		if want := fmt.Sprintf("dsh_sandbox_egress_connections_total{verdict=%q} %d\n", verdict, n); !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	// exec prints one line per denied host on stderr after the call.
+	r := run(t, nil, append(append([]string{"exec"}, e.flags("s1")...), "--server", "unix://"+sv.sock, "--policy", "egress", "--",
+		"curl -sSf -m 10 http://"+other.Addr().String()+"/")...)
+	if r.code == 0 || !strings.Contains(r.stderr, "dsh-sandbox: denied connection to "+other.Addr().String()+" (") {
+		t.Errorf("exec of a denied connection = %d, stderr %q; want a failure and a line naming %s", r.code, r.stderr, other.Addr())
 	}
 }

@@ -51,22 +51,37 @@ func TestImagesNamesSameOnEveryBackend(t *testing.T) {
 		{"registry.example:5000/dsh-itest/tools" + suffix + ":2", "registry.example:5000/dsh-itest/tools" + suffix + ":2"},
 	}
 	for _, b := range imageBackends {
+		built := map[string]string{} // name: the digest build printed
 		for _, n := range names {
 			r := run(t, nil, imagesArgs(e, "build", b, "--name", n.name, "--add", "jq", "--json")...)
 			if r.code != 0 {
 				t.Fatalf("images build --backend %s --name %s exited %d: %s", b, n.name, r.code, r.stderr)
 			}
 			var img struct {
-				Backend, Name string
+				Backend, Name, Digest string
 			}
-			if err := json.Unmarshal([]byte(r.stdout), &img); err != nil || img.Backend != b || img.Name != n.canonical {
-				t.Errorf("images build --backend %s --name %s --json printed %q (%v), want name %q", b, n.name, r.stdout, err, n.canonical)
+			if err := json.Unmarshal([]byte(r.stdout), &img); err != nil || img.Backend != b || img.Name != n.canonical || img.Digest == "" {
+				t.Errorf("images build --backend %s --name %s --json printed %q (%v), want name %q and a digest", b, n.name, r.stdout, err, n.canonical)
 			}
+			built[img.Name] = img.Digest
 			t.Cleanup(func() { run(t, nil, imagesArgs(e, "rm", b, n.canonical)...) })
 		}
 		r := run(t, nil, imagesArgs(e, "list", b, "--json")...)
+		var listed []struct{ Name, Digest string }
+		if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil {
+			t.Fatalf("images list --backend %s --json = %q: %v", b, r.stdout, err)
+		}
 		for _, n := range names {
-			if !strings.Contains(r.stdout, `"name":"`+n.canonical+`"`) {
+			found := false
+			for _, l := range listed {
+				if l.Name == n.canonical {
+					found = true
+					if l.Digest != built[n.canonical] {
+						t.Errorf("images list --backend %s shows %s with digest %s, images build printed %s", b, l.Name, l.Digest, built[n.canonical])
+					}
+				}
+			}
+			if !found {
 				t.Errorf("images list --backend %s --json = %q, want it to list %q", b, r.stdout, n.canonical)
 			}
 		}

@@ -137,6 +137,12 @@ func TestServeSIGHUPReopensAuditAndReloadsPolicies(t *testing.T) {
 		t.Fatalf("serve exited on SIGHUP: %s", sv.logs())
 	default:
 	}
+
+	// SIGTERM: the service says it stops, and that it stopped.
+	sv.stop(t)
+	if logs := sv.logs(); !strings.Contains(logs, `"message":"stopping: signal received`) || !strings.Contains(logs, `"message":"stopped"`) {
+		t.Errorf("serve did not log its stop at info: %s", logs)
+	}
 }
 
 func TestServeSocketActivation(t *testing.T) {

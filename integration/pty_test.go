@@ -155,6 +155,10 @@ func TestExecTTY(t *testing.T) {
 		p := startPane(t, tmux, 30, 100, argv...)
 		p.typeLine("echo ready-$((20+22))")
 		p.waitFor("bash's answer", regexp.MustCompile(`(?m)^ready-42\s*$`))
+		// The pane's TERM (tmux's screen or tmux-*) reaches the call, not
+		// the TERM=dumb of calls without a terminal.
+		p.typeLine("echo term=$TERM")
+		p.waitFor("the client's TERM", regexp.MustCompile(`(?m)^term=(screen|tmux)\S*\s*$`))
 		// busybox has both applets on every image of the test (the host
 		// one, and busybox plus bash).
 		p.typeLine("busybox tty; echo $((6*7)); busybox stty size")

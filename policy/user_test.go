@@ -88,7 +88,7 @@ func TestResolveUserCase(t *testing.T) {
 // with the given modes.
 func sessionDir(t *testing.T, dirMode, fileMode os.FileMode) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(fixtures.DSHSessions(t), "apps__web__fresh-round-trip__session.jsonl"))
+	data, err := os.ReadFile(filepath.Join(fixtures.DSHSessions(t), "turns.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -513,13 +514,48 @@ func TestCallCapturesBounded(t *testing.T) {
 	if err != nil || s.SpillPath == "" || s.DroppedBytes != 990 {
 		t.Fatalf("stream = %+v, %v", s, err)
 	}
+	if total := dirBytes(dir); total > 1000 {
+		t.Errorf("spill directory holds %d bytes, over the cap of 1000", total)
+	}
+}
+
+// TestCallCapturesWithoutSessionBounded: a call without a session spills
+// to <stateDir>/spill, which gets the same cap and retention as a
+// session's spill directory: four calls that each outgrow the cap leave
+// at most the cap, and a file past its retention goes.
+func TestCallCapturesWithoutSessionBounded(t *testing.T) {
+	state := t.TempDir()
+	dir := filepath.Join(state, "spill")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spillFile(t, dir, "old.stdout", 10, time.Now().Add(-2*time.Hour))
+	for i := range 4 {
+		c := &Call{ID: fmt.Sprintf("call-%d", i), TailBytes: 10, SpillMax: 400, SpillTotal: 1000, SpillRetention: time.Hour}
+		out, errs := c.Captures(state, nil, nil)
+		out.Write(pattern(1000))
+		errs.Write(pattern(1000))
+		if s, err := out.Stream(); err != nil || s.SpillPath != filepath.Join(dir, c.ID+".stdout") {
+			t.Fatalf("call %d: stream = %+v, %v; want a spill file in %s", i, s, err, dir)
+		}
+		errs.Stream()
+		if total := dirBytes(dir); total > 1000 {
+			t.Errorf("after call %d the spill directory of calls without a session holds %d bytes, over the cap of 1000", i, total)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "old.stdout")); err == nil {
+		t.Errorf("a spill file past its retention was kept")
+	}
+}
+
+// dirBytes is the size of the files in dir together.
+func dirBytes(dir string) int64 {
 	var total int64
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		fi, _ := e.Info()
-		total += fi.Size()
+		if fi, err := e.Info(); err == nil {
+			total += fi.Size()
+		}
 	}
-	if total > 1000 {
-		t.Errorf("spill directory holds %d bytes, over the cap of 1000", total)
-	}
+	return total
 }

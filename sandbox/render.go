@@ -25,7 +25,10 @@ import (
 //     signal line reads "[killed by signal: SIG (out of memory)]"; when
 //     the command survived the kill of one of its processes, a line
 //     "[out of memory: a process of the command was killed]" comes
-//     before the exit code line. Without an OOM kill nothing changes.
+//     before the exit code line. Without an OOM kill nothing changes;
+//   - when the egress policy denied connections (Result.Egress), the last
+//     line is DenialNote's, naming the hosts. Without denials nothing
+//     changes.
 //
 // A nil res renders as "". Render is pure.
 func Render(res *Result) string {
@@ -67,6 +70,9 @@ func Render(res *Result) string {
 		markers = append(markers, "[exit code: unknown]")
 	case *res.ExitCode != 0:
 		markers = append(markers, "[exit code: "+strconv.Itoa(*res.ExitCode)+"]")
+	}
+	if note := DenialNote(res.Egress); note != "" {
+		markers = append(markers, note)
 	}
 	if len(markers) == 0 {
 		return b.String()

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -33,12 +34,19 @@ type Header struct {
 	// CreatedAt is the creation time in Unix milliseconds, a non-negative
 	// safe integer.
 	CreatedAt int64
-	// Cwd is the session's working directory, an absolute path; empty
-	// means the session has none.
+	// Cwd is the session's working directory, an absolute path of POSIX
+	// or Windows (dsh on Windows writes C:\work\agent); empty means the
+	// session has none. A header names it; a directory is only ever
+	// opened from it after a check that it is absolute on this machine
+	// (sandbox.ResolveDir), so a Windows path names no directory here.
 	Cwd string
 	// ParentSession is the id of the session this one was forked or
-	// spawned from; empty means none.
+	// spawned from; empty means none, unless EmptyParentSession is set.
 	ParentSession string
+	// EmptyParentSession records a header that carries "parentSession": ""
+	// (dsh keeps the key): it is written back so. It has no effect when
+	// ParentSession is not empty.
+	EmptyParentSession bool
 	// SeedLength is the number of events inherited from ParentSession by a
 	// fork; nil means absent (zero is a valid length).
 	SeedLength *int64
@@ -47,8 +55,26 @@ type Header struct {
 	// DelegationDepth is 0 for a top-level session and parent+1 for a
 	// subagent. It is always written; a reader takes absent as 0.
 	DelegationDepth int
-	// AgentPreset names the agent preset; empty means absent.
+	// AgentPreset names the agent preset; empty means absent, unless
+	// EmptyAgentPreset is set.
 	AgentPreset string
+	// EmptyAgentPreset records a header that carries "agentPreset": "",
+	// as EmptyParentSession does for parentSession.
+	EmptyAgentPreset bool
+}
+
+// IsAbsCwd reports whether cwd is absolute by POSIX or by Windows rules
+// (a drive letter with a separator, C:\ or C:/, or a leading backslash,
+// as \\server\share): the cwds dsh writes on either platform.
+func IsAbsCwd(cwd string) bool {
+	if filepath.IsAbs(cwd) || strings.HasPrefix(cwd, `\`) {
+		return true
+	}
+	if len(cwd) < 3 || cwd[1] != ':' || (cwd[2] != '\\' && cwd[2] != '/') {
+		return false
+	}
+	c := cwd[0] | 0x20
+	return c >= 'a' && c <= 'z'
 }
 
 // FieldError reports an invalid header field. Field is the JSON key.
@@ -83,7 +109,7 @@ func (h Header) Validate() error {
 	if h.CreatedAt < 0 || h.CreatedAt > maxSafeInteger {
 		return &FieldError{Field: "createdAt", Reason: "must be a non-negative safe integer (epoch milliseconds)"}
 	}
-	if h.Cwd != "" && !filepath.IsAbs(h.Cwd) {
+	if h.Cwd != "" && !IsAbsCwd(h.Cwd) {
 		return &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path, got %q", h.Cwd)}
 	}
 	if h.SeedLength != nil && (*h.SeedLength < 0 || *h.SeedLength > maxSafeInteger) {
@@ -115,7 +141,7 @@ func (h Header) MarshalJSON() ([]byte, error) {
 		b.WriteString(`,"cwd":`)
 		writeString(&b, h.Cwd)
 	}
-	if h.ParentSession != "" {
+	if h.ParentSession != "" || h.EmptyParentSession {
 		b.WriteString(`,"parentSession":`)
 		writeString(&b, h.ParentSession)
 	}
@@ -129,7 +155,7 @@ func (h Header) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteString(`,"delegationDepth":`)
 	b.WriteString(strconv.Itoa(h.DelegationDepth))
-	if h.AgentPreset != "" {
+	if h.AgentPreset != "" || h.EmptyAgentPreset {
 		b.WriteString(`,"agentPreset":`)
 		writeString(&b, h.AgentPreset)
 	}
@@ -164,10 +190,11 @@ func (h *Header) UnmarshalJSON(data []byte) error {
 //     createdAt 5.0 and 1e3 are integers; createdAt and delegationDepth
 //     must be non-negative safe integers and not -0, seedLength a
 //     non-negative safe integer;
-//   - cwd is an absolute path of this platform; parentSession and
-//     agentPreset are strings, "" included (loaded as absent: Header does
-//     not tell them apart); origin is "subagent"; null is refused for
-//     every optional field;
+//   - cwd is an absolute path of POSIX or Windows (IsAbsCwd: dsh on
+//     Windows writes C:\work\agent; dsh on Linux refuses it, a documented
+//     difference); parentSession and agentPreset are strings, "" included
+//     (kept: EmptyParentSession, EmptyAgentPreset); origin is "subagent";
+//     null is refused for every optional field;
 //   - retired keys (sandboxMode, approvalPolicy) are refused whatever
 //     their value, wrapping ErrRetiredField.
 //
@@ -220,8 +247,11 @@ func Parse(line []byte) (Header, error) {
 			return Header{}, &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %s", OriginSubagent, raw)}
 		}
 	}
-	if raw, ok := m["agentPreset"]; ok && !str(raw, &h.AgentPreset) {
-		return Header{}, &FieldError{Field: "agentPreset", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+	if raw, ok := m["agentPreset"]; ok {
+		if !str(raw, &h.AgentPreset) {
+			return Header{}, &FieldError{Field: "agentPreset", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+		}
+		h.EmptyAgentPreset = h.AgentPreset == ""
 	}
 	if _, ok := m["sandboxMode"]; ok {
 		return Header{}, &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
@@ -230,12 +260,15 @@ func Parse(line []byte) (Header, error) {
 		return Header{}, &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
 	}
 	if raw, ok := m["cwd"]; ok {
-		if !str(raw, &h.Cwd) || !filepath.IsAbs(h.Cwd) {
+		if !str(raw, &h.Cwd) || !IsAbsCwd(h.Cwd) {
 			return Header{}, &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path when present, got %s", raw)}
 		}
 	}
-	if raw, ok := m["parentSession"]; ok && !str(raw, &h.ParentSession) {
-		return Header{}, &FieldError{Field: "parentSession", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+	if raw, ok := m["parentSession"]; ok {
+		if !str(raw, &h.ParentSession) {
+			return Header{}, &FieldError{Field: "parentSession", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+		}
+		h.EmptyParentSession = h.ParentSession == ""
 	}
 	if raw, ok := m["seedLength"]; ok {
 		v, isNum := number(raw)

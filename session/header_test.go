@@ -129,7 +129,8 @@ func TestParseCases(t *testing.T) {
 		{`{"type":"session","version":0,"id":"s","createdAt":5,"futureField":{"x":1}}`, Header{ID: "s", CreatedAt: 5}},
 		{`{"type":"session","version":0,"id":"s","createdAt":5.0,"cwd":"/work"}`, Header{ID: "s", CreatedAt: 5, Cwd: "/work"}},
 		{`{"type":"session","version":0.0,"id":"s","createdAt":1e3}`, Header{ID: "s", CreatedAt: 1000}},
-		{`{"type":"session","version":-0,"id":"s","createdAt":5,"parentSession":"","agentPreset":"","seedLength":-0}`, Header{ID: "s", CreatedAt: 5, SeedLength: new(int64)}},
+		{`{"type":"session","version":-0,"id":"s","createdAt":5,"parentSession":"","agentPreset":"","seedLength":-0}`, Header{ID: "s", CreatedAt: 5, SeedLength: new(int64), EmptyParentSession: true, EmptyAgentPreset: true}},
+		{`{"type":"session","version":0,"id":"s","createdAt":5,"cwd":"C:\\work\\agent"}`, Header{ID: "s", CreatedAt: 5, Cwd: `C:\work\agent`}},
 		{`{"type":"session","version":0,"id":"s","id":"t","createdAt":5}`, Header{ID: "t", CreatedAt: 5}},
 		{`{"type":"session","version":0,"id":"s","createdAt":9007199254740991}`, Header{ID: "s", CreatedAt: 1<<53 - 1}},
 		{` {"type":"session","version":0,"id":"{{sessionId}}","createdAt":0,"parentSession":"p","origin":"subagent","delegationDepth":1} `,
@@ -177,7 +178,7 @@ func TestParseFieldErrors(t *testing.T) {
 		{"negative zero delegationDepth", `{` + ok + `,"delegationDepth":-0.0}`, "delegationDepth", nil},
 		{"keys match exactly", `{"type":"session","version":0,"ID":"s","createdAt":5}`, "id", nil},
 		{"string version", `{"type":"session","version":"0","id":"s","createdAt":5}`, "version", nil},
-		{"windows cwd on this platform", `{` + ok + `,"cwd":"C:\\work"}`, "cwd", nil},
+		{"drive-relative windows cwd", `{` + ok + `,"cwd":"C:work"}`, "cwd", nil},
 		{"negative seedLength", `{` + ok + `,"seedLength":-2}`, "seedLength", nil},
 		{"unsafe seedLength", `{` + ok + `,"seedLength":9007199254740992}`, "seedLength", nil},
 		{"origin fork", `{` + ok + `,"origin":"fork"}`, "origin", nil},
@@ -237,19 +238,36 @@ func TestUnmarshalJSONValidates(t *testing.T) {
 	}
 }
 
-// TestValidatePlatformPaths: a cwd is absolute by this platform's rule,
-// as dsh's path.isAbsolute decides it, so a Windows path is refused on
-// Linux (dsh refuses to create or restore such a session there too).
-func TestValidatePlatformPaths(t *testing.T) {
-	for _, cwd := range []string{"/", "/srv/app", "//x", "/a/../b"} {
+// TestValidateCwd: a cwd is absolute by POSIX or by Windows rules, so a
+// log dsh wrote on Windows loads here; a relative or drive-relative path
+// is refused.
+func TestValidateCwd(t *testing.T) {
+	for _, cwd := range []string{"/", "/srv/app", "//x", "/a/../b", `C:\work\agent`, `d:/src`, `\\server\share`, `\work`} {
 		if err := (Header{ID: "s", Cwd: cwd}).Validate(); err != nil {
 			t.Errorf("Validate(cwd %q) = %v, want nil", cwd, err)
 		}
 	}
-	for _, cwd := range []string{`C:\work\agent`, `d:/src`, `\\server\share`, `C:`, `work`, "./x", "~/x"} {
+	for _, cwd := range []string{`C:`, `C:work`, `1:\x`, `work`, "./x", "~/x"} {
 		if err := (Header{ID: "s", Cwd: cwd}).Validate(); err == nil {
 			t.Errorf("Validate(cwd %q) = nil, want an error", cwd)
 		}
+	}
+}
+
+// TestEmptyStringsKept: "parentSession": "" and "agentPreset": "" load
+// and are written back as dsh keeps them.
+func TestEmptyStringsKept(t *testing.T) {
+	line := `{"type":"session","version":0,"id":"s","createdAt":5,"parentSession":"","delegationDepth":0,"agentPreset":""}`
+	h, err := Parse([]byte(line))
+	if err != nil || !h.EmptyParentSession || !h.EmptyAgentPreset {
+		t.Fatalf("Parse(%s) = %+v, %v; want both empty strings kept", line, h, err)
+	}
+	if out, err := h.MarshalJSON(); err != nil || string(out) != line {
+		t.Errorf("MarshalJSON() = %s, %v; want %s", out, err, line)
+	}
+	absent := `{"type":"session","version":0,"id":"s","createdAt":5,"delegationDepth":0}`
+	if h, err := Parse([]byte(absent)); err != nil || h.EmptyParentSession || h.EmptyAgentPreset {
+		t.Errorf("Parse(%s) = %+v, %v; want no key kept", absent, h, err)
 	}
 }
 

@@ -78,11 +78,13 @@ Examples:
 			serveCommand(),
 			auditCommand(),
 			hooksCommand(), replayModelCommand(), mcpCommand(),
+			callsCommand(), jobsCommand(),
 			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes
 	}
 	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	app.Action = unknownCommand(func() []*cli.Command { return app.Commands })
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 		addGlobalFlags(c)
@@ -152,6 +154,9 @@ func requireFlags(c *cli.Command) {
 
 func setUsageErrors(c *cli.Command) {
 	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	if len(c.Subcommands) > 0 && c.Action == nil {
+		c.Action = unknownCommand(func() []*cli.Command { return c.Subcommands })
+	}
 	for _, sub := range c.Subcommands {
 		setUsageErrors(sub)
 	}

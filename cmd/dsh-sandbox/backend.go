@@ -192,7 +192,19 @@ func (s *settings) importIntoDaemon(ctx context.Context, d *backend.Descriptor, 
 	if err != nil {
 		return nil, err
 	}
-	return img, nil
+	// The daemon names the image by its own digest and size: report what
+	// `images list` shows, not the staging copy's.
+	listed, err := ex.Images(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range listed {
+		if l.Name == img.Name {
+			img.Digest, img.Size, img.Imported = l.Digest, l.Size, l.Imported
+			return img, nil
+		}
+	}
+	return nil, sandbox.Errorf(sandbox.ErrInternal, "images import: %s imported, but the backend does not list it", img.Name)
 }
 
 // listImages lists the images of backend d: the local store's, or those

@@ -150,6 +150,9 @@ func runBench(c *cli.Context) error {
 				continue
 			}
 			defer closeEx()
+			if image != "" {
+				defer removeBenchImage(ctx, s, ex) // before closeEx: defers run last first
+			}
 			p := base
 			p.Backend, p.Runtime = t.Name, t.Runtime
 			if image != "" {
@@ -292,6 +295,20 @@ func importBenchImage(ctx context.Context, ex sandbox.Executor, tarball []byte) 
 		return sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
 	}
 	return st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
+}
+
+// removeBenchImage removes the bench image from ex's daemon again, also
+// when the run was interrupted: bench leaves nothing behind.
+func removeBenchImage(ctx context.Context, s *settings, ex sandbox.Executor) {
+	st, ok := ex.(backend.ImageStore)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := st.RemoveImage(ctx, benchImage); err != nil {
+		s.log.Warn().Err(err).Str("image", benchImage).Msg("bench: removing the bench image failed")
+	}
 }
 
 // sameBackend reports whether two series labels ("oci/runc", "oci/crun")

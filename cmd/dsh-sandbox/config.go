@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 	"gopkg.in/yaml.v3"
 
+	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -120,21 +123,61 @@ func configurable(c *cli.Command) {
 	}
 	before := c.Before
 	c.Before = func(ctx *cli.Context) error {
-		if err := applyConfig(ctx); err != nil {
-			return err
+		err := applyConfig(ctx)
+		if err == nil {
+			err = checkChoices(ctx)
 		}
-		if before != nil {
-			return before(ctx)
+		if err == nil && before != nil {
+			err = before(ctx)
 		}
-		return nil
+		return jsonError(ctx, err)
 	}
+	if action := c.Action; action != nil {
+		c.Action = func(ctx *cli.Context) error {
+			w := &countingWriter{w: ctx.App.Writer}
+			ctx.App.Writer = w
+			err := action(ctx)
+			ctx.App.Writer = w.w
+			if w.n > 0 {
+				return err // the command printed its document (doctor's report, say)
+			}
+			return jsonError(ctx, err)
+		}
+	}
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// jsonError prints err as the service's error object,
+// {"error":{"class","field","message"}}, on stdout when the command runs
+// with --json, so that a script reads one JSON document whatever
+// happened; the message goes to stderr too (main). A child's exit status
+// is not an error of dsh-sandbox's and prints nothing.
+func jsonError(c *cli.Context, err error) error {
+	if err == nil || errors.As(err, new(*childExit)) || !c.Bool("json") {
+		return err
+	}
+	if werr := writeJSON(c.App.Writer, types.ErrorResponse{Error: types.Body(err)}); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
 }
 
 // noWorkspaceCommands run no call in the current directory: for them the
 // current directory is not a workspace a --config file must stay out of
 // (serve's calls name their own workspaces, which --workspace-roots
 // bounds; a service started from $HOME keeps its config there).
-var noWorkspaceCommands = []string{"serve", "reap", "doctor", "images", "bench", "policy", "audit", "session", "replay-model", "completion"}
+var noWorkspaceCommands = []string{"serve", "calls", "jobs", "reap", "doctor", "images", "bench", "policy", "audit", "session", "replay-model", "completion"}
 
 // configOutside are the directories a --config file may not lie in,
 // compared by device and inode: the workspace of a command that runs
@@ -415,4 +458,35 @@ func yamlKind(v any) string {
 		return "a mapping"
 	}
 	return fmt.Sprintf("a %T", v)
+}
+
+// choiceFlags are the flags that take one of a fixed set of values, and
+// those values. Any other value, from the command line, the environment
+// or the config file, is a usage error naming the flag: a setting that
+// silently does nothing is worse than none.
+var choiceFlags = []struct {
+	name   string
+	values []string
+}{
+	{"log-level", []string{"debug", "info", "warn", "error"}},
+	{"log-format", []string{"json", "console"}},
+	{"persistence", []string{"jsonl", "sqlite"}},
+	{"compression", []string{"zstd", "none"}},
+	{"dialect", []string{"claude-code", "codex"}},
+	{"source", []string{"startup", "resume", "clear", "compact"}},
+}
+
+// checkChoices refuses a value of a choice flag that is not one of its
+// values (exit 2).
+func checkChoices(c *cli.Context) error {
+	f := newFlags(c)
+	for _, cf := range choiceFlags {
+		if !f.IsSet(cf.name) {
+			continue
+		}
+		if v := f.String(cf.name); !slices.Contains(cf.values, v) {
+			return usageError("--%s: %q is not one of %s", cf.name, v, strings.Join(cf.values, ", "))
+		}
+	}
+	return nil
 }

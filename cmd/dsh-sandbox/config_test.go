@@ -265,8 +265,8 @@ func TestConfigExampleLoads(t *testing.T) {
 		}
 	}
 	code, errOut := probe(t, []string{"serve"}, func(c *cli.Context) {
-		if c.Int("max-concurrent") != 8 || c.String("policy-dir") != "/etc/dsh-sandbox/policies" || newFlags(c).String("log-level") != "info" {
-			t.Errorf("serve with the example: max-concurrent %d, policy-dir %q, log-level %q", c.Int("max-concurrent"), c.String("policy-dir"), newFlags(c).String("log-level"))
+		if c.Int("max-concurrent") != 8 || c.String("audit-log") != "/var/lib/dsh-sandbox/audit.jsonl" || newFlags(c).String("log-level") != "info" {
+			t.Errorf("serve with the example: max-concurrent %d, audit-log %q, log-level %q", c.Int("max-concurrent"), c.String("audit-log"), newFlags(c).String("log-level"))
 		}
 	}, "--config", example, "serve")
 	if code != 0 {
@@ -332,4 +332,49 @@ func TestConfigOutsideWorkspaceCase(t *testing.T) {
 			t.Errorf("doctor with its config in a workspace root: exit %d, stderr %q; want 2 naming the workspace root", code, errOut)
 		}
 	})
+}
+
+// TestChoiceFlagsRefuseUnknownValues: a value outside a flag's set is a
+// usage error naming the flag, from the command line, the environment or
+// the config file; every listed value is accepted.
+func TestChoiceFlagsRefuseUnknownValues(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("log-format: xml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		flag string
+	}{
+		{"", []string{"--log-level", "loud", "env", "show"}, "--log-level"},
+		{"", []string{"env", "show", "--log-format", "xml"}, "--log-format"},
+		{"DSH_SANDBOX_LOG_LEVEL=loud", []string{"env", "show"}, "--log-level"},
+		{"", []string{"--config", cfg, "env", "show"}, "--log-format"},
+		{"", []string{"env", "show", "--compression", "gzip"}, "--compression"},
+		{"", []string{"locate", "--persistence", "postgres", "--session-id", "s"}, "--persistence"},
+		{"", []string{"hooks", "run", "--dialect", "cursor", "--config", cfg, "--event", "Stop"}, "--dialect"},
+	} {
+		if k, v, ok := strings.Cut(tc.env, "="); ok {
+			t.Setenv(k, v)
+		}
+		_, errOut, code := run(t, append([]string{"--home", home}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.flag+": ") || !strings.Contains(errOut, "is not one of") {
+			t.Errorf("%s %q: exit %d, stderr %q; want 2 naming %s", tc.env, tc.args, code, errOut, tc.flag)
+		}
+		if k, _, ok := strings.Cut(tc.env, "="); ok {
+			os.Unsetenv(k)
+		}
+	}
+	for _, cf := range choiceFlags {
+		if cf.name == "dialect" || cf.name == "source" {
+			continue // hooks run flags; TestHooks* run them with each value
+		}
+		for _, v := range cf.values {
+			if _, errOut, code := run(t, "--home", home, "--"+cf.name, v, "env", "show"); code != 0 {
+				t.Errorf("--%s %s: exit %d, stderr %q; want 0", cf.name, v, code, errOut)
+			}
+		}
+	}
 }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -74,6 +75,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},
 			&cli.StringFlag{Name: "stdin-file", Usage: "feed `FILE` (- for the CLI's stdin) to the command's stdin, read whole, at most 64 MiB"},
 			&cli.BoolFlag{Name: "interactive", Aliases: []string{"i"}, Usage: "stream the CLI's stdin into the command as it arrives (any size; with --server too)"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the call as a background job of the service (--server, else the local one at <home>/run/sandbox.sock) and print its job id; follow it with jobs output ID, stop it with jobs kill ID"},
 			&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "run the command on a terminal inside the container (implies -i; stdin must be a terminal; output is one terminal stream; local calls only)"},
 			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
 			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
@@ -84,20 +86,9 @@ Examples:
 }
 
 // runExec runs the call; with --json, a call that did not run (or whose
-// outcome is unknown) prints the service's error object on stdout too,
-// {"error":{"class","field","message"}}, so stdout always holds one JSON
-// document.
+// outcome is unknown) prints the service's error object on stdout too
+// (jsonError, for every command), so stdout always holds one JSON document.
 func runExec(c *cli.Context) error {
-	err := runExecCall(c)
-	if err != nil && c.Bool("json") && !errors.As(err, new(*childExit)) {
-		if werr := writeJSON(c.App.Writer, types.ErrorResponse{Error: types.Body(err)}); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-	return err
-}
-
-func runExecCall(c *cli.Context) error {
 	s, err := loadSettings(c)
 	if err != nil {
 		return err
@@ -108,6 +99,9 @@ func runExecCall(c *cli.Context) error {
 	req, err := s.execRequest(c)
 	if err != nil {
 		return err
+	}
+	if c.Bool("detach") {
+		return s.execDetached(c, req)
 	}
 	if addr := c.String("server"); addr != "" {
 		if req.Argv != nil {
@@ -165,11 +159,34 @@ func finishExec(c *cli.Context, res *sandbox.Result, asJSON bool) error {
 				fmt.Fprintf(c.App.ErrWriter, "dsh-sandbox: full output: %s\n", st.SpillPath)
 			}
 		}
+		printDenials(c.App.ErrWriter, res.Egress)
 	}
 	if code := sandbox.ExitCode(res, nil); code != 0 {
 		return &childExit{code}
 	}
 	return nil
+}
+
+// maxDenialLines bounds the denied hosts exec names on stderr; the rest
+// are counted on one more line.
+const maxDenialLines = 10
+
+// printDenials prints one line per host the egress policy denied the
+// call (host, port, the rule; how many connections when several), so
+// that a denial does not pass for a network fault.
+func printDenials(w io.Writer, egress []sandbox.Connection) {
+	denials := sandbox.Denials(egress)
+	for i, d := range denials {
+		if i == maxDenialLines {
+			fmt.Fprintf(w, "dsh-sandbox: and %d more denied hosts (--json lists every connection)\n", len(denials)-i)
+			return
+		}
+		times := ""
+		if d.Count > 1 {
+			times = fmt.Sprintf(", %d connections", d.Count)
+		}
+		fmt.Fprintf(w, "dsh-sandbox: denied connection to %s (%s%s)\n", net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))), d.Reason, times)
+	}
 }
 
 // execRequest builds the request of `exec` from the flags: the policy with

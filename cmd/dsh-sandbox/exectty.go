@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -36,7 +37,25 @@ func execTTY(c *cli.Context, req *sandbox.Request) error {
 	}
 	req.StdinReader = in
 	req.Terminal = &sandbox.Terminal{Size: size}
+	// The terminal is the client's: its TERM replaces the TERM=dumb every
+	// call gets, as docker exec -t passes it (ordinary env: after the
+	// terminal settings).
+	req.Env = append(req.Env, "TERM="+clientTerm(os.Getenv("TERM")))
 	return nil
+}
+
+// clientTerm is the TERM a call on the client's terminal gets: the
+// client's own when it is a plain terminal name, else xterm.
+func clientTerm(term string) string {
+	if term == "" || len(term) > 64 {
+		return "xterm"
+	}
+	for _, r := range term {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._+-", r)) {
+			return "xterm"
+		}
+	}
+	return term
 }
 
 // startTerminal puts the CLI's terminal in raw mode for `exec -t`, so

@@ -32,3 +32,14 @@ func TestExecTTYRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestClientTerm(t *testing.T) {
+	for in, want := range map[string]string{
+		"xterm-256color": "xterm-256color", "screen.xterm": "screen.xterm", "dumb": "dumb",
+		"": "xterm", "x\x1b]0;": "xterm", "a b": "xterm", strings.Repeat("x", 65): "xterm",
+	} {
+		if got := clientTerm(in); got != want {
+			t.Errorf("clientTerm(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -33,7 +33,8 @@ concurrently, each in its own container under the operator's policy (--policy; d
 workspace-write), with the dialect's environment (CLAUDE_PROJECT_DIR, and
 CLAUDE_PLUGIN_ROOT when set, for Claude Code), no DSH_* variables, the session cwd as
 working directory, and the configuration's directory (and $CLAUDE_PLUGIN_ROOT) mounted
-read-only.
+read-only. Without --session-id the event has no agent (as dsh's tool events may), and the
+payload's cwd is --cwd (default: the current directory), where the harness runs.
 
 The configuration is data, not configuration of dsh-sandbox: it usually lies in a workspace
 the agent can write. It is opened without following links and must be a regular file of
@@ -103,10 +104,13 @@ func runHooks(c *cli.Context) error {
 		s.log.Warn().Str("dialect", d.Name()).Msg(w)
 	}
 	// dsh names the harness process's directory as the payload's cwd when
-	// the session has none (--no-cwd) or there is no agent.
-	processCwd, err := syscall.Getwd()
-	if err != nil {
-		return fmt.Errorf("current directory: %w", err)
+	// the session has none (--no-cwd) or there is no agent. Without an
+	// agent, --cwd (default: the current directory) is that directory.
+	processCwd := s.cwd
+	if s.header != nil || processCwd == "" {
+		if processCwd, err = syscall.Getwd(); err != nil {
+			return fmt.Errorf("current directory: %w", err)
+		}
 	}
 	ev := hooks.Event{
 		Name:           c.String("event"),

@@ -23,7 +23,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := checkCompletion(os.Args)
 	if err == nil {
-		err = newApp(os.Stdout, os.Stderr).RunContext(ctx, os.Args)
+		app := newApp(os.Stdout, os.Stderr)
+		err = app.RunContext(ctx, flagsFirst(app, os.Args))
 	}
 	stop()
 	code := exitCode(err)

@@ -16,7 +16,7 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	var stdout, stderr bytes.Buffer
 	app := newApp(&stdout, &stderr)
 	app.Reader = bytes.NewReader(nil) // never the test process's stdin (exec reads a piped one)
-	err := app.Run(append([]string{"dsh-sandbox"}, args...))
+	err := app.Run(flagsFirst(app, append([]string{"dsh-sandbox"}, args...)))
 	if err != nil && !errors.As(err, new(*childExit)) {
 		stderr.WriteString(err.Error())
 	}

@@ -37,9 +37,9 @@ the DSH_* snapshot itself. The socket is 0600 in a 0700 directory; a TCP listene
 accepting, lets calls finish for --shutdown-grace, then cancels and tears them down.
 GET /v1/calls lists the caller's running calls and jobs; DELETE /v1/calls/{id} cancels one.
 
-Operations: it logs at info (unless --log-level says otherwise) each address it serves and
+Operations: it logs at info (unless --log-level says otherwise) each address it serves,
 each call (id, session, client, policy, backend, outcome, duration; never command text or
-environment values). SIGHUP reopens the audit log at its path (rotate by renaming the file,
+environment values), each reload, and its stop (SIGTERM or SIGINT: "stopping", then "stopped"). SIGHUP reopens the audit log at its path (rotate by renaming the file,
 then SIGHUP: the new file's hash chain starts again, and the log line "audit log reopened"
 names the old file's head hash) and reloads the policies (built-ins and --policy-file); what
 fails to reload keeps the old and is logged. Started by systemd with socket activation
@@ -243,8 +243,10 @@ serving:
 	for {
 		select {
 		case <-c.Context.Done():
+			s.log.Info().Dur("grace", c.Duration("shutdown-grace")).Msg("stopping: signal received; draining running calls")
 			break serving
 		case serveErr = <-errc:
+			s.log.Error().Err(serveErr).Msg("stopping: a listener failed")
 			break serving
 		case <-hup:
 			s.reload(srv, audit, auditPath, policyFiles)
@@ -255,6 +257,7 @@ serving:
 	if err := srv.Shutdown(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("shutdown cancelled running calls")
 	}
+	s.log.Info().Msg("stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return sandbox.Errorf(sandbox.ErrUnavailable, "serve: %v", serveErr)
 	}
@@ -490,23 +493,10 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 	if err != nil {
 		return usageError("--server: %v", err)
 	}
-	rr := types.RunRequest{
-		Session:        s.header,
-		Policy:         req.Policy.Name,
-		Command:        req.Command,
-		Workdir:        req.Workdir,
-		TimeoutMs:      req.TimeoutMs,
-		StdoutMaxBytes: req.StdoutMaxBytes,
-		Env:            req.Env,
-	}
-	if s.header == nil {
-		rr.Cwd = s.cwd
-	}
-	n, err := narrowing(c)
+	rr, err := s.runRequest(c, req)
 	if err != nil {
 		return err
 	}
-	narrowRun(&rr, n)
 	// Any stdin streams to the service (a multipart stdin part), so its
 	// size is not bound by the JSON body's.
 	stdout, stderr := c.App.Writer, c.App.ErrWriter

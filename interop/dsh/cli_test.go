@@ -36,8 +36,11 @@ func TestCLIDefaultsMatchDsh(t *testing.T) {
 	}
 	home := filepath.Join(tmp, "home")
 	procCwd := filepath.Join(tmp, "cwd")
-	for _, dir := range []string{home, procCwd} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
+	// Directories a hook call without an agent names with --cwd: dsh's
+	// process would run there, so its payload's cwd is that directory.
+	elsewhere := []string{filepath.Join(tmp, "elsewhere"), filepath.Join(tmp, "else where", "sub")}
+	for _, dir := range append([]string{home, procCwd}, elsewhere...) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -115,23 +118,39 @@ func TestCLIDefaultsMatchDsh(t *testing.T) {
 		turn := r.IntN(20)
 		input := randObject(r, 0, true)
 		prompt, response := randString(r), randString(r)
+		// A tool event may come without an agent: no --session-id, and
+		// --cwd names the directory the harness runs in.
+		noAgent := (event == "PreToolUse" || event == "PostToolUse") && r.IntN(3) == 0
+		hookSession, hookCwd := args, procCwd
+		if noAgent {
+			hookCwd = elsewhere[r.IntN(len(elsewhere))]
+			hookSession, turn = []string{"--cwd", hookCwd}, 0 // dsh's turn without an agent
+		}
 		hookArgs := append([]string{"hooks", "run", "--dry-run", "--dialect", dialect, "--config", hookConfig, "--event", event,
 			"--tool-input", input, "--tool-use-id", "toolu_1", "--tool-response", response, "--prompt", prompt,
-			"--turn-id", strconv.Itoa(turn), "--source", "resume"}, args...)
+			"--turn-id", strconv.Itoa(turn), "--source", "resume"}, hookSession...)
 		if !strings.Contains(prompt+response, "\x00") && cc.err == nil {
 			cc.hook, cc.err = cli(hookArgs...)
 		}
 		cc.hookEvent = dialect + " " + event
 		ccs[i] = cc
+		hook := map[string]any{"op": "hook", "dialect": dialect, "event": event, "root": sessions, "cwd": hookCwd, "turn": turn,
+			"header": header, "childHeader": header, "agentId": id, "toolName": "Bash", "toolInput": input,
+			"toolUseId": "toolu_1", "toolResponse": response, "prompt": prompt, "source": "resume"}
+		if noAgent {
+			cc.hookEvent += " without an agent"
+			ccs[i] = cc
+			delete(hook, "header")
+			delete(hook, "childHeader")
+		}
 		cases = append(cases,
 			map[string]any{"op": "locate", "root": sessions, "id": id, "cwd": header["cwd"]},
 			map[string]any{"op": "shellEnv", "root": sessions, "header": header},
-			map[string]any{"op": "hook", "dialect": dialect, "event": event, "root": sessions, "cwd": procCwd, "turn": turn,
-				"header": header, "childHeader": header, "agentId": id, "toolName": "Bash", "toolInput": input,
-				"toolUseId": "toolu_1", "toolResponse": response, "prompt": prompt, "source": "resume"})
+			hook)
 	}
 	res := d.run(t, cases)
 	diffs := newDifferences("cli", n)
+	noAgentCases := 0
 	for i, cc := range ccs {
 		loc, env, hook := res[3*i], res[3*i+1], res[3*i+2]
 		if cc.err != nil {
@@ -179,7 +198,13 @@ func TestCLIDefaultsMatchDsh(t *testing.T) {
 		_ = json.Unmarshal(hook.raw, &h)
 		if !hook.OK || h.Stdin != cc.hook {
 			diffs.add(fmt.Sprintf("hooks run --dry-run %s %q\n  dsh:  %q\n  ours: %q", cc.hookEvent, cc.args, h.Stdin, cc.hook))
+		} else if strings.HasSuffix(cc.hookEvent, "without an agent") {
+			noAgentCases++
 		}
+	}
+	t.Logf("cli: %d hook cases without an agent, with --cwd", noAgentCases)
+	if noAgentCases == 0 && n >= 100 {
+		t.Errorf("cli: no hook case without an agent: the generator no longer covers --cwd without --session-id")
 	}
 	diffs.report(t)
 }

@@ -18,26 +18,12 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
-// gappedFixtures are fixtures whose seq numbers have gaps: dsh's snapshot
-// tooling removed delta chunks from them, so they are not logs dsh itself
-// would load (a gap before a turn/end is corruption there too). The value
-// is the line the gap is reported at.
-var gappedFixtures = map[string]int{
-	"apps__web__cordis-tool-round__session.jsonl": 8,
-}
-
-// loadFixture writes fixture name, with placeholders filled, into a temp
-// dir and reads it.
+// loadFixture reads the fixture log name.
 func loadFixture(t *testing.T, dir, name string) ([]byte, *persistence.Log, error) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, name))
+	path := filepath.Join(dir, name)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cwd := t.TempDir()
-	data := substitute(raw, cwd)
-	path := filepath.Join(t.TempDir(), "session.jsonl")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log, err := ReadFile(path)
@@ -57,20 +43,78 @@ func TestFixturesLoad(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ReadFile(%s) = %v, want nil", name, err)
 			}
-			line, gapped := gappedFixtures[name]
-			switch {
-			case gapped && (len(log.Gaps) == 0 || log.Gaps[0].Line != int64(line)):
-				t.Fatalf("ReadFile(%s).Gaps = %+v, want the first gap at line %d", name, log.Gaps, line)
-			case !gapped && len(log.Gaps) != 0:
+			if len(log.Gaps) != 0 {
 				t.Fatalf("ReadFile(%s).Gaps = %+v, want none", name, log.Gaps)
-			}
-			if gapped {
-				checkGaps(t, log)
-				return
 			}
 			checkFixture(t, data, log)
 		})
 	}
+}
+
+// TestFixturesZstdLoad reads every zstd log dsh wrote: it loads without
+// gaps, seq is contiguous, the header round-trips, and it holds the same
+// events, type by type, as its plain twin (the same conversation written
+// by dsh without compression).
+func TestFixturesZstdLoad(t *testing.T) {
+	dir := fixtures.DSHSessions(t)
+	names, err := filepath.Glob(filepath.Join(dir, "*.jsonl.zstd"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no zstd fixtures in %s (%v)", dir, err)
+	}
+	for _, p := range names {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			log, err := ReadFile(p)
+			if err != nil || len(log.Gaps) != 0 {
+				t.Fatalf("ReadFile(%s) = %v, gaps %+v; want no error and no gaps", p, err, log.Gaps)
+			}
+			twin, err := ReadFile(strings.TrimSuffix(p, ".zstd"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(log.Events) == 0 || len(log.Events) != len(twin.Events) {
+				t.Fatalf("%d events, the plain twin has %d", len(log.Events), len(twin.Events))
+			}
+			for i, e := range log.Events {
+				if e.Seq != int64(i) || e.Type != twin.Events[i].Type {
+					t.Fatalf("event %d: seq %d type %q, want seq %d type %q", i, e.Seq, e.Type, i, twin.Events[i].Type)
+				}
+			}
+			out, err := log.Header.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back, err := session.Parse(out); err != nil || !reflect.DeepEqual(back, log.Header) {
+				t.Fatalf("session.Parse(%s) = %+v, %v; want %+v", out, back, err, log.Header)
+			}
+		})
+	}
+}
+
+// TestFixtureGapReported drops one event line from a real log: the
+// reader reports the gap at that line, and no other.
+func TestFixtureGapReported(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(fixtures.DSHSessions(t), "turns.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	drop := len(lines) / 2
+	for bytes.Contains(lines[drop], []byte(`"seq0"`)) {
+		drop++ // a plain event line, not a packed row
+	}
+	gapped := bytes.Join(append(append([][]byte{}, lines[:drop]...), lines[drop+1:]...), nil)
+	path := filepath.Join(t.TempDir(), "session.jsonl")
+	if err := os.WriteFile(path, gapped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := ReadFile(path)
+	if err != nil {
+		t.Fatalf("ReadFile(a log with a gap) = %v, want the gap reported", err)
+	}
+	if len(log.Gaps) != 1 || log.Gaps[0].Line != int64(drop+1) {
+		t.Fatalf("ReadFile().Gaps = %+v, want one gap at line %d", log.Gaps, drop+1)
+	}
+	checkGaps(t, log)
 }
 
 // checkGaps checks that seq only rises and that every jump is a reported
@@ -277,9 +321,6 @@ func TestFixturesRoundTrip(t *testing.T) {
 	}
 	for _, p := range names {
 		name := filepath.Base(p)
-		if _, ok := gappedFixtures[name]; ok {
-			continue
-		}
 		t.Run(name, func(t *testing.T) {
 			_, log, err := loadFixture(t, dir, name)
 			if err != nil {
@@ -343,9 +384,6 @@ func TestFixturesPackedWriteMatchesDsh(t *testing.T) {
 	names, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	for _, p := range names {
 		name := filepath.Base(p)
-		if _, ok := gappedFixtures[name]; ok {
-			continue
-		}
 		t.Run(name, func(t *testing.T) {
 			data, log, err := loadFixture(t, dir, name)
 			if err != nil {

@@ -10,27 +10,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 )
 
-// fixtureID replaces {{sessionId}} in fixtures.
-const fixtureID = "session-7f3c2a10-4b5d-4e6f-8a9b-0c1d2e3f4a5b"
-
-// substitute fills the snapshot placeholders of a fixture with plausible
-// values: a session id, an absolute cwd and short strings for the rest.
-func substitute(raw []byte, cwd string) []byte {
-	pairs := []string{
-		"{{sessionId}}", fixtureID,
-		"{{cwd}}", cwd,
-		"{{rpcId}}", "rpc-1",
-		"{{system}}", "You are a helpful assistant.",
-		"{{tools}}", "[]",
-		"{{messagePrefix}}", "prefix",
-	}
-	out := raw
-	for i := 0; i < len(pairs); i += 2 {
-		out = bytes.ReplaceAll(out, []byte(pairs[i]), []byte(pairs[i+1]))
-	}
-	return out
-}
-
 // jsonEqual reports whether a and b hold the same JSON value.
 func jsonEqual(t testing.TB, a, b []byte) bool {
 	t.Helper()

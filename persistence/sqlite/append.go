@@ -104,8 +104,8 @@ func nextSeq(ctx context.Context, tx *sql.Tx, h session.Header) (int64, error) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sessions
 			(id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
-			h.ID, session.Version, h.CreatedAt, nullString(h.Cwd), nullString(h.ParentSession), seed,
-			nullString(h.Origin), h.DelegationDepth, nullString(h.AgentPreset), uuid.NewString())
+			h.ID, session.Version, h.CreatedAt, nullString(h.Cwd), optionalString(h.ParentSession, h.EmptyParentSession), seed,
+			nullString(h.Origin), h.DelegationDepth, optionalString(h.AgentPreset, h.EmptyAgentPreset), uuid.NewString())
 		if err != nil {
 			return 0, fmt.Errorf("sqlite: append to session %q: create session: %w", h.ID, err)
 		}
@@ -186,7 +186,13 @@ func rawJSON(raw json.RawMessage) (any, error) {
 }
 
 func nullString(s string) any {
-	if s == "" {
+	return optionalString(s, false)
+}
+
+// optionalString is s, or NULL when s is empty and not kept (keepEmpty:
+// the header carried the key with "", which dsh stores as "").
+func optionalString(s string, keepEmpty bool) any {
+	if s == "" && !keepEmpty {
 		return nil
 	}
 	return s

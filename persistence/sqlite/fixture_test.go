@@ -51,11 +51,12 @@ type chunkDelta struct {
 	ArgumentsDelta *string         `json:"argumentsDelta,omitempty"`
 }
 
-// readFixture reads a dsh JSONL log: the header through session.Parse
-// (with the snapshot placeholders {{sessionId}} and {{cwd}} in the header
-// replaced by id and cwd) and the events through encoding/json, packed
-// rows expanded to one assistant/chunk event per member.
-func readFixture(t testing.TB, path, id, cwd string) (session.Header, []persistence.Event) {
+// readFixture reads a dsh JSONL log: the header through session.Parse,
+// its id replaced by id (so that two logs of one session, as turns.jsonl
+// and resumed.jsonl are, can be stored side by side), and the events
+// through encoding/json, packed rows expanded to one assistant/chunk
+// event per member.
+func readFixture(t testing.TB, path, id string) (session.Header, []persistence.Event) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -68,12 +69,11 @@ func readFixture(t testing.TB, path, id, cwd string) (session.Header, []persiste
 	if err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("read header of %s: %v", path, err)
 	}
-	line = bytes.ReplaceAll(line, []byte("{{sessionId}}"), []byte(id))
-	line = bytes.ReplaceAll(line, []byte("{{cwd}}"), jsonStringBody(cwd))
 	h, err := session.Parse(bytes.TrimSpace(line))
 	if err != nil {
 		t.Fatalf("session.Parse(header of %s) = %v", path, err)
 	}
+	h.ID = id
 
 	var events []persistence.Event
 	for n := 2; ; n++ {
@@ -93,12 +93,6 @@ func readFixture(t testing.TB, path, id, cwd string) (session.Header, []persiste
 		}
 	}
 	return h, events
-}
-
-// jsonStringBody returns s encoded as the inside of a JSON string.
-func jsonStringBody(s string) []byte {
-	b, _ := json.Marshal(s) // a string always encodes
-	return b[1 : len(b)-1]
 }
 
 func decodeEventLine(line []byte) ([]persistence.Event, error) {

@@ -120,6 +120,8 @@ func scanHeader(row interface{ Scan(...any) error }, extra ...any) (session.Head
 		return session.Header{}, &session.FieldError{Field: "version", Reason: fmt.Sprintf("%d is not supported (only %d)", version, session.Version), Err: session.ErrUnsupportedVersion}
 	}
 	h.Cwd, h.ParentSession, h.Origin, h.AgentPreset = cwd.String, parent.String, origin.String, preset.String
+	h.EmptyParentSession = parent.Valid && parent.String == ""
+	h.EmptyAgentPreset = preset.Valid && preset.String == ""
 	if cwd.Valid && cwd.String == "" {
 		return session.Header{}, &session.FieldError{Field: "cwd", Reason: "must be an absolute path when present"}
 	}

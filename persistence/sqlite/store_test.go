@@ -243,24 +243,20 @@ func TestOpenRefusesForeignDatabase(t *testing.T) {
 
 func TestRoundTripFixtures(t *testing.T) {
 	dir := fixtures.DSHSessions(t)
-	cwd := t.TempDir()
 	names := []string{
-		"apps__web__fresh-round-trip__session.jsonl",     // text/reasoning/tool-call chunk rows
-		"apps__web__approval-composer__session.jsonl",    // surfaceOp, sourceEventSeqs
-		"apps__web__minimal-preset__session.jsonl",       // agentPreset
-		"apps__web__pwsh-terminal__seed.jsonl",           // no cwd
-		"apps__web__plan-narrow-viewport__session.jsonl", // header only
-		"examples__headless-agent__advanced-toolchain__session.jsonl",
-		"examples__headless-agent__advanced-toolchain__session.1.jsonl", // subagent
-		"examples__headless-agent__ralph-loop__session.1.jsonl",         // parentSession, no depth
-		"examples__headless-agent__compaction-recovery__session.jsonl",
+		"turns.jsonl",    // text/reasoning/tool-call chunk rows, surfaceOp, sourceEventSeqs
+		"resumed.jsonl",  // a resumed session's second turn
+		"preset.jsonl",   // agentPreset
+		"no-cwd.jsonl",   // no cwd
+		"forked.jsonl",   // parentSession, seedLength, session/end-seed
+		"subagent.jsonl", // origin, delegationDepth 1
 	}
 	s := newStore(t)
 	ctx := context.Background()
 	want := map[string]session.Header{}
 	wantEvents := map[string][]persistence.Event{}
 	for i, name := range names {
-		h, events := readFixture(t, filepath.Join(dir, name), fmt.Sprintf("fixture-%02d", i), cwd)
+		h, events := readFixture(t, filepath.Join(dir, name), fmt.Sprintf("fixture-%02d", i))
 		if _, dup := want[h.ID]; dup {
 			t.Fatalf("fixture %s reuses session id %q", name, h.ID)
 		}
@@ -650,5 +646,25 @@ func TestLoadNotFound(t *testing.T) {
 	_, err := s.Load(context.Background(), "missing-id")
 	if !errors.Is(err, persistence.ErrNotFound) || !strings.Contains(err.Error(), "missing-id") {
 		t.Errorf("Load(%q) = %v, want ErrNotFound naming the id", "missing-id", err)
+	}
+}
+
+// TestEmptyStringsKept: a header with "parentSession": "" and
+// "agentPreset": "" loads back with both (stored as "", as dsh stores
+// them), and one without them loads back without.
+func TestEmptyStringsKept(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	kept := testHeader("empty-kept")
+	kept.EmptyParentSession, kept.EmptyAgentPreset = true, true
+	absent := testHeader("absent")
+	for _, h := range []session.Header{kept, absent} {
+		if err := s.Append(ctx, h, makeEvents(0, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		log, err := s.Load(ctx, h.ID)
+		if err != nil || !reflect.DeepEqual(log.Header, h) {
+			t.Errorf("Load(%q).Header = %+v, %v; want %+v", h.ID, log.Header, err, h)
+		}
 	}
 }

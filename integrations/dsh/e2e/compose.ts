@@ -1,11 +1,11 @@
 // The composition of dsh's own packages that the end-to-end drivers run
-// (e2e/dshloop.ts, e2e/dshrecord.ts): the smallest set that runs dsh's
+// (e2e/dshloop.ts, e2e/dshrecord.ts, e2e/dshlogs.ts): the smallest set that runs dsh's
 // agent loop. The session store with JSONL or SQLite persistence, the LLM
 // runtime with the DeepSeek adapter (pointed at `dsh-sandbox
 // replay-model`), the default model, the system prompt, the tool runtime,
 // dsh's shell-env registry, the local job registry, dsh's bash tool and,
 // as the one `ctx.shell` provider, SandboxServiceExecutor (or a subclass
-// of it). No launcher, bundle or patch file: the same plugins dsh-base
+// of it), or dsh's own local executor when the server is "local". No launcher, bundle or patch file: the same plugins dsh-base
 // loads, wired by hand. This file is ours; dsh's code is never copied here.
 
 import { Context } from '@deepseek-ai/cordis';
@@ -22,13 +22,16 @@ import ToolRuntime from '@deepseek-ai/dsh-tools';
 import * as shellEnv from '@deepseek-ai/dsh-shell-env';
 import LocalJobRegistry from '@deepseek-ai/dsh-jobs-local';
 import * as toolBash from '@deepseek-ai/dsh-tool-bash';
+import BashLocal from '@deepseek-ai/dsh-bash-local';
+import SubprocessLocal from '@deepseek-ai/dsh-subprocess-local';
 import { SandboxServiceExecutor } from '../src/index.ts';
 
 /** What a composition needs. */
 export interface ComposeConfig {
   /** The replay model's base URL. */
   baseURL: string;
-  /** The service: unix:///PATH. */
+  /** The service: unix:///PATH; "local" runs dsh's own local bash
+   * executor (@deepseek-ai/dsh-bash-local, no sandbox) instead. */
   server: string;
   /** dsh's home (DSH_HOME). */
   home: string;
@@ -79,7 +82,12 @@ export function compose(c: ComposeConfig, executor: typeof SandboxServiceExecuto
   plugin(ToolRuntime, {});
   plugin(shellEnv, { dshHome: c.home });
   plugin(LocalJobRegistry, {});
-  plugin(executor, { server: c.server, policy: c.policy ?? 'workspace-write', cwd: c.cwd });
+  if (c.server === 'local') {
+    plugin(SubprocessLocal, {});
+    plugin(BashLocal, { cwd: c.cwd });
+  } else {
+    plugin(executor, { server: c.server, policy: c.policy ?? 'workspace-write', cwd: c.cwd });
+  }
   plugin(toolBash, {});
   plugin(AgentRegistry);
   plugin(AgentLoop, {});

@@ -255,8 +255,35 @@ function collected(s: any): CollectedOutput {
   return out;
 }
 
-/** The service's Result as dsh's ShellRunResult. */
+/**
+ * The note naming the hosts the egress policy denied the call, as the
+ * service's rendered text ends (sandbox.DenialNote): at most five hosts
+ * named, the rest counted; '' without denials.
+ */
+export function denialNote(egress: unknown): string {
+  if (!Array.isArray(egress)) return '';
+  const hosts: string[] = [];
+  for (const c of egress) {
+    if (c?.verdict !== 'denied' || typeof c.host !== 'string') continue;
+    const hp = `${c.host.includes(':') ? `[${c.host}]` : c.host}:${Number(c.port) || 0}`;
+    if (!hosts.includes(hp)) hosts.push(hp);
+  }
+  if (hosts.length === 0) return '';
+  let list = hosts.slice(0, 5).join(', ');
+  if (hosts.length > 5) list += ` and ${hosts.length - 5} more`;
+  return `[network: the sandbox denied connections to ${list}; a policy decision, not a network fault]`;
+}
+
+/**
+ * The service's Result as dsh's ShellRunResult. When connections were
+ * denied, stderr ends with denialNote, so that the model reads a policy
+ * decision where it would otherwise guess at a network fault (dsh's bash
+ * tool renders the exit markers after it).
+ */
 export function runResult(r: any, timeoutMs: number): ShellRunResult {
+  const stderr = collected(r?.stderr);
+  const note = denialNote(r?.egress);
+  if (note !== '') stderr.text += `${stderr.text === '' || stderr.text.endsWith('\n') ? '' : '\n'}${note}\n`;
   return {
     exitCode: typeof r?.exitCode === 'number' ? r.exitCode : null,
     signal: typeof r?.signal === 'string' && r.signal !== '' ? (r.signal as NodeJS.Signals) : null,
@@ -264,7 +291,7 @@ export function runResult(r: any, timeoutMs: number): ShellRunResult {
     aborted: r?.aborted === true && r?.timedOut !== true,
     timeoutMs: typeof r?.timeoutMs === 'number' ? r.timeoutMs : timeoutMs,
     stdout: collected(r?.stdout),
-    stderr: collected(r?.stderr),
+    stderr,
   };
 }
 

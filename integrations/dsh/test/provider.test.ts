@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Context } from '@deepseek-ai/cordis';
 import { SANDBOX_UNAVAILABLE } from '@deepseek-ai/dsh-sandbox';
-import { SandboxServiceExecutor } from '../src/index.ts';
+import { SandboxServiceExecutor, denialNote, runResult } from '../src/index.ts';
 
 interface Recorded {
   method: string;
@@ -331,4 +331,22 @@ test('background fails closed when the service is unreachable', async () => {
   assert.equal(proc.status, 'killed');
   const r = proc.readOutput();
   assert.match(r.delta, /^\[stderr\]\nsandbox unavailable: .*unreachable/);
+});
+
+test('denied connections end stderr with a note naming the hosts', () => {
+  const egress = [
+    { host: 'api.example', port: 443, verdict: 'allowed', reason: 'allow api.example' },
+    { host: 'evil.test', port: 443, verdict: 'denied', reason: 'not in the allowlist' },
+    { host: '::1', port: 80, verdict: 'denied', reason: 'loopback' },
+    { host: 'evil.test', port: 443, verdict: 'denied', reason: 'not in the allowlist' },
+  ];
+  const note = '[network: the sandbox denied connections to evil.test:443, [::1]:80; a policy decision, not a network fault]';
+  assert.equal(denialNote(egress), note);
+  const r = runResult({ exitCode: 7, stdout: { text: '' }, stderr: { text: 'curl: (7) Failed to connect' }, egress }, 1000);
+  assert.equal(r.stderr.text, `curl: (7) Failed to connect\n${note}\n`);
+  assert.equal(r.exitCode, 7);
+  const quiet = runResult({ exitCode: 0, stdout: { text: 'ok\n' }, stderr: { text: '' }, egress: egress.slice(0, 1) }, 1000);
+  assert.equal(quiet.stderr.text, '');
+  const many = Array.from({ length: 8 }, (_, i) => ({ host: `h${i}.test`, port: 443, verdict: 'denied', reason: 'r' }));
+  assert.match(denialNote(many), /h4\.test:443 and 3 more;/);
 });
