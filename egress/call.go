@@ -143,12 +143,15 @@ func Start(opts Options) (_ *Call, err error) {
 	}
 	c.http = &http.Server{
 		Handler:           c.p.handler(),
-		ReadHeaderTimeout: dialTimeout,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnContext:       connContext,
+		ConnState:         c.p.connState,
 		ErrorLog:          log.New(io.Discard, "", 0), // a call's broken requests are not the service's errors
 	}
 	c.dns = []*dns.Server{
-		{Listener: &trackedListener{Listener: dnsTCP, p: c.p}, Handler: c.p, ReadTimeout: 5 * time.Second},
+		{Listener: &trackedListener{Listener: dnsTCP, p: c.p, limit: maxDNSConns}, Handler: c.p, ReadTimeout: 5 * time.Second},
 		{PacketConn: dnsUDP, Handler: c.p},
 	}
 	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
