@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The memory test's attacker is this test binary run again with
@@ -220,30 +218,17 @@ func attack(mode, ns string) error {
 		addr = DNSAddr
 	}
 	conns := make([]net.Conn, 0, attackConns)
-	dialed := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		f, err := os.Open(ns)
-		if err != nil {
-			dialed <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			dialed <- err
-			return
-		}
+	err = joinNamespace(ns, func() error {
 		for range attackConns {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
-				dialed <- err
-				return
+				return err
 			}
 			conns = append(conns, c)
 		}
-		dialed <- nil
-	}()
-	if err := <-dialed; err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	var (

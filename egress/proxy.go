@@ -317,12 +317,15 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 }
 
 // filter keeps the addresses CheckAddr allows that are not the host's
-// own (unless an allow entry lists them); why is the first refusal.
+// own; why is the first refusal. A public address of the host's is kept
+// only when an allow entry is that address; a special one (loopback,
+// private, …) when CheckAddr allowed it, which takes an entry naming its
+// range or a narrower one.
 func (p *proxy) filter(addrs []netip.Addr, port uint16) (ok []netip.Addr, why string) {
 	for _, a := range addrs {
 		d := p.rules.CheckAddr(a, port)
-		if d.Verdict == Allowed && p.isOwn(a) && !p.rules.listsAddr(a, port) {
-			d = Decision{Denied, "address " + a.Unmap().String() + " is the host's own and not listed explicitly"}
+		if d.Verdict == Allowed && SpecialRange(a) == "" && p.isOwn(a) && !p.rules.namesAddr(a, port) {
+			d = Decision{Denied, "address " + a.Unmap().String() + " is the host's own; only an allow entry that is that address reaches it"}
 		}
 		if d.Verdict == Allowed {
 			ok = append(ok, a.Unmap())

@@ -64,7 +64,12 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 	if len(p.NetworkDeny) > 0 {
 		line("network: refused even when allowed: %s", strings.Join(p.NetworkDeny, ", "))
 	}
-	line("network: refused unless an allow entry lists the address or its CIDR: IP addresses asked for directly, and names resolving to private, loopback, link-local, CGNAT, multicast, reserved or cloud metadata addresses (169.254.169.254, fd00:ec2::254); checked on every resolved address, and the proxy dials the address it checked (no DNS rebinding)")
+	line("network: IP addresses asked for directly are refused unless an allow address or CIDR contains them; private, loopback, link-local, CGNAT, multicast, reserved, documentation, ULA and cloud metadata addresses (169.254.169.254, 100.100.100.200, fd00:ec2::254, fd20:ce::254), also in their IPv4-mapped, NAT64 and 6to4 forms, are refused unless an allow entry names their range or a narrower one inside it (0.0.0.0/0, ::/0 or any wider prefix never reaches them), and the host's own public addresses unless an allow entry is that address; checked on every resolved address, and the proxy dials the address it checked (no DNS rebinding)")
+	if rules, err := egress.ParseRules(p.NetworkAllow, p.NetworkDeny); err == nil {
+		for _, l := range rules.SpecialReach() {
+			line("network: %s", l)
+		}
+	}
 	line("network: DNS answers only names the allow list matches (others get NXDOMAIN); raw TCP or UDP to anything but the proxy and the DNS server fails; /sys is an empty read-only tmpfs on backends oci and containerd (the engine's read-only sysfs on docker); every connection (host, port, bytes, verdict, reason) is in the call's audit record")
 }
 
