@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,12 @@ type Options struct {
 	// that cannot join one by path (the docker backend); its loopback is
 	// brought up. Empty means Start makes a new namespace.
 	Namespace string
+	// Credentials are added by the proxy to HTTPS requests to their
+	// hosts (Credential); nil means none, and no tunnel is terminated.
+	Credentials []Credential
+	// UpstreamCAs verify the bound hosts' certificates; nil means the
+	// host's trust store.
+	UpstreamCAs *x509.CertPool
 }
 
 // Call is the network of one call: a network namespace with only the
@@ -92,6 +99,9 @@ func Start(opts Options) (_ *Call, err error) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.%v", err)
 	}
 	c := &Call{p: newProxy(rules, opts.Network, opts.Logger)}
+	if err := c.p.bind(opts.Credentials, opts.UpstreamCAs); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -168,6 +178,17 @@ func (c *Call) serve(f func() error) {
 		defer c.wg.Done()
 		_ = f() // ends with an error when Close closes its socket
 	}()
+}
+
+// CACertPEM is the certificate (PEM) of the call's CA, which signs the
+// certificates the proxy shows for the hosts of Options.Credentials:
+// the call must trust it. Nil without credentials. Its key existed only
+// inside Start.
+func (c *Call) CACertPEM() []byte {
+	if c.p.ca == nil {
+		return nil
+	}
+	return c.p.ca.certPEM
 }
 
 // NamespacePath is the path a runtime opens to join the call's network

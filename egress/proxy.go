@@ -106,6 +106,10 @@ type proxy struct {
 	learned   map[netip.Addr]string // addresses the DNS server answered, by name
 	own       []netip.Addr          // the host's addresses, asked at ownAt
 	ownAt     time.Time
+
+	creds         []Credential    // bound to hosts (Options.Credentials)
+	ca            *callCA         // nil without credentials
+	credTransport *http.Transport // of terminated tunnels; nil without credentials
 }
 
 func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
@@ -150,6 +154,19 @@ func (p *proxy) handler() http.Handler {
 		if cc, ok := r.Context().Value(clientKey{}).(*clientConn); ok {
 			cc.pending.Store(false) // the header arrived whole
 			cc.served.Store(true)
+		}
+		if len(p.creds) > 0 {
+			if r.Method == http.MethodConnect {
+				if cred := p.boundCredential(r.Host); cred != nil {
+					p.serveBound(w, r, cred)
+					return
+				}
+			} else if name := p.carriesPlaceholder(r); name != "" {
+				reason := fmt.Sprintf("the placeholder of credential %q in a plain HTTP request (credentials go only over TLS to their host)", name)
+				p.recordClient(r.Context().Value(clientKey{}).(net.Conn), reason)
+				http.Error(w, "egress: "+reason, http.StatusForbidden)
+				return
+			}
 		}
 		gp.ServeHTTP(w, r)
 	})
@@ -390,6 +407,9 @@ func interfaceAddrs() ([]netip.Addr, error) {
 // record is returned, ordered as the connections ended.
 func (p *proxy) close() []sandbox.Connection {
 	p.stop()
+	if p.credTransport != nil {
+		p.credTransport.CloseIdleConnections()
+	}
 	p.mu.Lock()
 	p.closed = true
 	open := make([]io.Closer, 0, len(p.conns))
@@ -418,6 +438,10 @@ type countedConn struct {
 	rec       sandbox.Connection
 	up, down  atomic.Int64
 	closeOnce sync.Once
+	// Of a terminated tunnel's upstream: the credential, the requests
+	// sent and how many of them got it.
+	cred               string
+	requests, injected atomic.Int64
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
@@ -453,6 +477,9 @@ func (c *countedConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.p.untrack(c)
 		c.rec.BytesUp, c.rec.BytesDown = c.up.Load(), c.down.Load()
+		if c.cred != "" {
+			c.rec.Reason += "; " + credentialUse(c.cred, c.requests.Load(), c.injected.Load())
+		}
 		c.p.record(c.rec)
 	})
 	return err

@@ -35,14 +35,14 @@ const (
 var netTargets = []string{"169.254.169.254", "10.0.0.1", "172.16.0.1", "192.168.0.1", "100.64.0.1", "169.254.1.1",
 	"fd00::1", "fd00:ec2::254", public4, public6}
 
-func ipCmd(t *testing.T, args ...string) {
+func ipCmd(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-func newTestNets(t *testing.T) *testNets {
+func newTestNets(t testing.TB) *testNets {
 	t.Helper()
 	requireRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
@@ -104,12 +104,10 @@ func listenIn(ns, addr string) (ln net.Listener, err error) {
 	return ln, err
 }
 
-// network is how the proxy reaches out from "host": names resolve to
-// the targets (meta.test to the metadata address, …), every dial and the
-// list of the host's addresses happen in "host".
-func (n *testNets) network() Network {
-	names := map[string]string{"meta.test": "169.254.169.254", "private.test": "10.0.0.1", "ula.test": "fd00::1",
-		"own.test": hostOwn4, "loop.test": "127.0.0.1", "public.test": public4}
+// network is how the proxy reaches out from "host": names resolve as
+// names says, every dial and the list of the host's addresses happen in
+// "host".
+func (n *testNets) network(names map[string]string) Network {
 	return Network{
 		LookupNetIP: func(_ context.Context, host string) ([]netip.Addr, error) {
 			if a, ok := names[host]; ok {
@@ -156,7 +154,8 @@ func TestSpecialRangesInNamespaces(t *testing.T) {
 		{"naming", naming},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Start(Options{Allow: tc.allow, Network: n.network()})
+			c, err := Start(Options{Allow: tc.allow, Network: n.network(map[string]string{"meta.test": "169.254.169.254", "private.test": "10.0.0.1", "ula.test": "fd00::1",
+				"own.test": hostOwn4, "loop.test": "127.0.0.1", "public.test": public4})})
 			if err != nil {
 				t.Fatal(err)
 			}
