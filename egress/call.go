@@ -67,6 +67,8 @@ type Options struct {
 	// UpstreamCAs verify the bound hosts' certificates; nil means the
 	// host's trust store.
 	UpstreamCAs *x509.CertPool
+	// headerTimeout replaces headerTimeout when set (tests).
+	headerTimeout time.Duration
 }
 
 // Call is the network of one call: a network namespace with only the
@@ -99,6 +101,9 @@ func Start(opts Options) (_ *Call, err error) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.%v", err)
 	}
 	c := &Call{p: newProxy(rules, opts.Network, opts.Logger)}
+	if opts.headerTimeout > 0 {
+		c.p.headerTimeout = opts.headerTimeout
+	}
 	if err := c.p.bind(opts.Credentials, opts.UpstreamCAs); err != nil {
 		return nil, err
 	}
@@ -153,7 +158,7 @@ func Start(opts Options) (_ *Call, err error) {
 	}
 	c.http = &http.Server{
 		Handler:           c.p.handler(),
-		ReadHeaderTimeout: headerTimeout,
+		ReadHeaderTimeout: c.p.headerTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnContext:       connContext,
@@ -212,8 +217,11 @@ func ProxyEnv() []string {
 
 // WithProxyEnv returns env (NAME=value entries, sorted) with the
 // variables of ProxyEnv replacing any of the same names, sorted again.
-func WithProxyEnv(env []string) []string {
-	add := ProxyEnv()
+func WithProxyEnv(env []string) []string { return WithEnv(env, ProxyEnv()) }
+
+// WithEnv returns env (NAME=value entries) with the entries of add
+// replacing any of the same names, sorted.
+func WithEnv(env, add []string) []string {
 	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		return slices.ContainsFunc(add, func(a string) bool { return strings.HasPrefix(a, name+"=") })

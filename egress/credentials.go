@@ -51,6 +51,9 @@ type Credential struct {
 	// Placeholder is what the call holds in place of Value; unique per
 	// call (NewPlaceholder).
 	Placeholder string
+	// Roots verify the host's certificate; nil means
+	// Options.UpstreamCAs.
+	Roots *x509.CertPool
 }
 
 // PlaceholderPrefix starts every placeholder: recognisably not a secret.
@@ -222,7 +225,14 @@ func (p *proxy) bind(creds []Credential, roots *x509.CertPool) error {
 		return sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
 	}
 	p.ca = ca
-	p.credTransport = p.newCredTransport(roots)
+	p.credTransports = map[string]*http.Transport{}
+	for _, c := range p.creds {
+		r := c.Roots
+		if r == nil {
+			r = roots
+		}
+		p.credTransports[c.Name] = p.newCredTransport(r)
+	}
 	return nil
 }
 
@@ -282,7 +292,7 @@ func (p *proxy) intercept(client net.Conn, cred *Credential) {
 		NextProtos:   []string{"http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
-	_ = tc.SetDeadline(time.Now().Add(headerTimeout))
+	_ = tc.SetDeadline(time.Now().Add(p.headerTimeout))
 	if err := tc.Handshake(); err != nil {
 		p.recordClient(client, "credential "+strconv.Quote(cred.Name)+": TLS handshake with the call failed: "+err.Error())
 		return
@@ -330,7 +340,7 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 			counted, _ = tc.NetConn().(*countedConn)
 		}
 	}}
-	resp, err := p.credTransport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	resp, err := p.credTransports[cred.Name].RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
 	if counted != nil {
 		counted.requests.Add(1)
 		if injected {

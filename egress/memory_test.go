@@ -84,7 +84,9 @@ func TestHostMemoryBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lnFile.Close()
-			c, err := Start(Options{Allow: []string{"echo.test:7"}, Network: testNetwork(ln.Addr().String())})
+			// A header timeout of 10 s rather than 30 s, to keep the
+			// slow-loris runs short.
+			c, err := Start(Options{Allow: []string{"echo.test:7"}, Network: testNetwork(ln.Addr().String()), headerTimeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

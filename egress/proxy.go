@@ -64,10 +64,11 @@ const (
 	// to a plain HTTP request; a larger one fails the request (502).
 	maxResponseHeaderBytes = 64 << 10
 	// headerTimeout bounds how long a client of the HTTP proxy takes to
-	// send a request's line and header once it sent its first byte
-	// (slow-loris); a connection past it is closed and recorded as
-	// denied.
-	headerTimeout = 10 * time.Second
+	// send a request's line and header, from the connection's start or
+	// the end of the previous request (slow-loris); a connection past it
+	// is closed and recorded as denied. Generous: a call starved of CPU
+	// (16 calls on 2 cores) took over 10 s.
+	headerTimeout = 30 * time.Second
 	// handshakeTimeout bounds a SOCKS5 client's greeting and request.
 	handshakeTimeout = 10 * time.Second
 	// idleTimeout bounds how long the HTTP proxy keeps an idle client
@@ -107,9 +108,11 @@ type proxy struct {
 	own       []netip.Addr          // the host's addresses, asked at ownAt
 	ownAt     time.Time
 
-	creds         []Credential    // bound to hosts (Options.Credentials)
-	ca            *callCA         // nil without credentials
-	credTransport *http.Transport // of terminated tunnels; nil without credentials
+	headerTimeout time.Duration // headerTimeout, or a test's
+
+	creds          []Credential               // bound to hosts (Options.Credentials)
+	ca             *callCA                    // nil without credentials
+	credTransports map[string]*http.Transport // of terminated tunnels, by credential name
 }
 
 func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
@@ -127,10 +130,11 @@ func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
 	ctx, stop := context.WithCancel(context.Background())
 	return &proxy{
 		rules: rules, net: nw, log: log, ctx: ctx, stop: stop,
-		dnsSlots:  make(chan struct{}, maxDNSInFlight),
-		conns:     map[io.Closer]struct{}{},
-		handshake: map[string]*clientConn{},
-		learned:   map[netip.Addr]string{},
+		dnsSlots:      make(chan struct{}, maxDNSInFlight),
+		conns:         map[io.Closer]struct{}{},
+		handshake:     map[string]*clientConn{},
+		learned:       map[netip.Addr]string{},
+		headerTimeout: headerTimeout,
 	}
 }
 
@@ -198,7 +202,7 @@ func (p *proxy) connState(c net.Conn, s http.ConnState) {
 		cc.pending.Store(true)
 	case http.StateClosed:
 		if cc.timedOut.Load() && (cc.pending.Load() || !cc.served.Load()) && !cc.refused.Swap(true) {
-			p.recordClient(cc, fmt.Sprintf("HTTP proxy: request header not received within %v", headerTimeout))
+			p.recordClient(cc, fmt.Sprintf("HTTP proxy: request header not received within %v", p.headerTimeout))
 		}
 	}
 }
@@ -407,8 +411,8 @@ func interfaceAddrs() ([]netip.Addr, error) {
 // record is returned, ordered as the connections ended.
 func (p *proxy) close() []sandbox.Connection {
 	p.stop()
-	if p.credTransport != nil {
-		p.credTransport.CloseIdleConnections()
+	for _, t := range p.credTransports {
+		t.CloseIdleConnections()
 	}
 	p.mu.Lock()
 	p.closed = true

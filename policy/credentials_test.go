@@ -24,6 +24,7 @@ network:
       header: Authorization
       format: "token {}"
       value: {file: /etc/dsh-sandbox/gh.token}
+      upstreamCA: /etc/dsh-sandbox/upstream-ca.pem
 `
 
 func TestParseCredentials(t *testing.T) {
@@ -33,7 +34,7 @@ func TestParseCredentials(t *testing.T) {
 	}
 	want := []sandbox.Credential{
 		{Name: "github", Host: "api.github.com", Port: 443, Header: "Authorization", Format: "Bearer {}", Variable: "GITHUB_TOKEN", ValueEnv: "DSH_SANDBOX_GH_TOKEN"},
-		{Name: "git", Host: "github.com", Port: 443, Header: "Authorization", Format: "token {}", ValueFile: "/etc/dsh-sandbox/gh.token"},
+		{Name: "git", Host: "github.com", Port: 443, Header: "Authorization", Format: "token {}", ValueFile: "/etc/dsh-sandbox/gh.token", UpstreamCAFile: "/etc/dsh-sandbox/upstream-ca.pem"},
 	}
 	if len(p.Credentials) != 2 || p.Credentials[0] != want[0] || p.Credentials[1] != want[1] {
 		t.Errorf("Parse(credentials) = %+v, want %+v", p.Credentials, want)
@@ -48,7 +49,7 @@ func TestParseCredentials(t *testing.T) {
 	}
 	got := Explain(p)
 	for _, w := range []string{`credential "github": the proxy puts it in header Authorization ("Bearer {}") of HTTPS requests to api.github.com:443, read at call time from the service's variable DSH_SANDBOX_GH_TOKEN; the call's GITHUB_TOKEN holds a placeholder`,
-		`credential "git": `, "the operator-owned file /etc/dsh-sandbox/gh.token"} {
+		`credential "git": `, "the operator-owned file /etc/dsh-sandbox/gh.token", "verified against the operator's CA file /etc/dsh-sandbox/upstream-ca.pem"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("Explain lacks %q:\n%s", w, got)
 		}

@@ -161,6 +161,9 @@ type documentCredential struct {
 	Format   *string                  `json:"format,omitempty"`
 	Variable *string                  `json:"variable,omitempty"`
 	Value    *documentCredentialValue `json:"value,omitempty"`
+	// UpstreamCA is an operator-owned PEM file of the CAs that verify
+	// the host's certificate; absent means the host's trust store.
+	UpstreamCA *string `json:"upstreamCA,omitempty"`
 }
 
 // documentCredentialValue says where a credential's value comes from:

@@ -45,6 +45,9 @@ func Format(p sandbox.Policy) ([]byte, error) {
 		if c.ValueFile != "" {
 			dc.Value.File = s(c.ValueFile)
 		}
+		if c.UpstreamCAFile != "" {
+			dc.UpstreamCA = s(c.UpstreamCAFile)
+		}
 		doc.Network.Credentials = append(doc.Network.Credentials, dc)
 	}
 	if doc.Env.Inherit == nil {

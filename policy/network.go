@@ -79,7 +79,11 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 		if c.Variable != "" {
 			held = "the call's " + c.Variable + " holds a placeholder unique to the call"
 		}
-		line("network: credential %q: the proxy puts it in header %s (%q) of HTTPS requests to %s:%d, read at call time from %s; %s, which the proxy replaces (a request without the header gets it added; one with another value gets nothing); TLS to %s is terminated by the proxy with a CA made for the call (the call trusts it: SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO and the bundle at %s) and re-encrypted, verified against the host's trust store; the value never enters the call and is redacted from its output and audit record", c.Name, c.Header, c.Format, c.Host, c.Port, from, held, c.Host, CABundlePath)
+		trust := "the host's trust store"
+		if c.UpstreamCAFile != "" {
+			trust = "the operator's CA file " + c.UpstreamCAFile
+		}
+		line("network: credential %q: the proxy puts it in header %s (%q) of HTTPS requests to %s:%d, read at call time from %s; %s, which the proxy replaces (a request without the header gets it added; one with another value gets nothing); TLS to %s is terminated by the proxy with a CA made for the call (the call trusts it: SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO, CURL_CA_BUNDLE and the bundle at %s) and re-encrypted, verified against %s; the value never enters the call and is redacted from its output and audit record", c.Name, c.Header, c.Format, c.Host, c.Port, from, held, c.Host, egress.CABundlePath, trust)
 	}
 	line("network: DNS answers only names the allow list matches (others get NXDOMAIN); raw TCP or UDP to anything but the proxy and the DNS server fails; /sys is an empty read-only tmpfs on backends oci and containerd (the engine's read-only sysfs on docker); every connection (host, port, bytes, verdict, reason) is in the call's audit record")
 }
@@ -162,6 +166,7 @@ func credentialsFromDocument(in []documentCredential, ps *problems) []sandbox.Cr
 		str(&c.Header, d.Header)
 		str(&c.Format, d.Format)
 		str(&c.Variable, d.Variable)
+		str(&c.UpstreamCAFile, d.UpstreamCA)
 		if d.Port != nil {
 			if *d.Port < 1 || *d.Port > 65535 {
 				ps.add(fmt.Sprintf("network.credentials[%d].port", i), "%d is not a port from 1 to 65535", *d.Port)
@@ -243,8 +248,11 @@ func checkCredentials(p sandbox.Policy, ps *problems) {
 			ps.add(f("value"), "want exactly one of env (a variable of the service) and file (an operator-owned file)")
 		case c.ValueEnv != "" && !portableName(c.ValueEnv):
 			ps.add(f("value.env"), "%q is not a variable name", c.ValueEnv)
-		case c.ValueFile != "" && (!filepath.IsAbs(c.ValueFile) || filepath.Clean(c.ValueFile) != c.ValueFile || strings.IndexByte(c.ValueFile, 0) >= 0):
+		case c.ValueFile != "" && !absClean(c.ValueFile):
 			ps.add(f("value.file"), "%q is not an absolute, clean path", c.ValueFile)
+		}
+		if c.UpstreamCAFile != "" && !absClean(c.UpstreamCAFile) {
+			ps.add(f("upstreamCA"), "%q is not an absolute, clean path", c.UpstreamCAFile)
 		}
 	}
 }
@@ -252,6 +260,10 @@ func checkCredentials(p sandbox.Policy, ps *problems) {
 // egressVariables are the variables the egress network sets in a call,
 // which a credential's variable may not name.
 var egressVariables = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"}
+
+func absClean(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && strings.IndexByte(p, 0) < 0
+}
 
 func credentialName(s string) bool {
 	if len(s) == 0 || len(s) > 32 {
@@ -269,4 +281,16 @@ func credentialName(s string) bool {
 // RFC 9110 token).
 func headerChar(r rune) bool {
 	return r < 0x7f && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+}
+
+// WithCABundle binds the call's CA bundle (egress.Setup.CABundle)
+// read-only over egress.CABundlePath.
+func WithCABundle(hostPath string) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: egress.CABundlePath, Type: "bind", Source: hostPath,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		})
+		return nil
+	}
 }

@@ -240,6 +240,9 @@ type Credential struct {
 	// it (surrounding white space trimmed).
 	ValueEnv  string `json:"valueEnv,omitempty"`
 	ValueFile string `json:"valueFile,omitempty"`
+	// UpstreamCAFile is an operator-owned PEM file of the CAs that
+	// verify Host's certificate; empty means the host's trust store.
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 }
 
 // Mount is a bind mount from the host.
