@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
@@ -190,105 +185,43 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 }
 
 // TestEgressCredentials runs a call whose policy binds a credential to
-// api.bound.test (an HTTPS server of the test, whose own CA is the
-// policy's upstream CA): curl in the call, with the placeholder its
+// fixtures.BoundHostName (an HTTPS server of the test, whose own CA is
+// the policy's upstream CA): curl in the call, with the placeholder its
 // variable holds, reaches the server, which receives the real secret;
-// the secret is nowhere in the call's environment, files (all of / but
-// /proc, /sys, /dev and the host's read-only /usr, /lib*, /bin and /sbin,
-// which the service never writes) or output, nor in the record, which
-// says the credential was used.
+// the secret is nowhere in the call's environment, files
+// (fixtures.BoundProbes) or output, nor in the record, which says the
+// credential was used; the call's CA bundle is removed afterwards.
 func TestEgressCredentials(t *testing.T) {
-	const secret = "ghs_realSecretValue0123456789abcdef"
-	tlsConf, caPEM := fixtures.TLSConfig(t, "api.bound.test")
-	var mu sync.Mutex
-	var got []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got = append(got, r.Header.Get("Authorization"))
-		mu.Unlock()
-		fmt.Fprint(w, "bound says hi")
-	}))
-	srv.TLS = tlsConf
-	srv.StartTLS()
-	defer srv.Close()
-	nw := egress.Network{
-		LookupNetIP: func(_ context.Context, host string) ([]netip.Addr, error) {
-			if host == "api.bound.test" {
-				return []netip.Addr{netip.MustParseAddr("93.184.216.40")}, nil
-			}
-			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-		},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr != "93.184.216.40:443" {
-				return nil, fmt.Errorf("no route to %s", addr)
-			}
-			return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
-		},
-	}
-	e := newEgressExecutor(t, RuntimeRunc, nw)
+	bh := fixtures.NewBoundHost(t)
+	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
 	e.getenv = func(name string) (string, bool) {
 		if name == "TEST_BOUND_SECRET" {
-			return secret, true
+			return fixtures.BoundSecret, true
 		}
 		return "", false
 	}
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := testPolicy(t, RuntimeRunc)
 	p.Network = policy.NetworkAllowlist
-	p.NetworkAllow = []string{"api.bound.test"}
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: "api.bound.test", Port: 443, Header: "Authorization", Format: "Bearer {}",
+	p.NetworkAllow = []string{fixtures.BoundHostName}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
 		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
 	p, err := policy.Normalize(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cwd := t.TempDir()
 	res, err := e.Run(context.Background(), &sandbox.Request{
-		Command: fixtures.ProbeShell + `probe placeholder sh -c 'case "$BOUND_TOKEN" in dsh-sandbox-placeholder-bound-*) echo yes;; *) exit 1;; esac'
-probe curl curl -sSf -m 20 -H "Authorization: Bearer $BOUND_TOKEN" https://api.bound.test/user
-probe curlnoauth curl -sSf -m 20 https://api.bound.test/user
-probe environ sh -c 'cat /proc/[0-9]*/environ | tr "\0" "\n" | grep -c ghs_realSecret'
-probe files sh -c 'grep -rlsF ghs_realSecret / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr --exclude-dir=lib --exclude-dir=lib64 --exclude-dir=lib32 --exclude-dir=bin --exclude-dir=sbin | head -3; exit 1'
-probe environph sh -c 'cat /proc/[0-9]*/environ | tr "\0" "\n" | grep -c "^BOUND_TOKEN=dsh-sandbox-placeholder-bound-" >/dev/null && echo found'
-probe fileslegit sh -c 'echo "$BOUND_TOKEN" > /tmp/seen && grep -rlsF "$BOUND_TOKEN" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr --exclude-dir=lib --exclude-dir=lib64 --exclude-dir=lib32 --exclude-dir=bin --exclude-dir=sbin'
-probe ca sh -c 'test "$SSL_CERT_FILE" = /etc/ssl/certs/ca-certificates.crt && grep -c "BEGIN CERTIFICATE" "$SSL_CERT_FILE"'
-`,
-		Session: sandbox.Session{ID: "s", Cwd: cwd, TranscriptDir: filepath.Join(t.TempDir(), "tr")},
+		Command: fixtures.ProbeShell + fixtures.BoundProbes,
+		Session: sandbox.Session{ID: "s", Cwd: t.TempDir(), TranscriptDir: filepath.Join(t.TempDir(), "tr")},
 		Policy:  p,
 	})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	fixtures.CheckProbes(t, res.Stdout.Text, res.Stderr.Text, map[string]string{
-		"placeholder": "ok:yes", "curl": "ok:bound says hi", "curlnoauth": "ok:bound says hi",
-		"environ": "fail", "files": "fail",
-		// The legitimate variants: the same searches find the placeholder.
-		"environph": "ok:found", "fileslegit": "ok:/tmp/seen",
-	})
-	if !strings.Contains(res.Stdout.Text, "ca=ok:") {
-		t.Errorf("the call's CA bundle is not at SSL_CERT_FILE:\n%s", res.Stdout.Text)
-	}
-	mu.Lock()
-	if len(got) != 2 || got[0] != "Bearer "+secret || got[1] != "Bearer "+secret {
-		t.Errorf("the bound host received %q, want the secret twice", got)
-	}
-	mu.Unlock()
-	if strings.Contains(res.Stdout.Text+res.Stderr.Text, secret) {
-		t.Errorf("the call's output holds the secret")
-	}
-	used := false
-	for _, c := range res.Egress {
-		if strings.Contains(fmt.Sprintf("%+v", c), secret) {
-			t.Errorf("the record holds the secret: %+v", c)
-		}
-		used = used || strings.Contains(c.Reason, `credential "bound" added to 2 of 2 requests`)
-	}
-	if !used {
-		t.Errorf("the record does not say the credential was used twice: %+v", res.Egress)
-	}
+	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
 	if l := leftovers(t, e); len(l) > 0 {
 		t.Errorf("left behind: %v", l)
 	}
