@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -70,6 +69,7 @@ func TestHostMemoryBounded(t *testing.T) {
 		{"dns", "connection limit: 64 connections to 127.0.0.1:53"}, // a 64 KiB DNS-over-TCP message, never finished
 		{"tunnel", ""}, // CONNECT tunnels pushing 1 MB each, never reading
 		{"body", ""},   // plain HTTP POST of 1 MB each, never reading
+		{"bound", "TLS handshake with the call failed"}, // CONNECT to a credential's host, then half a TLS record
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			// The upstream lives in the attacker, which accepts on
@@ -86,7 +86,9 @@ func TestHostMemoryBounded(t *testing.T) {
 			defer lnFile.Close()
 			// A header timeout of 10 s rather than 30 s, to keep the
 			// slow-loris runs short.
-			c, err := Start(Options{Allow: []string{"echo.test:7"}, Network: testNetwork(ln.Addr().String()), headerTimeout: 10 * time.Second})
+			ph, _ := NewPlaceholder("b")
+			c, err := Start(Options{Allow: []string{"echo.test:7", "bound.test"}, Network: testNetwork(ln.Addr().String()), headerTimeout: 10 * time.Second,
+				Credentials: []Credential{{Name: "b", Host: "bound.test", Header: "Authorization", Value: "a-secret-value", Placeholder: ph}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,8 +255,8 @@ func attack(mode, ns string) error {
 			readDone := make(chan struct{})
 			go func() {
 				defer close(readDone)
-				if mode == "tunnel" || mode == "body" {
-					return // never read
+				if mode == "tunnel" || mode == "body" || mode == "bound" {
+					return // never read here
 				}
 				br := bufio.NewReader(c)
 				line, err := br.ReadString('\n')
@@ -307,6 +309,20 @@ func attack(mode, ns string) error {
 				tunnels.Add(1)
 				c.SetWriteDeadline(time.Now().Add(hold))
 				c.Write(junk)
+			case "bound":
+				// The proxy terminates this tunnel: a TLS record header
+				// announcing 16 KiB, 8 KiB of it, then nothing.
+				fmt.Fprintf(c, "CONNECT bound.test:443 HTTP/1.1\r\nHost: bound.test:443\r\n\r\n")
+				br := bufio.NewReader(c)
+				if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+					return
+				}
+				tunnels.Add(1)
+				c.Write(append([]byte{22, 3, 1, 0x40, 0}, junk[:8<<10]...))
+				c.SetReadDeadline(time.Now().Add(time.Minute))
+				if _, err := io.Copy(io.Discard, br); err == nil {
+					closed.Add(1) // by the listener, at the handshake's deadline
+				}
 			case "body":
 				fmt.Fprintf(c, "POST http://echo.test:7/ HTTP/1.1\r\nHost: echo.test:7\r\nContent-Length: %d\r\n\r\n", attackBytes)
 				c.SetWriteDeadline(time.Now().Add(hold))
@@ -333,7 +349,7 @@ func attack(mode, ns string) error {
 	})
 	fmt.Printf("%d connections, %d closed by the listener, status codes %v, %d tunnels up, %d HTTP answers", len(conns), closed.Load(), codes, tunnels.Load(), status.Load())
 	if mode != "tunnel" && mode != "body" && closed.Load() != int64(len(conns)) {
-		return errors.New("not every connection was closed by the listener")
+		return fmt.Errorf("%d of %d connections were closed by the listener, want all", closed.Load(), len(conns))
 	}
 	return nil
 }
