@@ -17,6 +17,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 const (
@@ -211,6 +213,22 @@ func TestCredentialInjection(t *testing.T) {
 	conn.Close()
 	if seen := u.got(boundHost); seen[len(seen)-1] != "" {
 		t.Errorf("a request naming %s inside the tunnel of %s carried %q, want nothing", otherHost, boundHost, seen[len(seen)-1])
+	}
+
+	// DNS: a question naming the placeholder below an allowed name is
+	// answered NXDOMAIN (no allow entry matches it); the secret itself
+	// the call never holds, so it can put it in no question.
+	err = inNamespace(t, c.NamespacePath(), func() error {
+		m := new(dns.Msg)
+		m.SetQuestion(ph+"."+otherHost+".", dns.TypeA)
+		in, _, err := (&dns.Client{Net: "udp", Timeout: 5 * time.Second}).Exchange(m, DNSAddr)
+		if err == nil && in.Rcode != dns.RcodeNameError {
+			err = fmt.Errorf("rcode %s, want NXDOMAIN", dns.RcodeToString[in.Rcode])
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("DNS question with the placeholder: %v", err)
 	}
 
 	// Plain HTTP with the placeholder: refused, recorded.
