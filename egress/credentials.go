@@ -360,7 +360,8 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 		}
 	}
 	resp.Body = &scrubber{r: resp.Body, secret: []byte(cred.Value), with: []byte(cred.Placeholder)}
-	if resp.Header.Get("Content-Encoding") == "" {
+	hasBody := req.Method != http.MethodHead && resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
+	if hasBody && resp.Header.Get("Content-Encoding") == "" {
 		resp.ContentLength = -1 // the placeholder's length may differ from the secret's
 		resp.Header.Del("Content-Length")
 		resp.TransferEncoding = []string{"chunked"}

@@ -340,3 +340,26 @@ func TestScrubber(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialBodilessAnswers: HEAD, 204 and 304 answers of the bound
+// host come back without a body, and the connection stays usable.
+func TestCredentialBodilessAnswers(t *testing.T) {
+	n := newTestNets(t)
+	u := newUpstreams(t, n)
+	ph, _ := NewPlaceholder("gh")
+	c := startCredCall(t, n, u, ph)
+	defer c.Close()
+	cl := callClient(t, c, u.ca)
+	for _, method := range []string{"HEAD", "GET", "HEAD", "GET"} {
+		req, _ := http.NewRequest(method, "https://"+boundHost+"/x", nil)
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || (method == "HEAD") != (len(body) == 0) {
+			t.Errorf("%s = %d, %d bytes, %v; want 200 with a body only for GET", method, resp.StatusCode, len(body), err)
+		}
+	}
+}
