@@ -23,6 +23,9 @@ have containerd && have ctr && have containerd-shim-runc-v2 || need+=(containerd
 [ -x /usr/bin/python3 ] || need+=(python3)
 have unshare || need+=(util-linux)
 have git || need+=(git)
+# The egress tests make network namespaces and veth pairs with ip
+# (egress/ranges_test.go, egress/credentials_test.go).
+have ip || need+=(iproute2)
 # systemd-socket-activate drives the socket-activation test of `serve`.
 have systemd-socket-activate || need+=(systemd)
 # tmux drives the terminal test of exec -t (integration/pty_test.go).
