@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,14 @@ type Options struct {
 	// that cannot join one by path (the docker backend); its loopback is
 	// brought up. Empty means Start makes a new namespace.
 	Namespace string
+	// Credentials are added by the proxy to HTTPS requests to their
+	// hosts (Credential); nil means none, and no tunnel is terminated.
+	Credentials []Credential
+	// UpstreamCAs verify the bound hosts' certificates; nil means the
+	// host's trust store.
+	UpstreamCAs *x509.CertPool
+	// headerTimeout replaces headerTimeout when set (tests).
+	headerTimeout time.Duration
 }
 
 // Call is the network of one call: a network namespace with only the
@@ -92,6 +101,12 @@ func Start(opts Options) (_ *Call, err error) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.%v", err)
 	}
 	c := &Call{p: newProxy(rules, opts.Network, opts.Logger)}
+	if opts.headerTimeout > 0 {
+		c.p.headerTimeout = opts.headerTimeout
+	}
+	if err := c.p.bind(opts.Credentials, opts.UpstreamCAs); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -143,12 +158,15 @@ func Start(opts Options) (_ *Call, err error) {
 	}
 	c.http = &http.Server{
 		Handler:           c.p.handler(),
-		ReadHeaderTimeout: dialTimeout,
+		ReadHeaderTimeout: c.p.headerTimeout,
 		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnContext:       connContext,
+		ConnState:         c.p.connState,
 		ErrorLog:          log.New(io.Discard, "", 0), // a call's broken requests are not the service's errors
 	}
 	c.dns = []*dns.Server{
-		{Listener: &trackedListener{Listener: dnsTCP, p: c.p}, Handler: c.p, ReadTimeout: 5 * time.Second},
+		{Listener: &trackedListener{Listener: dnsTCP, p: c.p, limit: maxDNSConns}, Handler: c.p, ReadTimeout: 5 * time.Second},
 		{PacketConn: dnsUDP, Handler: c.p},
 	}
 	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
@@ -165,6 +183,17 @@ func (c *Call) serve(f func() error) {
 		defer c.wg.Done()
 		_ = f() // ends with an error when Close closes its socket
 	}()
+}
+
+// CACertPEM is the certificate (PEM) of the call's CA, which signs the
+// certificates the proxy shows for the hosts of Options.Credentials:
+// the call must trust it. Nil without credentials. Its key existed only
+// inside Start.
+func (c *Call) CACertPEM() []byte {
+	if c.p.ca == nil {
+		return nil
+	}
+	return c.p.ca.certPEM
 }
 
 // NamespacePath is the path a runtime opens to join the call's network
@@ -188,8 +217,11 @@ func ProxyEnv() []string {
 
 // WithProxyEnv returns env (NAME=value entries, sorted) with the
 // variables of ProxyEnv replacing any of the same names, sorted again.
-func WithProxyEnv(env []string) []string {
-	add := ProxyEnv()
+func WithProxyEnv(env []string) []string { return WithEnv(env, ProxyEnv()) }
+
+// WithEnv returns env (NAME=value entries) with the entries of add
+// replacing any of the same names, sorted.
+func WithEnv(env, add []string) []string {
 	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		return slices.ContainsFunc(add, func(a string) bool { return strings.HasPrefix(a, name+"=") })

@@ -37,6 +37,12 @@ func requireRoot(t testing.TB) {
 // namespace at path; the thread ends with f.
 func inNamespace(t *testing.T, path string, f func() error) error {
 	t.Helper()
+	return joinNamespace(path, f)
+}
+
+// joinNamespace is inNamespace for code without a testing.T (the
+// memory test's attacker process).
+func joinNamespace(path string, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine

@@ -74,6 +74,8 @@ func TestOwnAddressRefused(t *testing.T) {
 	}{
 		{[]string{"echo.test"}, false},
 		{[]string{"echo.test", "93.184.216.34"}, true},
+		{[]string{"echo.test", "93.184.216.0/24"}, false}, // wider than the address
+		{[]string{"echo.test", "0.0.0.0/0"}, false},
 	} {
 		p := newTestProxy(t, tc.allow, nw)
 		c, err := p.dial(context.Background(), "tcp", "echo.test:7")

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +53,22 @@ const (
 	// SOCKS5 and DNS (TCP) servers together; one more is closed at once
 	// and recorded as denied.
 	maxConns = 512
+	// maxDNSConns bounds the connections a call holds open to its DNS
+	// server over TCP, each of which may hold a 64 KiB message.
+	maxDNSConns = 64
+	// maxHeaderBytes bounds the request line and header of one request
+	// to the HTTP proxy (net/http reads at most 4 KiB more); a larger one
+	// is answered 431 and recorded as denied.
+	maxHeaderBytes = 16 << 10
+	// maxResponseHeaderBytes bounds the header of an upstream's answer
+	// to a plain HTTP request; a larger one fails the request (502).
+	maxResponseHeaderBytes = 64 << 10
+	// headerTimeout bounds how long a client of the HTTP proxy takes to
+	// send a request's line and header, from the connection's start or
+	// the end of the previous request (slow-loris); a connection past it
+	// is closed and recorded as denied. Generous: a call starved of CPU
+	// (16 calls on 2 cores) took over 10 s.
+	headerTimeout = 30 * time.Second
 	// handshakeTimeout bounds a SOCKS5 client's greeting and request.
 	handshakeTimeout = 10 * time.Second
 	// idleTimeout bounds how long the HTTP proxy keeps an idle client
@@ -89,6 +107,12 @@ type proxy struct {
 	learned   map[netip.Addr]string // addresses the DNS server answered, by name
 	own       []netip.Addr          // the host's addresses, asked at ownAt
 	ownAt     time.Time
+
+	headerTimeout time.Duration // headerTimeout, or a test's
+
+	creds          []Credential               // bound to hosts (Options.Credentials)
+	ca             *callCA                    // nil without credentials
+	credTransports map[string]*http.Transport // of terminated tunnels, by credential name
 }
 
 func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
@@ -106,10 +130,11 @@ func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
 	ctx, stop := context.WithCancel(context.Background())
 	return &proxy{
 		rules: rules, net: nw, log: log, ctx: ctx, stop: stop,
-		dnsSlots:  make(chan struct{}, maxDNSInFlight),
-		conns:     map[io.Closer]struct{}{},
-		handshake: map[string]*clientConn{},
-		learned:   map[netip.Addr]string{},
+		dnsSlots:      make(chan struct{}, maxDNSInFlight),
+		conns:         map[io.Closer]struct{}{},
+		handshake:     map[string]*clientConn{},
+		learned:       map[netip.Addr]string{},
+		headerTimeout: headerTimeout,
 	}
 }
 
@@ -120,15 +145,74 @@ func (p *proxy) handler() http.Handler {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Tr = &http.Transport{
-		Proxy:               nil, // never the service's own proxy settings
-		DialContext:         p.dial,
-		DisableKeepAlives:   true,
-		TLSHandshakeTimeout: dialTimeout,
+		Proxy:                  nil, // never the service's own proxy settings
+		DialContext:            p.dial,
+		DisableKeepAlives:      true,
+		TLSHandshakeTimeout:    dialTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	gp.ConnectDialWithReq = func(req *http.Request, network, addr string) (net.Conn, error) {
 		return p.dial(req.Context(), network, addr)
 	}
-	return gp
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cc, ok := r.Context().Value(clientKey{}).(*clientConn); ok {
+			cc.pending.Store(false) // the header arrived whole
+			cc.served.Store(true)
+		}
+		if len(p.creds) > 0 {
+			if r.Method == http.MethodConnect {
+				if cred := p.boundCredential(r.Host); cred != nil {
+					p.serveBound(w, r, cred)
+					return
+				}
+			} else if name := p.carriesPlaceholder(r); name != "" {
+				reason := fmt.Sprintf("the placeholder of credential %q in a plain HTTP request (credentials go only over TLS to their host)", name)
+				p.recordClient(r.Context().Value(clientKey{}).(net.Conn), reason)
+				http.Error(w, "egress: "+reason, http.StatusForbidden)
+				return
+			}
+		}
+		gp.ServeHTTP(w, r)
+	})
+}
+
+// clientKey is the context key of the *clientConn a request of the HTTP
+// proxy arrived on.
+type clientKey struct{}
+
+// connContext gives a request's context the connection it arrived on.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, clientKey{}, c)
+}
+
+// connState follows a connection to the HTTP proxy: from the first byte
+// of a request until its handler runs, the request is pending. A
+// connection that closes after a read deadline passed while a request
+// was pending, or before any request came, is recorded as a refusal
+// (headerTimeout); one closed idle between requests (idleTimeout) is not. The refusals net/http
+// answers itself (431 for a header over maxHeaderBytes, 400 for a
+// malformed request) are recorded by clientConn.Write.
+func (p *proxy) connState(c net.Conn, s http.ConnState) {
+	cc, ok := c.(*clientConn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateActive:
+		cc.pending.Store(true)
+	case http.StateClosed:
+		if cc.timedOut.Load() && (cc.pending.Load() || !cc.served.Load()) && !cc.refused.Swap(true) {
+			p.recordClient(cc, fmt.Sprintf("HTTP proxy: request header not received within %v", p.headerTimeout))
+		}
+	}
+}
+
+// recordClient records a refusal of a client connection, under the
+// address of the listener it arrived on.
+func (p *proxy) recordClient(c net.Conn, reason string) {
+	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
+	p.record(sandbox.Connection{Host: local.Addr().String(), Port: local.Port(), Verdict: Denied, Reason: reason})
+	p.log.Debug().Str("reason", reason).Msg("egress: denied")
 }
 
 // track registers an open connection, closed by close at the latest; it
@@ -254,12 +338,15 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 }
 
 // filter keeps the addresses CheckAddr allows that are not the host's
-// own (unless an allow entry lists them); why is the first refusal.
+// own; why is the first refusal. A public address of the host's is kept
+// only when an allow entry is that address; a special one (loopback,
+// private, …) when CheckAddr allowed it, which takes an entry naming its
+// range or a narrower one.
 func (p *proxy) filter(addrs []netip.Addr, port uint16) (ok []netip.Addr, why string) {
 	for _, a := range addrs {
 		d := p.rules.CheckAddr(a, port)
-		if d.Verdict == Allowed && p.isOwn(a) && !p.rules.listsAddr(a, port) {
-			d = Decision{Denied, "address " + a.Unmap().String() + " is the host's own and not listed explicitly"}
+		if d.Verdict == Allowed && SpecialRange(a) == "" && p.isOwn(a) && !p.rules.namesAddr(a, port) {
+			d = Decision{Denied, "address " + a.Unmap().String() + " is the host's own; only an allow entry that is that address reaches it"}
 		}
 		if d.Verdict == Allowed {
 			ok = append(ok, a.Unmap())
@@ -324,6 +411,9 @@ func interfaceAddrs() ([]netip.Addr, error) {
 // record is returned, ordered as the connections ended.
 func (p *proxy) close() []sandbox.Connection {
 	p.stop()
+	for _, t := range p.credTransports {
+		t.CloseIdleConnections()
+	}
 	p.mu.Lock()
 	p.closed = true
 	open := make([]io.Closer, 0, len(p.conns))
@@ -352,6 +442,10 @@ type countedConn struct {
 	rec       sandbox.Connection
 	up, down  atomic.Int64
 	closeOnce sync.Once
+	// Of a terminated tunnel's upstream: the credential, the requests
+	// sent and how many of them got it.
+	cred               string
+	requests, injected atomic.Int64
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
@@ -387,6 +481,9 @@ func (c *countedConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.p.untrack(c)
 		c.rec.BytesUp, c.rec.BytesDown = c.up.Load(), c.down.Load()
+		if c.cred != "" {
+			c.rec.Reason += "; " + credentialUse(c.cred, c.requests.Load(), c.injected.Load())
+		}
 		c.p.record(c.rec)
 	})
 	return err
@@ -397,37 +494,80 @@ func (c *countedConn) Close() error {
 type clientConn struct {
 	*net.TCPConn
 	p    *proxy
+	l    *trackedListener
 	once sync.Once
+	// Of the HTTP proxy's connections (see proxy.connState): a request
+	// is pending, one was served, a read met its deadline, a refusal
+	// was recorded.
+	pending, served, timedOut, refused atomic.Bool
 }
 
+// Read notes a read that met its deadline.
+func (c *clientConn) Read(b []byte) (int, error) {
+	n, err := c.TCPConn.Read(b)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.timedOut.Store(true)
+	}
+	return n, err
+}
+
+// Write records the error answer net/http writes itself to a pending
+// request (a header over maxHeaderBytes, a malformed request).
+func (c *clientConn) Write(b []byte) (int, error) {
+	if c.pending.Load() && bytes.HasPrefix(b, []byte("HTTP/1.1 4")) && !c.refused.Swap(true) {
+		status, _, _ := bytes.Cut(b[len("HTTP/1.1 "):], []byte("\r\n"))
+		reason := "HTTP proxy: " + string(status)
+		if bytes.HasPrefix(status, []byte("431")) {
+			reason = fmt.Sprintf("HTTP proxy: request header larger than %d bytes (431)", maxHeaderBytes)
+		}
+		c.p.recordClient(c, reason)
+	}
+	return c.TCPConn.Write(b)
+}
+
+// Close untracks the connection; a SOCKS5 client that did not send its
+// request within handshakeTimeout is recorded as a refusal.
 func (c *clientConn) Close() error {
 	c.once.Do(func() {
 		c.p.mu.Lock()
 		delete(c.p.conns, c)
+		_, handshake := c.p.handshake[c.RemoteAddr().String()]
 		delete(c.p.handshake, c.RemoteAddr().String())
 		c.p.clients--
+		c.l.open--
 		c.p.mu.Unlock()
+		if handshake && c.timedOut.Load() && !c.refused.Swap(true) {
+			c.p.recordClient(c, fmt.Sprintf("SOCKS5: request not received within %v", handshakeTimeout))
+		}
 	})
 	return c.TCPConn.Close()
 }
 
-// trackClient registers a connection the call opened, unless the call
-// ended or holds maxConns already; then it closes c and says why.
-func (p *proxy) trackClient(c *clientConn, handshake bool) (ok bool, full bool) {
+// trackClient registers a connection the call opened on l, unless the
+// call ended, holds maxConns already or l holds its own limit; then it
+// closes c and full says which limit it met.
+func (p *proxy) trackClient(c *clientConn, l *trackedListener) (ok bool, full string) {
 	p.mu.Lock()
-	closed, full := p.closed, p.clients >= maxConns
-	if !closed && !full {
+	closed := p.closed
+	switch {
+	case p.clients >= maxConns:
+		full = fmt.Sprintf("connection limit: %d connections to the proxy are open", maxConns)
+	case l.limit > 0 && l.open >= l.limit:
+		full = fmt.Sprintf("connection limit: %d connections to %s are open", l.limit, l.Addr())
+	}
+	if !closed && full == "" {
 		p.conns[c] = struct{}{}
 		p.clients++
-		if handshake {
+		l.open++
+		if l.handshake {
 			p.handshake[c.RemoteAddr().String()] = c
 		}
 	}
 	p.mu.Unlock()
-	if closed || full {
+	if closed || full != "" {
 		c.TCPConn.Close()
 	}
-	return !closed && !full, full
+	return !closed && full == "", full
 }
 
 // handshakeDone lifts the handshake deadline of the SOCKS5 client at
@@ -443,13 +583,17 @@ func (p *proxy) handshakeDone(remote string) {
 }
 
 // trackedListener registers every accepted connection with the proxy,
-// closing one over maxConns at once (recorded as denied). With
-// handshake, a connection must send its SOCKS5 request within
-// handshakeTimeout.
+// closing one over maxConns, or over its own limit, at once (recorded
+// as denied). With handshake, a connection must send its SOCKS5 request
+// within handshakeTimeout.
 type trackedListener struct {
 	net.Listener
 	p         *proxy
 	handshake bool
+	// limit bounds the connections open on this listener; 0 means
+	// only maxConns does.
+	limit int
+	open  int // guarded by p.mu
 }
 
 func (l *trackedListener) Accept() (net.Conn, error) {
@@ -466,11 +610,10 @@ func (l *trackedListener) Accept() (net.Conn, error) {
 		if l.handshake {
 			_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		}
-		cc := &clientConn{TCPConn: tc, p: l.p}
-		ok, full := l.p.trackClient(cc, l.handshake)
-		if full {
-			local, _ := netip.ParseAddrPort(l.Addr().String())
-			l.p.record(sandbox.Connection{Host: local.Addr().String(), Port: local.Port(), Verdict: Denied, Reason: fmt.Sprintf("connection limit: %d connections to the proxy are open", maxConns)})
+		cc := &clientConn{TCPConn: tc, p: l.p, l: l}
+		ok, full := l.p.trackClient(cc, l)
+		if full != "" {
+			l.p.recordClient(tc, full)
 			continue
 		}
 		if !ok {

@@ -260,38 +260,126 @@ func first(rs []rule, match func(ru rule, deny bool) bool, deny bool) (rule, boo
 // asked for directly): a deny address or CIDR that contains it wins; an
 // address in a special range (SpecialRange: private, loopback,
 // link-local, CGNAT, metadata, multicast, …) is refused unless an allow
-// address or CIDR lists it explicitly; any other address is allowed.
+// address or CIDR that names that range, or a narrower one inside it,
+// contains it: a wider entry such as 0.0.0.0/0 or ::/0 never reaches a
+// special range. A NAT64 or 6to4 address whose embedded IPv4 address is
+// special needs that too, for the embedded address. Any other address is
+// allowed.
 func (r *Rules) CheckAddr(a netip.Addr, port uint16) Decision {
 	a = a.Unmap()
 	match := func(ru rule, deny bool) bool { return ru.matchAddr(a, port, deny) }
 	if d, ok := first(r.deny, match, true); ok {
 		return Decision{Denied, "address " + a.String() + " is in deny entry " + strconv.Quote(d.text)}
 	}
-	kind := SpecialRange(a)
-	if kind == "" {
+	ranges := specialRanges(a)
+	if len(ranges) == 0 {
 		return Decision{Allowed, "public address " + a.String()}
 	}
-	if al, ok := first(r.allow, match, false); ok {
-		return Decision{Allowed, "address " + a.String() + " is listed by allow entry " + strconv.Quote(al.text)}
+	var names []string
+	for _, sr := range ranges {
+		al, ok := first(r.allow, func(ru rule, deny bool) bool { return ru.portMatches(port, deny) && sr.reachedBy(ru) }, false)
+		if !ok {
+			why := sr.addr.String() + " is " + sr.kind + " (" + sr.prefix.String() + ")"
+			if sr.addr != a {
+				why = a.String() + " embeds " + why
+			}
+			why = "address " + why + "; only an allow entry naming that range or a narrower one inside it reaches it"
+			if wide, ok := first(r.allow, func(ru rule, deny bool) bool { return ru.matchAddr(sr.addr, port, deny) }, false); ok {
+				why += " (allow entry " + strconv.Quote(wide.text) + " is wider)"
+			}
+			return Decision{Denied, why}
+		}
+		names = append(names, strconv.Quote(al.text))
 	}
-	return Decision{Denied, "address " + a.String() + " is " + kind + " and not listed explicitly"}
+	return Decision{Allowed, "address " + a.String() + " is " + ranges[0].kind + " named by allow entry " + strings.Join(names, " and ")}
 }
 
-// listsAddr reports whether an allow address or CIDR lists a for port.
-func (r *Rules) listsAddr(a netip.Addr, port uint16) bool {
+// namesAddr reports whether an allow entry is the address a itself (a
+// /32 or /128) for port.
+func (r *Rules) namesAddr(a netip.Addr, port uint16) bool {
 	a = a.Unmap()
-	_, ok := first(r.allow, func(ru rule, deny bool) bool { return ru.matchAddr(a, port, deny) }, false)
+	_, ok := first(r.allow, func(ru rule, deny bool) bool {
+		return ru.matchAddr(a, port, deny) && ru.prefix.Bits() == a.BitLen()
+	}, false)
 	return ok
 }
 
+// specialRange is one special range an address lies in; addr is the
+// address in it (the IPv4 address a NAT64 or 6to4 address embeds, else
+// the address itself).
+type specialRange struct {
+	prefix netip.Prefix
+	kind   string
+	addr   netip.Addr
+}
+
+// reachedBy reports whether the allow entry ru names the range, or a
+// narrower one inside it, and contains the address.
+func (sr specialRange) reachedBy(ru rule) bool {
+	return ru.prefix.IsValid() && ru.prefix.Bits() >= sr.prefix.Bits() &&
+		sr.prefix.Contains(ru.prefix.Addr()) && ru.prefix.Contains(sr.addr)
+}
+
+// specialRanges lists the special ranges a (unmapped) lies in: the
+// narrowest of special that contains it and, for a NAT64 (64:ff9b::/96)
+// or 6to4 (2002::/16) address, the narrowest its embedded IPv4 address
+// lies in.
+func specialRanges(a netip.Addr) []specialRange {
+	var out []specialRange
+	if sr, ok := narrowestSpecial(a); ok {
+		out = append(out, sr)
+	}
+	if v4, ok := embeddedIPv4(a); ok {
+		if sr, ok := narrowestSpecial(v4); ok {
+			out = append(out, sr)
+		}
+	}
+	return out
+}
+
+func narrowestSpecial(a netip.Addr) (specialRange, bool) {
+	var best specialRange
+	for _, s := range special {
+		if s.prefix.Contains(a) && (!best.prefix.IsValid() || s.prefix.Bits() > best.prefix.Bits()) {
+			best = specialRange{prefix: s.prefix, kind: s.kind, addr: a}
+		}
+	}
+	return best, best.prefix.IsValid()
+}
+
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// embeddedIPv4 is the IPv4 address a NAT64 (64:ff9b::/96: the last 32
+// bits) or 6to4 (2002::/16: the 32 bits after the prefix) address
+// carries.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case !a.Is6():
+		return netip.Addr{}, false
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
+}
+
 // special are the ranges no name may resolve to unless an allow entry
-// lists the address: what is not the public internet.
+// names the range or a narrower one inside it: what is not the public
+// internet. Where they nest, the narrowest applies (a metadata address
+// needs an entry naming it, not the link-local range).
 var special = []struct {
 	prefix netip.Prefix
 	kind   string
 }{
 	{netip.MustParsePrefix("169.254.169.254/32"), "a cloud metadata address"},
+	{netip.MustParsePrefix("100.100.100.200/32"), "a cloud metadata address"},
 	{netip.MustParsePrefix("fd00:ec2::254/128"), "a cloud metadata address"},
+	{netip.MustParsePrefix("fd20:ce::254/128"), "a cloud metadata address"},
 	{netip.MustParsePrefix("0.0.0.0/8"), "an unspecified address"},
 	{netip.MustParsePrefix("10.0.0.0/8"), "a private address"},
 	{netip.MustParsePrefix("100.64.0.0/10"), "a CGNAT address"},
@@ -321,19 +409,43 @@ var special = []struct {
 	{netip.MustParsePrefix("ff00::/8"), "a multicast address"},
 }
 
-// SpecialRange names the kind of range a lies in ("a private address",
-// "a cloud metadata address", …), or "" for a public address.
+// SpecialRange names the kind of the narrowest special range a lies in
+// ("a private address", "a cloud metadata address", …), or "" for a
+// public address.
 func SpecialRange(a netip.Addr) string {
 	a = a.Unmap()
 	if !a.IsValid() {
 		return "an invalid address"
 	}
-	for _, s := range special {
-		if s.prefix.Contains(a) {
-			return s.kind
+	sr, _ := narrowestSpecial(a)
+	return sr.kind
+}
+
+// SpecialReach explains, for policy check, how each allow address or
+// CIDR meets the special ranges: which one it lies inside (and so
+// reaches), and which ones lie inside it without being reached (it is
+// wider than they are). One line per entry that meets any.
+func (r *Rules) SpecialReach() []string {
+	var lines []string
+	for _, ru := range r.allow {
+		if !ru.prefix.IsValid() {
+			continue
+		}
+		if sr, ok := narrowestSpecial(ru.prefix.Addr()); ok && sr.reachedBy(ru) {
+			lines = append(lines, fmt.Sprintf("allow entry %q reaches %s (in %s, %s)", ru.text, ru.prefix, sr.prefix, sr.kind))
+			continue
+		}
+		var wider []string
+		for _, s := range special {
+			if s.prefix.Bits() > ru.prefix.Bits() && ru.prefix.Contains(s.prefix.Addr()) {
+				wider = append(wider, s.prefix.String())
+			}
+		}
+		if len(wider) > 0 {
+			lines = append(lines, fmt.Sprintf("allow entry %q is wider than, and does not reach, the special ranges %s (name a range, or a narrower one inside it, to reach it)", ru.text, strings.Join(wider, ", ")))
 		}
 	}
-	return ""
+	return lines
 }
 
 // Allow and Deny return the entries as written, for explanations.

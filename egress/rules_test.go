@@ -183,3 +183,60 @@ func TestParseRuleMappedCIDR(t *testing.T) {
 		t.Errorf("CheckAddr(10.1.2.3) under deny ::ffff:10.0.0.0/104 = %+v, want denied by the entry", d)
 	}
 }
+
+// TestSpecialRangesNeedNarrowEntry: a special range is reached only
+// through an allow entry naming it or a narrower range inside it, never
+// through 0.0.0.0/0, ::/0 or another wider prefix; public addresses are
+// reached through the wide entries.
+func TestSpecialRangesNeedNarrowEntry(t *testing.T) {
+	for _, tc := range []struct {
+		allow []string
+		addr  string
+		want  string
+	}{
+		{[]string{"0.0.0.0/0", "::/0"}, "8.8.8.8", Allowed},
+		{[]string{"0.0.0.0/0", "::/0"}, "2606:4700::1111", Allowed},
+		{[]string{"0.0.0.0/0", "::/0"}, "169.254.169.254", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "100.100.100.200", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "10.1.2.3", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "172.16.0.1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "192.168.1.1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "100.64.0.1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "127.0.0.1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "169.254.1.1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "::1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "fd00::1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "fd00:ec2::254", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "fd20:ce::254", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "fe80::1", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "::ffff:169.254.169.254", Denied},
+		{[]string{"0.0.0.0/0", "::/0"}, "64:ff9b::a9fe:a9fe", Denied}, // NAT64 of the metadata address
+		{[]string{"0.0.0.0/0", "::/0"}, "2002:a00:1::1", Denied},      // 6to4 of 10.0.0.1
+		{[]string{"::ffff:0:0/96"}, "10.0.0.1", Denied},               // the mapped form of 0.0.0.0/0
+		{[]string{"8.0.0.0/6"}, "10.0.0.1", Denied},                   // wider than 10.0.0.0/8
+		{[]string{"fc00::/7"}, "fd00:ec2::254", Denied},               // the metadata address needs its own entry
+		{[]string{"169.254.0.0/16"}, "169.254.169.254", Denied},
+		{[]string{"169.254.0.0/16"}, "169.254.1.1", Allowed},
+		{[]string{"169.254.169.254"}, "169.254.169.254", Allowed},
+		{[]string{"10.0.0.0/8"}, "10.1.2.3", Allowed},
+		{[]string{"10.1.0.0/16"}, "10.1.2.3", Allowed},
+		{[]string{"::ffff:10.0.0.0/104"}, "::ffff:10.1.2.3", Allowed},
+		{[]string{"fd00::/8"}, "fd00::1", Allowed},
+		{[]string{"127.0.0.1"}, "127.0.0.1", Allowed},
+		{[]string{"64:ff9b::/96"}, "64:ff9b::808:808", Allowed}, // NAT64 of a public address
+		{[]string{"64:ff9b::/96"}, "64:ff9b::a00:1", Denied},    // NAT64 of 10.0.0.1: 10/8 not named
+		{[]string{"64:ff9b::/96", "10.0.0.0/8"}, "64:ff9b::a00:1", Allowed},
+	} {
+		r, err := ParseRules(tc.allow, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r.CheckAddr(netip.MustParseAddr(tc.addr), 80)
+		if got.Verdict != tc.want {
+			t.Errorf("allow %q: CheckAddr(%s) = %+v, want %s", tc.allow, tc.addr, got, tc.want)
+		}
+		if got.Verdict == Denied && len(tc.allow) > 0 && strings.HasSuffix(tc.allow[0], "/0") && !strings.Contains(got.Reason, "is wider") {
+			t.Errorf("allow %q: CheckAddr(%s) reason %q, want it to name the wider entry", tc.allow, tc.addr, got.Reason)
+		}
+	}
+}

@@ -147,9 +147,33 @@ type networkValue documentNetwork
 // documentNetwork is the mapping form of the network key; mode
 // "allowlist" is written only this way.
 type documentNetwork struct {
-	Mode  *string  `json:"mode,omitempty"`
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
+	Mode        *string              `json:"mode,omitempty"`
+	Allow       []string             `json:"allow,omitempty"`
+	Deny        []string             `json:"deny,omitempty"`
+	Credentials []documentCredential `json:"credentials,omitempty"`
+}
+
+// documentCredential is a network.credentials entry
+// (sandbox.Credential): a secret bound to a host, its value named by
+// source, never written in the policy.
+type documentCredential struct {
+	Name     *string                  `json:"name,omitempty"`
+	Host     *string                  `json:"host,omitempty"`
+	Port     *int64                   `json:"port,omitempty"`
+	Header   *string                  `json:"header,omitempty"`
+	Format   *string                  `json:"format,omitempty"`
+	Variable *string                  `json:"variable,omitempty"`
+	Value    *documentCredentialValue `json:"value,omitempty"`
+	// UpstreamCA is an operator-owned PEM file of the CAs that verify
+	// the host's certificate; absent means the host's trust store.
+	UpstreamCA *string `json:"upstreamCA,omitempty"`
+}
+
+// documentCredentialValue says where a credential's value comes from:
+// the service's environment (env) or an operator-owned file (file).
+type documentCredentialValue struct {
+	Env  *string `json:"env,omitempty"`
+	File *string `json:"file,omitempty"`
 }
 
 func (v *networkValue) UnmarshalJSON(b []byte) error {
@@ -164,7 +188,7 @@ func (v *networkValue) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the string form unless there are lists to write.
 func (v networkValue) MarshalJSON() ([]byte, error) {
-	if v.Allow == nil && v.Deny == nil && v.Mode != nil && sandbox.NetworkMode(*v.Mode) != sandbox.NetworkAllowlist {
+	if v.Allow == nil && v.Deny == nil && v.Credentials == nil && v.Mode != nil && sandbox.NetworkMode(*v.Mode) != sandbox.NetworkAllowlist {
 		return json.Marshal(*v.Mode)
 	}
 	return json.Marshal(documentNetwork(v))

@@ -34,6 +34,23 @@ func Format(p sandbox.Policy) ([]byte, error) {
 		},
 		Env: &documentEnv{Inherit: p.EnvInherit, AllowSecrets: p.EnvAllowSecrets, Set: map[string]scalarValue{}},
 	}
+	for _, c := range p.Credentials {
+		port := int64(c.Port)
+		dc := documentCredential{Name: s(c.Name), Host: s(c.Host), Port: &port, Header: s(c.Header), Format: s(c.Format), Value: &documentCredentialValue{}}
+		if c.Variable != "" {
+			dc.Variable = s(c.Variable)
+		}
+		if c.ValueEnv != "" {
+			dc.Value.Env = s(c.ValueEnv)
+		}
+		if c.ValueFile != "" {
+			dc.Value.File = s(c.ValueFile)
+		}
+		if c.UpstreamCAFile != "" {
+			dc.UpstreamCA = s(c.UpstreamCAFile)
+		}
+		doc.Network.Credentials = append(doc.Network.Credentials, dc)
+	}
 	if doc.Env.Inherit == nil {
 		doc.Env.Inherit = []string{} // explicit: inherit nothing
 	}

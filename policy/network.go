@@ -64,7 +64,27 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 	if len(p.NetworkDeny) > 0 {
 		line("network: refused even when allowed: %s", strings.Join(p.NetworkDeny, ", "))
 	}
-	line("network: refused unless an allow entry lists the address or its CIDR: IP addresses asked for directly, and names resolving to private, loopback, link-local, CGNAT, multicast, reserved or cloud metadata addresses (169.254.169.254, fd00:ec2::254); checked on every resolved address, and the proxy dials the address it checked (no DNS rebinding)")
+	line("network: IP addresses asked for directly are refused unless an allow address or CIDR contains them; private, loopback, link-local, CGNAT, multicast, reserved, documentation, ULA and cloud metadata addresses (169.254.169.254, 100.100.100.200, fd00:ec2::254, fd20:ce::254), also in their IPv4-mapped, NAT64 and 6to4 forms, are refused unless an allow entry names their range or a narrower one inside it (0.0.0.0/0, ::/0 or any wider prefix never reaches them), and the host's own public addresses unless an allow entry is that address; checked on every resolved address, and the proxy dials the address it checked (no DNS rebinding)")
+	if rules, err := egress.ParseRules(p.NetworkAllow, p.NetworkDeny); err == nil {
+		for _, l := range rules.SpecialReach() {
+			line("network: %s", l)
+		}
+	}
+	for _, c := range p.Credentials {
+		from := "the service's variable " + c.ValueEnv
+		if c.ValueFile != "" {
+			from = "the operator-owned file " + c.ValueFile
+		}
+		held := "no variable of the call names it"
+		if c.Variable != "" {
+			held = "the call's " + c.Variable + " holds a placeholder unique to the call"
+		}
+		trust := "the host's trust store"
+		if c.UpstreamCAFile != "" {
+			trust = "the operator's CA file " + c.UpstreamCAFile
+		}
+		line("network: credential %q: the proxy puts it in header %s (%q) of HTTPS requests to %s:%d, read at call time from %s; %s, which the proxy replaces (a request without the header gets it added; one with another value gets nothing); TLS to %s is terminated by the proxy with a CA made for the call (the call trusts it: SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO, CURL_CA_BUNDLE and the bundle at %s) and re-encrypted, verified against %s; the value never enters the call and is redacted from its output and audit record", c.Name, c.Header, c.Format, c.Host, c.Port, from, held, c.Host, egress.CABundlePath, trust)
+	}
 	line("network: DNS answers only names the allow list matches (others get NXDOMAIN); raw TCP or UDP to anything but the proxy and the DNS server fails; /sys is an empty read-only tmpfs on backends oci and containerd (the engine's read-only sysfs on docker); every connection (host, port, bytes, verdict, reason) is in the call's audit record")
 }
 
@@ -111,6 +131,164 @@ func WithNetworkFiles(dir string, hostImage bool) sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: target, Type: "bind", Source: filepath.Join(dir, name),
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		})
+		return nil
+	}
+}
+
+// Credential defaults and bounds (network.credentials).
+const (
+	// CABundlePath is where a call with credentials finds its CA bundle
+	// (the host's, plus the call's CA), bound read-only over the
+	// Debian bundle's path.
+	CABundlePath            = "/etc/ssl/certs/ca-certificates.crt"
+	DefaultCredentialHeader = "Authorization"
+	DefaultCredentialFormat = "Bearer {}"
+	// MaxCredentials bounds the entries of network.credentials.
+	MaxCredentials = 16
+)
+
+// credentialBackends are the backends whose calls get credentials at
+// egress: those that serve the egress proxy in a namespace they join,
+// and bind the call's CA bundle into the call.
+var credentialBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendContainerd}
+
+// credentialsFromDocument resolves network.credentials, filling in the
+// defaults (port 443, header Authorization, format "Bearer {}"); the
+// values are checked by checkCredentials.
+func credentialsFromDocument(in []documentCredential, ps *problems) []sandbox.Credential {
+	var out []sandbox.Credential
+	for i, d := range in {
+		c := sandbox.Credential{Port: 443, Header: DefaultCredentialHeader, Format: DefaultCredentialFormat}
+		str(&c.Name, d.Name)
+		str(&c.Host, d.Host)
+		str(&c.Header, d.Header)
+		str(&c.Format, d.Format)
+		str(&c.Variable, d.Variable)
+		str(&c.UpstreamCAFile, d.UpstreamCA)
+		if d.Port != nil {
+			if *d.Port < 1 || *d.Port > 65535 {
+				ps.add(fmt.Sprintf("network.credentials[%d].port", i), "%d is not a port from 1 to 65535", *d.Port)
+			} else {
+				c.Port = uint16(*d.Port)
+			}
+		}
+		if v := d.Value; v != nil {
+			str(&c.ValueEnv, v.Env)
+			str(&c.ValueFile, v.File)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// checkCredentials checks network.credentials: mode allowlist on a
+// backend that injects them, each entry named (unique), its host a name
+// the allow list reaches on its port, a header name, a format with {},
+// an optional variable name, and exactly one value source.
+func checkCredentials(p sandbox.Policy, ps *problems) {
+	if len(p.Credentials) == 0 {
+		return
+	}
+	switch {
+	case p.Network != NetworkAllowlist:
+		ps.add("network.credentials", "need mode %q (mode is %q)", NetworkAllowlist, p.Network)
+		return
+	case !slices.Contains(credentialBackends, p.Backend) && p.Backend.Valid():
+		ps.add("network.credentials", "backend %s cannot inject credentials (its egress proxy cannot terminate TLS with a CA the call trusts there yet); use backend %s", p.Backend, sandbox.JoinModes(credentialBackends, " or "))
+	case len(p.Credentials) > MaxCredentials:
+		ps.add("network.credentials", "has %d entries; the limit is %d", len(p.Credentials), MaxCredentials)
+		return
+	}
+	rules, rerr := egress.ParseRules(p.NetworkAllow, p.NetworkDeny)
+	names, vars, hosts := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for i, c := range p.Credentials {
+		f := func(field string) string { return fmt.Sprintf("network.credentials[%d].%s", i, field) }
+		switch {
+		case c.Name == "":
+			ps.add(f("name"), "is missing")
+		case !credentialName(c.Name):
+			ps.add(f("name"), "%q: want 1 to 32 of a-z, 0-9 and '-'", c.Name)
+		case names[c.Name]:
+			ps.add(f("name"), "%q is used twice", c.Name)
+		}
+		names[c.Name] = true
+		host, _, isAddr := egress.NormalizeHost(c.Host)
+		switch {
+		case c.Host == "":
+			ps.add(f("host"), "is missing")
+		case isAddr || strings.ContainsAny(host, "*:/[]") || egress.ParseRule(host) != nil || host != c.Host:
+			ps.add(f("host"), "%q: want a lower-case host name (no address, wildcard or port)", c.Host)
+		case rerr == nil && rules.CheckHost(host, c.Port).Verdict != egress.Allowed:
+			ps.add(f("host"), "%s:%d is not reached by network.allow (%s)", host, c.Port, rules.CheckHost(host, c.Port).Reason)
+		case hosts[fmt.Sprintf("%s:%d", host, c.Port)]:
+			ps.add(f("host"), "%s:%d has a credential already", host, c.Port)
+		}
+		hosts[fmt.Sprintf("%s:%d", host, c.Port)] = true
+		if c.Header == "" || strings.ContainsFunc(c.Header, func(r rune) bool { return !headerChar(r) }) {
+			ps.add(f("header"), "%q is not a header name", c.Header)
+		}
+		if !strings.Contains(c.Format, "{}") || strings.ContainsAny(c.Format, "\r\n\x00") {
+			ps.add(f("format"), "%q: want the header's value with {} standing for the secret, on one line", c.Format)
+		}
+		if c.Variable != "" {
+			switch {
+			case !portableName(c.Variable):
+				ps.add(f("variable"), "%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", c.Variable)
+			case strings.HasPrefix(c.Variable, "DSH_") || strings.HasPrefix(c.Variable, "LD_") || slices.Contains(egressVariables, strings.ToUpper(c.Variable)):
+				ps.add(f("variable"), "%q is reserved", c.Variable)
+			case vars[c.Variable]:
+				ps.add(f("variable"), "%q is used twice", c.Variable)
+			}
+			vars[c.Variable] = true
+		}
+		switch {
+		case (c.ValueEnv == "") == (c.ValueFile == ""):
+			ps.add(f("value"), "want exactly one of env (a variable of the service) and file (an operator-owned file)")
+		case c.ValueEnv != "" && !portableName(c.ValueEnv):
+			ps.add(f("value.env"), "%q is not a variable name", c.ValueEnv)
+		case c.ValueFile != "" && !absClean(c.ValueFile):
+			ps.add(f("value.file"), "%q is not an absolute, clean path", c.ValueFile)
+		}
+		if c.UpstreamCAFile != "" && !absClean(c.UpstreamCAFile) {
+			ps.add(f("upstreamCA"), "%q is not an absolute, clean path", c.UpstreamCAFile)
+		}
+	}
+}
+
+// egressVariables are the variables the egress network sets in a call,
+// which a credential's variable may not name.
+var egressVariables = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"}
+
+func absClean(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && strings.IndexByte(p, 0) < 0
+}
+
+func credentialName(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// headerChar reports whether r may appear in an HTTP header name (an
+// RFC 9110 token).
+func headerChar(r rune) bool {
+	return r < 0x7f && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+}
+
+// WithCABundle binds the call's CA bundle (egress.Setup.CABundle)
+// read-only over egress.CABundlePath.
+func WithCABundle(hostPath string) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: egress.CABundlePath, Type: "bind", Source: hostPath,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 		})
 		return nil

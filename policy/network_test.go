@@ -114,6 +114,18 @@ func TestExplainAllowlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, "explain-allowlist", Explain(p))
+	// A wide prefix: policy check says which special ranges it does
+	// not reach.
+	p, err = Parse([]byte("network: {mode: allowlist, allow: [\"0.0.0.0/0\", \"::/0\", \"169.254.169.254\"]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Explain(p)
+	for _, want := range []string{`allow entry "0.0.0.0/0" is wider than, and does not reach, the special ranges 169.254.169.254/32, 100.100.100.200/32, 0.0.0.0/8, 10.0.0.0/8`, `allow entry "::/0" is wider than, and does not reach, the special ranges fd00:ec2::254/128, fd20:ce::254/128`, `allow entry "169.254.169.254" reaches 169.254.169.254/32 (in 169.254.169.254/32, a cloud metadata address)`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Explain(allow 0.0.0.0/0, ::/0, 169.254.169.254) lacks %q:\n%s", want, got)
+		}
+	}
 }
 
 func TestWithNetworkNamespace(t *testing.T) {

@@ -98,6 +98,7 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 			p.Network = sandbox.NetworkMode(*n.Mode)
 		}
 		p.NetworkAllow, p.NetworkDeny = slices.Clone(n.Allow), slices.Clone(n.Deny)
+		p.Credentials = credentialsFromDocument(n.Credentials, &ps)
 	}
 	str(&p.Workspace, doc.Workspace)
 	str(&p.Transcript, doc.Transcript)
@@ -321,6 +322,9 @@ func finish(p sandbox.Policy) sandbox.Policy {
 	if len(p.NetworkDeny) == 0 {
 		p.NetworkDeny = nil
 	}
+	if len(p.Credentials) == 0 {
+		p.Credentials = nil
+	}
 	if len(p.EnvSet) == 0 {
 		p.EnvSet = nil
 	}
@@ -359,6 +363,7 @@ func clonePolicy(p sandbox.Policy) sandbox.Policy {
 	p.EnvInherit = slices.Clone(p.EnvInherit)
 	p.NetworkAllow = slices.Clone(p.NetworkAllow)
 	p.NetworkDeny = slices.Clone(p.NetworkDeny)
+	p.Credentials = slices.Clone(p.Credentials)
 	p.EnvAllowSecrets = slices.Clone(p.EnvAllowSecrets)
 	p.EnvSet = maps.Clone(p.EnvSet)
 	p.RedactEnv = slices.Clone(p.RedactEnv)

@@ -53,6 +53,7 @@ func validate(p *sandbox.Policy, ps *problems) {
 	}
 	checkEnum("network", p.Network, sandbox.NetworkModes, ps)
 	checkNetworkRules(p.Backend, p.Network, p.NetworkAllow, p.NetworkDeny, ps)
+	checkCredentials(*p, ps)
 	checkEnum("workspace", p.Workspace, sandbox.WorkspaceModes, ps)
 	checkEnum("transcript", p.Transcript, sandbox.TranscriptModes, ps)
 	checkMounts(p.Mounts, p.Tmpfs, ps)

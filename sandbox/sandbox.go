@@ -174,6 +174,10 @@ type Policy struct {
 	// "allowlist" (egress.ParseRules); nil for the other networks.
 	NetworkAllow []string `json:"networkAllow,omitempty"`
 	NetworkDeny  []string `json:"networkDeny,omitempty"`
+	// Credentials are secrets the egress proxy of network "allowlist"
+	// adds to HTTPS requests to their hosts (policy
+	// network.credentials); nil means none.
+	Credentials []Credential `json:"credentials,omitempty"`
 	// Workspace is "rw", "ro" or "none" for the session cwd mount.
 	Workspace WorkspaceMode `json:"workspace"`
 	// Transcript is "ro" or "none" for the session directory mount.
@@ -214,6 +218,36 @@ type Policy struct {
 	// DenyTTY refuses calls that ask for a terminal (Request.Terminal;
 	// policy file tty: false). The zero value allows them.
 	DenyTTY bool `json:"denyTty,omitempty"`
+}
+
+// Credential is a secret the egress proxy adds to a call's HTTPS
+// requests to one host, so that the call never holds it: the call's
+// Variable holds a placeholder, unique per call. The value is read at
+// call time from the service's environment (ValueEnv) or an
+// operator-owned file (ValueFile), exactly one of them; never from a
+// request or the workspace.
+type Credential struct {
+	// Name names the credential in the record and the audit log.
+	Name string `json:"name"`
+	// Host is the host name the credential is bound to, and Port its
+	// port (0 means 443).
+	Host string `json:"host"`
+	Port uint16 `json:"port,omitempty"`
+	// Header is the request header that carries it ("Authorization"),
+	// Format its value with {} for the secret ("Bearer {}").
+	Header string `json:"header"`
+	Format string `json:"format"`
+	// Variable is the call's variable that holds the placeholder
+	// ("GITHUB_TOKEN"); empty means none.
+	Variable string `json:"variable,omitempty"`
+	// ValueEnv names the service's variable holding the secret;
+	// ValueFile is the absolute path of an operator-owned file holding
+	// it (surrounding white space trimmed).
+	ValueEnv  string `json:"valueEnv,omitempty"`
+	ValueFile string `json:"valueFile,omitempty"`
+	// UpstreamCAFile is an operator-owned PEM file of the CAs that
+	// verify Host's certificate; empty means the host's trust store.
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 }
 
 // Mount is a bind mount from the host.

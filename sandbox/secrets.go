@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -70,7 +71,46 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 			}
 		}
 	}
+	for i, c := range p.Credentials {
+		v, err := CredentialValue(c, getenv)
+		if err != nil {
+			return nil, Errorf(ErrInvalid, "sandbox: policy.credentials[%d]: %v", i, err)
+		}
+		out = append(out, redact.Secret{Name: "credential-" + c.Name, Value: v})
+	}
 	return slices.Clip(out), nil
+}
+
+// CredentialValue reads the secret of c at call time: the service's
+// variable c.ValueEnv (through getenv), or the operator-owned file
+// c.ValueFile (safefile: no links, a regular file owned by root or this
+// process, not writable by group or others, at most MaxRedactFileBytes),
+// surrounding white space trimmed. An unset variable, an unreadable
+// file or an empty value is an error naming the source, never the value.
+func CredentialValue(c Credential, getenv func(string) (string, bool)) (string, error) {
+	var v string
+	switch {
+	case c.ValueEnv != "":
+		ok := false
+		if getenv != nil {
+			v, ok = getenv(c.ValueEnv)
+		}
+		if !ok {
+			return "", fmt.Errorf("credential %q: the service's variable %s is not set", c.Name, c.ValueEnv)
+		}
+	case c.ValueFile != "":
+		data, err := safefile.Read(c.ValueFile, safefile.Options{MaxBytes: MaxRedactFileBytes, OperatorOwned: true})
+		if err != nil {
+			return "", fmt.Errorf("credential %q: %v", c.Name, err)
+		}
+		v = string(data)
+	default:
+		return "", fmt.Errorf("credential %q has no value source", c.Name)
+	}
+	if v = strings.TrimSpace(v); v == "" {
+		return "", fmt.Errorf("credential %q: the value from its source is empty", c.Name)
+	}
+	return v, nil
 }
 
 // Redactor compiles the CallSecrets of p, with their base64 forms and

@@ -25,6 +25,9 @@ have unshare && have nsenter || need+=(util-linux)
 # ip brings up loopback in the network namespaces the agent tests run in.
 have ip || need+=(iproute2)
 have git || need+=(git)
+# The egress tests make network namespaces and veth pairs with ip
+# (egress/ranges_test.go, egress/credentials_test.go).
+have ip || need+=(iproute2)
 # systemd-socket-activate drives the socket-activation test of `serve`.
 have systemd-socket-activate || need+=(systemd)
 # tmux drives the terminal test of exec -t (integration/pty_test.go).

@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"os"
 	"os/exec"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
@@ -34,11 +38,18 @@ real call on it. Leaves nothing behind.
 The "deployment" entry checks the paths a call from --cwd would mount read-write: the
 workspace resolves without links, is no system directory, lies in --workspace-roots, and
 holds neither the dsh home, the sessions root nor the state or data directory.
+With --policy-file or --policy-dir (as serve takes them), the "credentials" entry checks
+that the value of each network.credentials entry of those policies can be read now (the
+service's variable is set, the operator-owned file is readable, the upstream CA file holds
+certificates), naming the source, never the value.
 Exits 125 when the default runtime (runc) is unusable.
 
 Example:
    dsh-sandbox doctor --json`,
-		Flags: []cli.Flag{jsonFlag},
+		Flags: []cli.Flag{jsonFlag,
+			&cli.StringSliceFlag{Name: "policy-file", Usage: "also check the credential sources of policy `FILE` (repeatable)"},
+			&cli.StringFlag{Name: "policy-dir", Usage: "also check the credential sources of the policies in `DIR`"},
+		},
 		Action: func(c *cli.Context) error {
 			s, err := loadSettings(c)
 			if err != nil {
@@ -68,6 +79,15 @@ Example:
 			}
 			if checks := s.pathChecks("rw"); len(checks) > 0 {
 				reports = append(reports, report{Backend: "deployment", Checks: checks})
+			}
+			files, err := servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
+			if err != nil {
+				return err
+			}
+			if checks, err := s.credentialChecks(files); err != nil {
+				return err
+			} else if len(checks) > 0 {
+				reports = append(reports, report{Backend: "credentials", Checks: checks})
 			}
 			for i := range reports {
 				r := &reports[i]
@@ -107,4 +127,29 @@ Example:
 			return failure
 		},
 	}
+}
+
+// credentialChecks checks, for every network.credentials entry of the
+// policies in files, that its value and upstream CA can be read now
+// (egress.CallCredentials), naming the source and never the value.
+func (s *settings) credentialChecks(files []string) ([]sandbox.Check, error) {
+	pols, err := s.servePolicies(files)
+	if err != nil {
+		return nil, err
+	}
+	var checks []sandbox.Check
+	for _, name := range slices.Sorted(maps.Keys(pols)) {
+		for _, c := range pols[name].Credentials {
+			from := "the service's variable " + c.ValueEnv
+			if c.ValueFile != "" {
+				from = "the file " + c.ValueFile
+			}
+			ch := sandbox.Check{Name: "credential", OK: true, Detail: fmt.Sprintf("policy %s, credential %q for %s:%d: %s is readable", name, c.Name, c.Host, c.Port, from)}
+			if _, _, err := egress.CallCredentials([]sandbox.Credential{c}, os.LookupEnv); err != nil {
+				ch.OK, ch.Detail = false, fmt.Sprintf("policy %s: %v", name, err)
+			}
+			checks = append(checks, ch)
+		}
+	}
+	return checks, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -73,4 +74,57 @@ func egressRootfsTar(t *testing.T) *bytes.Buffer {
 		t.Skipf("cannot build the egress test image (install busybox-static, bash and curl): %v", err)
 	}
 	return &tar
+}
+
+// TestEgressCredentials runs fixtures.BoundProbes in the busybox test
+// image plus curl under a policy that binds a credential to
+// fixtures.BoundHostName: the host gets the secret, the call only its
+// placeholder, and the call's CA bundle is bound where curl finds it.
+func TestEgressCredentials(t *testing.T) {
+	addr := testAddress(t)
+	bh := fixtures.NewBoundHost(t)
+	e, err := New(t.Context(), Options{
+		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
+		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
+		Getenv: func(name string) (string, bool) {
+			if name == "TEST_BOUND_SECRET" {
+				return fixtures.BoundSecret, true
+			}
+			return "", false
+		},
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	defer func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	}()
+	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
+		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
+	}
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t)
+	p.Image = fixtures.EgressImage
+	p.Network, p.NetworkAllow = policy.NetworkAllowlist, []string{fixtures.BoundHostName}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
+	if p, err = policy.Normalize(p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := e.Run(ctx, &sandbox.Request{Command: fixtures.ProbeShell + fixtures.BoundProbes, Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: p})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+	if l := leftovers(t, e); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
 }

@@ -14,8 +14,9 @@ import (
 
 // startEgress starts the egress network of a call of network allowlist
 // (its namespace, proxy and DNS server), points the call's env at the
-// proxy and returns the spec options that join the namespace and bind
-// the name-service files. Its end is pushed on cu, above the container's
+// proxy (and, with credentials, at their placeholders and its CA bundle)
+// and returns the spec options that join the namespace and bind the
+// name-service files and the CA bundle. Its end is pushed on cu, above the container's
 // removal, so it runs after the container is gone: connections still
 // open are closed then, and the record goes into res.Egress.
 func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log zerolog.Logger, cu *driver.Cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
@@ -26,17 +27,21 @@ func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.C
 	if err := egress.WriteFiles(files); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
 	}
-	nc, err := egress.Start(egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log})
+	st, err := egress.StartPolicy(p, egress.Options{Network: e.opts.Network, Logger: log}, e.getenv, filepath.Join(files, "calls"), call.ID)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add("egress", func(context.Context) error {
-		res.Egress = nc.Close()
+		res.Egress = st.Close()
 		return nil
 	})
-	call.Env = egress.WithProxyEnv(call.Env)
-	return []sandbox.SpecOpt{
-		policy.WithNetworkNamespace(nc.NamespacePath()),
+	call.Env = egress.WithEnv(call.Env, st.Env)
+	opts := []sandbox.SpecOpt{
+		policy.WithNetworkNamespace(st.Call.NamespacePath()),
 		policy.WithNetworkFiles(files, hostImage),
-	}, nil
+	}
+	if st.CABundle != "" {
+		opts = append(opts, policy.WithCABundle(st.CABundle))
+	}
+	return opts, nil
 }

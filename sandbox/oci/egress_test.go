@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,5 +181,51 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	p.Network = "none"
 	if err := e.checkPolicy(p); err != nil {
 		t.Errorf("checkPolicy(none on runsc) = %v", err)
+	}
+}
+
+// TestEgressCredentials runs a call whose policy binds a credential to
+// fixtures.BoundHostName (an HTTPS server of the test, whose own CA is
+// the policy's upstream CA): curl in the call, with the placeholder its
+// variable holds, reaches the server, which receives the real secret;
+// the secret is nowhere in the call's environment, files
+// (fixtures.BoundProbes) or output, nor in the record, which says the
+// credential was used; the call's CA bundle is removed afterwards.
+func TestEgressCredentials(t *testing.T) {
+	bh := fixtures.NewBoundHost(t)
+	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
+	e.getenv = func(name string) (string, bool) {
+		if name == "TEST_BOUND_SECRET" {
+			return fixtures.BoundSecret, true
+		}
+		return "", false
+	}
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t, RuntimeRunc)
+	p.Network = policy.NetworkAllowlist
+	p.NetworkAllow = []string{fixtures.BoundHostName}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), &sandbox.Request{
+		Command: fixtures.ProbeShell + fixtures.BoundProbes,
+		Session: sandbox.Session{ID: "s", Cwd: t.TempDir(), TranscriptDir: filepath.Join(t.TempDir(), "tr")},
+		Policy:  p,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+	if l := leftovers(t, e); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
+	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "calls", "*")); len(m) > 0 {
+		t.Errorf("the call's CA bundle is left behind: %v", m)
 	}
 }

@@ -1,0 +1,143 @@
+package egress
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// HostCABundle is the host's CA bundle (Debian's), the start of a
+// call's bundle; CABundlePath is where a call with credentials finds
+// its bundle (the host's plus the call's CA), bound read-only over the
+// same path.
+const (
+	HostCABundle = "/etc/ssl/certs/ca-certificates.crt"
+	CABundlePath = HostCABundle
+)
+
+// maxCAFile bounds an operator's upstream CA file and the host bundle.
+const maxCAFile = 4 << 20
+
+// CallCredentials resolves a policy's credentials for one call: each
+// value read now (sandbox.CredentialValue), a placeholder unique to the
+// call, the upstream CA file of each read (operator-owned); env holds
+// VARIABLE=placeholder for those that name a variable, sorted. Errors
+// name the credential and its source, never a value; they wrap
+// sandbox.ErrInvalid.
+func CallCredentials(cs []sandbox.Credential, getenv func(string) (string, bool)) (creds []Credential, env []string, err error) {
+	for i, c := range cs {
+		v, err := sandbox.CredentialValue(c, getenv)
+		if err != nil {
+			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d]: %v", i, err)
+		}
+		ph, err := NewPlaceholder(c.Name)
+		if err != nil {
+			return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "egress: placeholder: %w", err)
+		}
+		cred := Credential{Name: c.Name, Host: c.Host, Port: c.Port, Header: c.Header, Format: c.Format, Value: v, Placeholder: ph}
+		if c.UpstreamCAFile != "" {
+			pem, err := safefile.Read(c.UpstreamCAFile, safefile.Options{MaxBytes: maxCAFile, OperatorOwned: true})
+			if err != nil {
+				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %v", i, err)
+			}
+			cred.Roots = x509.NewCertPool()
+			if !cred.Roots.AppendCertsFromPEM(pem) {
+				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %s holds no PEM certificate", i, c.UpstreamCAFile)
+			}
+		}
+		creds = append(creds, cred)
+		if c.Variable != "" {
+			env = append(env, c.Variable+"="+ph)
+		}
+	}
+	slices.Sort(env)
+	return creds, env, nil
+}
+
+// CAEnv are the variables that point a call's TLS clients at its CA
+// bundle, at path inside the call: SSL_CERT_FILE (OpenSSL, Go),
+// CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE (Python), NODE_EXTRA_CA_CERTS and
+// GIT_SSL_CAINFO; sorted.
+func CAEnv(path string) []string {
+	var env []string
+	for _, n := range []string{"CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"} {
+		env = append(env, n+"="+path)
+	}
+	return env
+}
+
+// WriteCABundle writes a call's CA bundle into dir as name (0644): the
+// host's bundle (HostCABundle, when there is one) followed by caPEM,
+// the call's CA. It returns the file's path; the caller removes it when
+// the call ends.
+func WriteCABundle(dir, name string, caPEM []byte) (string, error) {
+	host, err := safefile.Read(HostCABundle, safefile.Options{MaxBytes: maxCAFile})
+	if err != nil && !os.IsNotExist(err) {
+		return "", fmt.Errorf("egress: the host's CA bundle: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("egress: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return "", fmt.Errorf("egress: the call's CA bundle: %w", err)
+	}
+	return path, os.Chmod(path, 0o644)
+}
+
+// Setup is a call's egress network as a backend starts it from the
+// policy (StartPolicy): the network, the variables the call gets and,
+// with credentials, the call's CA bundle on the host.
+type Setup struct {
+	Call *Call
+	// Env are the proxy's variables (ProxyEnv) and, with credentials,
+	// each credential's VARIABLE=placeholder and CAEnv(CABundlePath);
+	// apply them with WithEnv.
+	Env []string
+	// CABundle is the host path of the call's CA bundle, to bind
+	// read-only at CABundlePath; empty without credentials.
+	CABundle string
+}
+
+// StartPolicy starts the egress network of a call under p (Start with
+// p's rules and credentials, whose values it reads through getenv and
+// safefile now), writing the call's CA bundle into dir as ID.pem when
+// there are credentials. On error nothing is left.
+func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool), dir, id string) (*Setup, error) {
+	creds, credEnv, err := CallCredentials(p.Credentials, getenv)
+	if err != nil {
+		return nil, err
+	}
+	o.Allow, o.Deny, o.Credentials = p.NetworkAllow, p.NetworkDeny, creds
+	c, err := Start(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Setup{Call: c, Env: ProxyEnv()}
+	if len(creds) > 0 {
+		if s.CABundle, err = WriteCABundle(dir, id+".pem", c.CACertPEM()); err != nil {
+			c.Close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "%w", err)
+		}
+		s.Env = WithEnv(s.Env, append(credEnv, CAEnv(CABundlePath)...))
+	}
+	return s, nil
+}
+
+// Close ends the call's network (Call.Close) and removes its CA
+// bundle; it returns the record.
+func (s *Setup) Close() []sandbox.Connection {
+	recs := s.Call.Close()
+	if s.CABundle != "" {
+		if err := os.Remove(s.CABundle); err != nil && !os.IsNotExist(err) {
+			s.Call.p.log.Debug().Err(err).Msg("egress: removing the call's CA bundle")
+		}
+	}
+	return recs
+}
