@@ -96,6 +96,11 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 	}
 	if tr, ok := plan.Mount(sandbox.MountTranscript); ok {
 		line("reads: the session's own transcript directory, %s, at the same path (never the sessions root or other sessions)", access(tr))
+		if SessionReadAsOwner(p.Backend) {
+			line("the transcript directory is an id-mapped mount through which the harness user who owns it is the call: the call reads the transcript and spill files whatever uid it runs as and whatever their modes, and can change none of them")
+		} else {
+			line("the transcript directory is a plain read-only bind: a call that does not run as the harness user reads the directory and spill files through the service's ACL entry, not the transcript dsh writes with mode 0600")
+		}
 	} else {
 		line("transcript: not mounted")
 	}

@@ -95,8 +95,8 @@ func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]stri
 // namespace, so the runc that bind-mounts them sees them. The staging
 // mounts made are returned, also with an error; removeCallDir removes
 // them.
-func stageBinds(spec *specs.Spec, mapped map[string]bool, dir string) ([]string, error) {
-	return idmap.Stage(spec, mapped, dir, func(f func() error) error { return f() })
+func stageBinds(spec *specs.Spec, how idmap.Staging, dir string) ([]string, error) {
+	return idmap.Stage(spec, how, dir, func(f func() error) error { return f() })
 }
 
 // removeCallDir detaches the mounts staged in dir, then removes dir with

@@ -188,12 +188,12 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 // within the call's user namespace. The mounts are made in the runtime's
 // mount namespace and recorded in b, whose unmount removes them, also
 // after an error.
-func (b *bundle) stageBinds(spec *specs.Spec, mapped map[string]bool) error {
+func (b *bundle) stageBinds(spec *specs.Spec, how idmap.Staging) error {
 	dir := b.path(bundleBinds)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return fmt.Errorf("bind staging: %w", err)
 	}
-	staged, err := idmap.Stage(spec, mapped, dir, b.inNamespace)
+	staged, err := idmap.Stage(spec, how, dir, b.inNamespace)
 	b.staged = append(b.staged, staged...)
 	if err != nil {
 		return fmt.Errorf("bind staging: %w", err)
