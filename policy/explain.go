@@ -49,6 +49,9 @@ func Explain(p sandbox.Policy) string {
 	line("output: the last %d bytes of each stream are returned; the full output, up to %s per stream, is kept in a spill file in the session directory; a session's spill files together stay within %s (the oldest are removed first) and are removed after %s",
 		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
 		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))
+	if l.WorkspaceBytes > 0 {
+		line("workspace size: the workspace holds at most %s in all, what is there already included (a project quota on its file system; writes past it fail with EDQUOT); a workspace whose file system does not enforce project quotas (ext4 with the quota and project features or XFS, mounted prjquota) refuses the call", formatSize(l.WorkspaceBytes))
+	}
 	explainEnv(p, line)
 	switch {
 	case p.DenyTTY:

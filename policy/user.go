@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
 )
 
 // ResolveUser returns the uid and gid a call under p for session s runs
@@ -218,6 +219,11 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 				ws = append(ws, fmt.Sprintf("the transcript in %s will be written by the harness user (uid %d) with mode 0600, which %s cannot read (the service's ACL entry covers the directory and spill files, not a file dsh creates); run calls as uid %d to read it",
 					s.TranscriptDir, harness.UID, who, harness.UID))
 			}
+		}
+	}
+	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok && wsm.Writable && p.Limits.WorkspaceBytes > 0 {
+		if err := quota.Check(s.Cwd); err != nil && !notExist(err) {
+			ws = append(ws, fmt.Sprintf("limits.workspaceBytes cannot be enforced on the workspace (%v); the service refuses calls of this session", unwrapPathError(err)))
 		}
 	}
 	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok {

@@ -23,6 +23,7 @@ func narrowFlags() []cli.Flag {
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` of this call (e.g. 512Mi); at most the policy's"},
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU quota of this call in cores (e.g. 0.5); at most the policy's"},
 		&cli.Int64Flag{Name: "pids", Usage: "task limit of this call; at most the policy's"},
+		&cli.StringFlag{Name: "workspace-bytes", Usage: "bound the workspace to `SIZE` in all (e.g. 2Gi; project quotas); at most the policy's limits.workspaceBytes; a file system without project quotas refuses the call"},
 		&cli.StringFlag{Name: "network", Usage: "network of this call: none, or loopback under a loopback policy"},
 		&cli.StringSliceFlag{Name: "mount", Usage: "bind mount `SRC:DST[:ro]` (repeatable); SRC must lie below one of the policy's mountRoots (read-write only under a rw root), resolve without links and hold no path the service trusts"},
 		&cli.StringFlag{Name: "env-file", Usage: "read ordinary environment from `FILE`: KEY=VALUE lines, # comments; DSH_* keys are dropped"},
@@ -33,6 +34,7 @@ func narrowFlags() []cli.Flag {
 var narrowFlagNames = map[string]string{
 	"memoryBytes": "--memory", "cpus": "--cpus", "pids": "--pids",
 	"timeoutMs": "--timeout", "network": "--network", "mounts": "--mount",
+	"workspaceBytes": "--workspace-bytes",
 }
 
 // narrowing reads the per-call flags. Values are checked for form here
@@ -69,6 +71,16 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 			return n, usageError("--timeout: must be positive, got %s", d)
 		}
 		n.TimeoutMs = max(d.Milliseconds(), 1)
+	}
+	if c.IsSet("workspace-bytes") {
+		v, err := policy.ParseSize(c.String("workspace-bytes"))
+		if err != nil || v == 0 {
+			if err == nil {
+				err = errors.New("must be positive")
+			}
+			return n, usageError("--workspace-bytes: %v", err)
+		}
+		n.WorkspaceBytes = v
 	}
 	if c.IsSet("network") {
 		n.Network = sandbox.NetworkMode(c.String("network"))

@@ -500,6 +500,10 @@ func (s *settings) execRemote(c *cli.Context, addr string, req *sandbox.Request)
 	if err != nil {
 		return err
 	}
+	if n.WorkspaceBytes > 0 {
+		// The API has no such field: never drop a bound silently.
+		return usageError("--workspace-bytes: not available with --server (the service's API has no per-call workspace bound); set limits.workspaceBytes in the service's policy")
+	}
 	narrowRun(&rr, n)
 	// Any stdin streams to the service (a multipart stdin part), so its
 	// size is not bound by the JSON body's.
