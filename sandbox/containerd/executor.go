@@ -470,6 +470,9 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 	})
 	if ids.Enabled {
 		unmount, err := e.mountRootfs(bg, id, callDir, spec, ids.RootUID, ids.RootGID)
+		if errors.Is(err, sandbox.ErrInvalid) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)
+		}
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 		}

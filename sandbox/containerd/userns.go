@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -175,6 +176,9 @@ func (e *Executor) mountRootfs(ctx context.Context, key, dir string, spec *specs
 			return fmt.Errorf("rootfs: %w", err)
 		}
 		return nil
+	}
+	if err := idmap.CheckRootfs(target, spec.Mounts); err != nil {
+		return nil, errors.Join(sandbox.Errorf(sandbox.ErrInvalid, "containerd: image: %w", err), unmount())
 	}
 	if err := idmap.MountPoints(target, spec.Mounts); err != nil {
 		return nil, errors.Join(fmt.Errorf("rootfs: %w", err), unmount())

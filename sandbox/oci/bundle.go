@@ -177,6 +177,14 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 	return nil
 }
 
+// checkRootfs refuses a rootfs whose mount destinations or runtime
+// paths (/dev, /proc, …) hold a symbolic link (idmap.CheckRootfs): the
+// runtimes follow such a link on the host (CVE-2026-41579 and
+// relatives).
+func (b *bundle) checkRootfs(spec *specs.Spec) error {
+	return b.inNamespace(func() error { return idmap.CheckRootfs(b.path(bundleRootfs), spec.Mounts) })
+}
+
 // stageBinds replaces the source of every bind of spec by a staging
 // mount in the bundle (idmap.Stage), which no call can write: a clone of
 // the source opened without following links, so the runtime, which

@@ -500,6 +500,9 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 	if err := b.stageBinds(spec, idmap.StagingFor(req, ids)); err != nil {
 		return nil, internal(err)
 	}
+	if err := b.checkRootfs(spec); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: image %s: %w", call.ID, req.Policy.Image, err)
+	}
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.
