@@ -345,3 +345,54 @@ func TestCVE2025_52881ProcfsRedirect(t *testing.T) {
 func TestCVE2026_41579DevSymlink(t *testing.T) {
 	linkImageTest(t, "devlink", nil, "ls -la /dev/; echo done")
 }
+
+// TestCVEDoctor: doctor --json lists, for each OCI runtime and for
+// containerd's runc, the runtime's version and one passing self-test per
+// CVE of this suite.
+func TestCVEDoctor(t *testing.T) {
+	requireDaemons(t)
+	e := newEnv(t)
+	r := run(t, nil, append(append([]string{"doctor", "--json"}, e.flags("")...), daemonFlags()...)...)
+	var reports []struct {
+		Backend string `json:"backend"`
+		Runtime string `json:"runtime"`
+		Checks  []struct {
+			Name   string `json:"name"`
+			OK     bool   `json:"ok"`
+			Detail string `json:"detail"`
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &reports); err != nil {
+		t.Fatalf("doctor --json: %v (exit %d, stdout %q, stderr %q)", err, r.code, r.stdout, r.stderr)
+	}
+	cves := []string{"CVE-2019-5736", "CVE-2024-21626", "CVE-2025-31133", "CVE-2025-52565", "CVE-2025-52881", "CVE-2026-41579"}
+	seen := map[string]bool{}
+	for _, rep := range reports {
+		if rep.Backend != "oci" && rep.Backend != "containerd" {
+			continue
+		}
+		name := rep.Backend + "/" + rep.Runtime
+		got := map[string]bool{}
+		version := false
+		for _, c := range rep.Checks {
+			got[c.Name] = c.OK
+			if (c.Name == "version" || c.Name == "runtime") && c.OK && strings.Contains(c.Detail, "version") {
+				version = true
+			}
+		}
+		if !version {
+			t.Errorf("%s: doctor names no runtime version", name)
+		}
+		for _, cve := range cves {
+			if ok, listed := got[cve]; !listed || !ok {
+				t.Errorf("%s: %s listed %v, ok %v; want a passing self-test", name, cve, listed, ok)
+			}
+		}
+		seen[name] = true
+	}
+	for _, want := range []string{"oci/runc", "oci/crun", "oci/runsc", "containerd/"} {
+		if !seen[want] {
+			t.Errorf("doctor --json has no entry %s (saw %v)", want, seen)
+		}
+	}
+}

@@ -234,6 +234,11 @@ func checkRequest(req *Request) error {
 			return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", p.field, p.path)
 		}
 	}
+	if w := filepath.Clean(req.Workdir); req.Workdir != "" && (w == "/proc" || strings.HasPrefix(w, "/proc/")) {
+		// A directory descriptor's /proc/self/fd/N as the working
+		// directory is how CVE-2024-21626 left the container.
+		return Errorf(ErrInvalid, "sandbox: workdir %q lies in /proc; choose a directory of the call's own file system", req.Workdir)
+	}
 	for k, v := range req.Policy.EnvSet {
 		if err := checkName("policy.envSet", k); err != nil {
 			return err

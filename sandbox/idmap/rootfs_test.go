@@ -52,3 +52,34 @@ func TestCheckRootfs(t *testing.T) {
 		})
 	}
 }
+
+// TestCVESelfTests: on this machine (root, the runtimes installed by
+// scripts/setup.sh) every self-test passes, one per CVE; a runtime
+// binary others may write fails its check.
+func TestCVESelfTests(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(bin, 0, 0); err != nil {
+		t.Skipf("chown to root needs root: %v", err)
+	}
+	checks := CVESelfTests(bin)
+	var names []string
+	for _, c := range checks {
+		names = append(names, c.Name)
+		if !c.OK {
+			t.Errorf("%s: %s", c.Name, c.Detail)
+		}
+	}
+	want := []string{"CVE-2019-5736", "CVE-2024-21626", "CVE-2025-31133", "CVE-2025-52565", "CVE-2025-52881", "CVE-2026-41579"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("self-tests %v, want %v", names, want)
+	}
+	if err := os.Chmod(bin, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if c := CVESelfTests(bin)[0]; c.OK {
+		t.Errorf("a world-writable runtime binary: %s ok, want it failed", c.Name)
+	}
+}
