@@ -138,25 +138,36 @@ func (w *idWorld) workspace(t *testing.T, name string, uid int) string {
 // It returns the transcript's path and bytes.
 func (w *idWorld) seed(t *testing.T, ws, id string, uid int) (string, []byte) {
 	t.Helper()
+	path, data := w.transcriptDir(t, ws, id, uid)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return path, data
+}
+
+// transcriptDir makes the session directory of session id in workspace
+// ws and its parent, 0700 and owned by uid, and returns the path its
+// transcript has and the bytes of its header line.
+func (w *idWorld) transcriptDir(t *testing.T, ws, id string, uid int) (string, []byte) {
+	t.Helper()
 	h := session.Header{ID: id, CreatedAt: 1, Cwd: ws}
 	path := jsonl.Path(w.e.root, h, jsonl.CompressionZstd)
 	line, err := h.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := append(line, '\n')
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path), path} {
+	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
 		if err := os.Chown(p, uid, uid); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return path, data
+	return path, append(line, '\n')
 }
 
 // callAs sends command to the service as a harness client running as
@@ -640,21 +651,7 @@ const harnessUID = 1000
 // harness's. It returns the transcript's path and bytes.
 func (w *idWorld) seedAsHarness(t *testing.T, ws, id string, uid int) (string, []byte) {
 	t.Helper()
-	h := session.Header{ID: id, CreatedAt: 1, Cwd: ws}
-	path := jsonl.Path(w.e.root, h, jsonl.CompressionZstd)
-	line, err := h.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := append(line, '\n')
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
-		if err := os.Chown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path, data := w.transcriptDir(t, ws, id, uid)
 	tmp := path + ".tmp-" + strconv.Itoa(os.Getpid())
 	cmd := exec.Command("sh", "-c", `umask 077; set -C; cat > "$1" && ln "$1" "$2" && rm "$1"`, "sh", tmp, path)
 	cmd.Stdin = strings.NewReader(string(data))

@@ -41,15 +41,9 @@ var narrowFlagNames = map[string]string{
 // and against the policy by policy.Narrow (narrowPolicy).
 func narrowing(c *cli.Context) (policy.Narrowing, error) {
 	var n policy.Narrowing
-	if c.IsSet("memory") {
-		v, err := policy.ParseSize(c.String("memory"))
-		if err != nil || v == 0 {
-			if err == nil {
-				err = errors.New("must be positive")
-			}
-			return n, usageError("--memory: %v", err)
-		}
-		n.MemoryBytes = v
+	var err error
+	if n.MemoryBytes, err = sizeFlag(c, "memory"); err != nil {
+		return n, err
 	}
 	if c.IsSet("cpus") {
 		if v := c.Float64("cpus"); v <= 0 || v != v {
@@ -72,15 +66,8 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		}
 		n.TimeoutMs = max(d.Milliseconds(), 1)
 	}
-	if c.IsSet("workspace-bytes") {
-		v, err := policy.ParseSize(c.String("workspace-bytes"))
-		if err != nil || v == 0 {
-			if err == nil {
-				err = errors.New("must be positive")
-			}
-			return n, usageError("--workspace-bytes: %v", err)
-		}
-		n.WorkspaceBytes = v
+	if n.WorkspaceBytes, err = sizeFlag(c, "workspace-bytes"); err != nil {
+		return n, err
 	}
 	if c.IsSet("network") {
 		n.Network = sandbox.NetworkMode(c.String("network"))
@@ -96,6 +83,22 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		n.Mounts = append(n.Mounts, m)
 	}
 	return n, nil
+}
+
+// sizeFlag is the positive size of flag name (policy.ParseSize), 0 when
+// it is not set.
+func sizeFlag(c *cli.Context, name string) (int64, error) {
+	if !c.IsSet(name) {
+		return 0, nil
+	}
+	v, err := policy.ParseSize(c.String(name))
+	if err != nil || v == 0 {
+		if err == nil {
+			err = errors.New("must be positive")
+		}
+		return 0, usageError("--%s: %v", name, err)
+	}
+	return v, nil
 }
 
 // parseMount reads SRC:DST[:ro|rw]; both paths absolute.

@@ -90,18 +90,28 @@ func Mount(source, target string, usernsFD int) error {
 
 // mount is Mount with the mount attributes attrs on top (MountFD).
 func mount(source, target string, usernsFD int, attrs uint64) error {
-	dfd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
+	dfd, err := openSource(source)
 	if err != nil {
-		return fmt.Errorf("staging mount of %s: open: %w", source, err)
+		return err
 	}
 	defer unix.Close(dfd)
 	if err := MountFD(dfd, target, usernsFD, attrs); err != nil {
 		return fmt.Errorf("staging mount of %s: %w", source, err)
 	}
 	return nil
+}
+
+// openSource opens the staging source at source as an O_PATH descriptor,
+// without following any link.
+func openSource(source string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("staging mount of %s: open: %w", source, err)
+	}
+	return fd, nil
 }
 
 // StageAt creates target (an empty directory, or an empty file when

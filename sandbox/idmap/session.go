@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -41,6 +42,43 @@ func SessionMaps(ownerUID, ownerGID, uid, gid uint32) (uids, gids []specs.LinuxI
 		[]specs.LinuxIDMapping{{ContainerID: ownerGID, HostID: gid, Size: 1}}
 }
 
+// maxSessionNamespaces bounds the user namespaces sessionNamespace keeps
+// open for reuse (one open file each).
+const maxSessionNamespaces = 64
+
+// sessionNamespaces are the user namespaces of SessionMaps made so far,
+// by owner and call ids: a namespace only carries maps, so one serves
+// every mount with the same maps, and making one (a traced child) is
+// most of the cost of an id-mapped session mount.
+var sessionNamespaces struct {
+	sync.Mutex
+	m map[[4]uint32]*os.File
+}
+
+// sessionNamespace returns a user namespace with SessionMaps(ownerUID,
+// ownerGID, uid, gid), kept for reuse while fewer than
+// maxSessionNamespaces are; release closes one that is not kept.
+func sessionNamespace(ownerUID, ownerGID, uid, gid uint32) (ns *os.File, release func(), err error) {
+	key := [4]uint32{ownerUID, ownerGID, uid, gid}
+	sessionNamespaces.Lock()
+	defer sessionNamespaces.Unlock()
+	if ns := sessionNamespaces.m[key]; ns != nil {
+		return ns, func() {}, nil
+	}
+	uids, gids := SessionMaps(ownerUID, ownerGID, uid, gid)
+	if ns, err = NewUserNamespace(uids, gids); err != nil {
+		return nil, nil, err
+	}
+	if len(sessionNamespaces.m) >= maxSessionNamespaces {
+		return ns, func() { ns.Close() }, nil
+	}
+	if sessionNamespaces.m == nil {
+		sessionNamespaces.m = map[[4]uint32]*os.File{}
+	}
+	sessionNamespaces.m[key] = ns
+	return ns, func() {}, nil
+}
+
 // StageSession creates target (an empty directory, or an empty file when
 // source is not a directory) and attaches there a read-only,
 // non-recursive clone of the session directory at source (opened without
@@ -57,12 +95,9 @@ func SessionMaps(ownerUID, ownerGID, uid, gid uint32) (uids, gids []specs.LinuxI
 // failure target is removed again.
 func StageSession(source, target string, uid, gid uint32, attrs uint64) error {
 	attrs |= unix.MOUNT_ATTR_RDONLY
-	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
+	fd, err := openSource(source)
 	if err != nil {
-		return fmt.Errorf("staging mount of %s: open: %w", source, err)
+		return err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -87,12 +122,11 @@ func StageSession(source, target string, uid, gid uint32, attrs uint64) error {
 		}
 		return nil
 	}
-	uids, gids := SessionMaps(st.Uid, st.Gid, uid, gid)
-	ns, err := NewUserNamespace(uids, gids)
+	ns, release, err := sessionNamespace(st.Uid, st.Gid, uid, gid)
 	if err != nil {
 		return fail(err)
 	}
-	defer ns.Close()
+	defer release()
 	err = MountFD(fd, target, int(ns.Fd()), attrs)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
 		err = MountFD(fd, target, -1, attrs)

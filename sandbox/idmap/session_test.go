@@ -104,3 +104,40 @@ func TestCallHostIDs(t *testing.T) {
 		t.Errorf("CallHostIDs(no user namespace) = %d, %d, %v; want 70000, 0", u, g, err)
 	}
 }
+
+// BenchmarkStageSession is the staging of a session directory (stage
+// and unmount) for a call that is its owner (a plain read-only clone)
+// and for one that is not (an id-mapped clone through a new user
+// namespace), interleaved: go test -run '^$' -bench StageSession.
+func BenchmarkStageSession(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skipf("id-mapped mounts need root (uid %d)", os.Geteuid())
+	}
+	base := b.TempDir()
+	src := filepath.Join(base, "session")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chown(src, 1000, 1000); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		uid  uint32
+	}{{"owner", 1000}, {"other-uid", 4321}} {
+		b.Run(c.name, func(b *testing.B) {
+			target := filepath.Join(base, "staged-"+c.name)
+			for b.Loop() {
+				if err := StageSession(src, target, c.uid, c.uid, 0); err != nil {
+					b.Fatal(err)
+				}
+				if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.Remove(target); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
