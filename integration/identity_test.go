@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,25 +138,36 @@ func (w *idWorld) workspace(t *testing.T, name string, uid int) string {
 // It returns the transcript's path and bytes.
 func (w *idWorld) seed(t *testing.T, ws, id string, uid int) (string, []byte) {
 	t.Helper()
+	path, data := w.transcriptDir(t, ws, id, uid)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return path, data
+}
+
+// transcriptDir makes the session directory of session id in workspace
+// ws and its parent, 0700 and owned by uid, and returns the path its
+// transcript has and the bytes of its header line.
+func (w *idWorld) transcriptDir(t *testing.T, ws, id string, uid int) (string, []byte) {
+	t.Helper()
 	h := session.Header{ID: id, CreatedAt: 1, Cwd: ws}
 	path := jsonl.Path(w.e.root, h, jsonl.CompressionZstd)
 	line, err := h.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := append(line, '\n')
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path), path} {
+	for _, p := range []string{filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
 		if err := os.Chown(p, uid, uid); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return path, data
+	return path, append(line, '\n')
 }
 
 // callAs sends command to the service as a harness client running as
@@ -181,6 +194,9 @@ func (w *idWorld) callAs(t *testing.T, uid int, ws, id, pol string, env []string
 	var res sandbox.Result
 	if jerr := json.Unmarshal(out, &res); jerr != nil {
 		t.Fatalf("exec --server as uid %d: %v; stdout %q, stderr %q", uid, err, out, stderr.String())
+	}
+	if res.Sandbox.Backend == "" {
+		t.Fatalf("exec --server as uid %d: no call ran: %v; stdout %q, stderr %q", uid, err, out, stderr.String())
 	}
 	return &res
 }
@@ -229,7 +245,7 @@ func (w *idWorld) spillOf(t *testing.T, uid int, ws, id, pol string) string {
 	t.Helper()
 	res := w.callAs(t, uid, ws, id, pol, nil, `head -c 5000 /dev/zero | tr '\0' a`)
 	if res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.SpillPath == "" {
-		t.Fatalf("spilling call = exit %v, stdout %+v, stderr %q; want exit 0 and a spill file", res.ExitCode, res.Stdout, res.Stderr.Text)
+		t.Fatalf("spilling call = %+v; want exit 0 and a spill file", *res)
 	}
 	if fi, err := os.Stat(res.Stdout.SpillPath); err != nil || fi.Size() != 5000 {
 		t.Fatalf("spill file %s: %v, %v; want 5000 bytes", res.Stdout.SpillPath, fi, err)
@@ -302,12 +318,10 @@ func TestIdentityMatrix(t *testing.T) {
 
 // TestIdentityCallReadsThroughACL runs the call as another uid than the
 // harness (policy user 4321 for a harness and workspace of uid 1000): it
-// reads the session directory and its spill files through the service's
-// ACL entry, writes neither, and cannot read the 0600 transcript dsh
-// wrote (docs/identity.md) nor another session. gVisor (runsc) checks
-// permissions in its own kernel from the mode bits and ignores the host's
-// ACLs on bind mounts: there the call reads neither (a known limit,
-// asserted as it is).
+// reads the session directory, its spill files and the 0600 transcript
+// dsh wrote, writes none of them, and cannot list another session: the
+// session directory is an id-mapped read-only mount through which the
+// harness is the call (docs/identity.md), on every backend.
 func TestIdentityCallReadsThroughACL(t *testing.T) {
 	w := newIDWorld(t)
 	for _, b := range idBackends {
@@ -324,14 +338,9 @@ func TestIdentityCallReadsThroughACL(t *testing.T) {
 			res := w.callAs(t, 1000, ws, id, pol, []string{"SPILL=" + spill, "OTHER=" + filepath.Dir(other)}, probeScript)
 			got := probe(t, res)
 			want := map[string]string{
-				"transcript-read": "0", // dsh's own 0600 file: no directory ACL reaches it
-				"dir-list":        "1", "spill-read": "1",
+				"transcript-read": "1", "dir-list": "1", "spill-read": "1",
 				"transcript-write": "0", "spill-write": "0", "other-list": "0",
 				"workspace-write": "0", "uid": "4321",
-			}
-			if b.runtime == "runsc" {
-				want["dir-list"], want["spill-read"] = "0", "0"
-				t.Logf("known limit: gVisor ignores host ACLs on bind mounts; a call under runsc reads the session directory only as the harness uid")
 			}
 			for k, v := range want {
 				if got[k] != v {
@@ -627,6 +636,130 @@ func watchRunsc(state string, done <-chan struct{}) map[string][]uint64 {
 		case <-done:
 			return seen
 		case <-tick.C:
+		}
+	}
+}
+
+// harnessUID is the harness user of TestIdentityTranscriptAnyUID: the
+// uid dsh runs as and writes its transcript as.
+const harnessUID = 1000
+
+// seedAsHarness writes the transcript of session id in workspace ws the
+// way dsh writes it, as the harness uid itself: a temporary file opened
+// exclusively with mode 0600 (umask 077, noclobber), then link() to its
+// name and the temporary name removed. The directories are 0700 and the
+// harness's. It returns the transcript's path and bytes.
+func (w *idWorld) seedAsHarness(t *testing.T, ws, id string, uid int) (string, []byte) {
+	t.Helper()
+	path, data := w.transcriptDir(t, ws, id, uid)
+	tmp := path + ".tmp-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command("sh", "-c", `umask 077; set -C; cat > "$1" && ln "$1" "$2" && rm "$1"`, "sh", tmp, path)
+	cmd.Stdin = strings.NewReader(string(data))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the harness (uid %d) writing its transcript: %v %s", uid, err, out)
+	}
+	if u, g, perm := owned(t, path); u != uid || g != uid || perm != 0o600 {
+		t.Fatalf("transcript %d:%d mode %o, want %d:%d 0600 as dsh leaves it", u, g, perm, uid, uid)
+	}
+	return path, data
+}
+
+// tamperScript reads the transcript and a spill file, then tries every
+// way to change them: append, rename, replace by a rename over it,
+// remove, chmod, and a new file in the session directory. It prints
+// NAME=1 for what worked, NAME=0 for what was refused; the reads print
+// 1 only when the transcript's SHA-256 is $WANT and the spill file has
+// $WANTSPILL bytes.
+const tamperScript = `c() { n=$1; shift; if "$@" >/dev/null 2>&1; then echo "$n=1"; else echo "$n=0"; fi; }
+T=$DSH_SESSION_JSONL; D=$(dirname "$T")
+c read sh -c 'cat "$DSH_SESSION_JSONL" >/tmp/t && [ "$(sha256sum </tmp/t)" = "$WANT  -" ]'
+c spill-read sh -c 'cat "$SPILL" >/tmp/s && [ "$(wc -c </tmp/s)" = "$WANTSPILL" ]'
+c append sh -c 'echo x >> "$1"' sh "$T"
+c rename mv "$T" "$T.moved"
+c replace sh -c 'echo forged > "$1/forged" && mv -f "$1/forged" "$2"' sh "$D" "$T"
+c remove rm -f "$T"
+c chmod chmod 0666 "$T"
+c create touch "$D/new"
+c spill-append sh -c 'echo x >> "$1"' sh "$SPILL"
+c spill-rename mv "$SPILL" "$SPILL.moved"
+c spill-remove rm -f "$SPILL"
+echo "uid=$(id -u)"`
+
+// TestIdentityTranscriptAnyUID: the transcript dsh writes (0600, the
+// harness's, made by link()) and the spill files are read by a call
+// whatever uid it runs as and whoever the harness is — a root-owned
+// workspace (harness root, call container root), a harness-owned one
+// (the call is the harness, or a policy user that is not), a third
+// uid's workspace with a root harness (the call is that uid) — and none
+// of them can write, rename, replace or remove either: the session
+// directory is an id-mapped read-only mount through which its owner is
+// the call (docs/identity.md). On every backend: oci (runc, crun,
+// runsc), containerd and docker.
+func TestIdentityTranscriptAnyUID(t *testing.T) {
+	w := newIDWorld(t)
+	for _, b := range idBackends {
+		for _, c := range []struct {
+			name    string
+			harness int    // the harness user (the client's uid)
+			owner   int    // the workspace's owner
+			pol     string // the policy profile
+			uid     int    // the uid the call runs as
+		}{
+			{"root-workspace", 0, 0, "ro", 0},
+			{"harness-workspace", 1000, 1000, "ro", 1000},
+			{"harness-workspace-policy-user", 1000, 1000, "ro-4321", 4321},
+			{"root-harness-uid-1000-workspace", 0, 1000, "ro", 1000},
+			{"third-uid-workspace", 0, 4321, "ro", 4321},
+		} {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) {
+				cell := fmt.Sprintf("anyuid-%s-%s", b.name, c.name)
+				ws := w.workspace(t, "ws-"+cell, c.owner)
+				id := "s-" + cell
+				path, before := w.seedAsHarness(t, ws, id, c.harness)
+				pol := w.policies[b.name+"-"+c.pol]
+				spill := w.spillOf(t, c.harness, ws, id, pol)
+				spillUID, _, spillMode := owned(t, spill)
+				sum := sha256.Sum256(before)
+				res := w.callAs(t, c.harness, ws, id, pol,
+					[]string{"SPILL=" + spill, "WANT=" + hex.EncodeToString(sum[:]), "WANTSPILL=5000"}, tamperScript)
+				got := map[string]string{}
+				for _, line := range strings.Split(strings.TrimSpace(res.Stdout.Text), "\n") {
+					k, v, _ := strings.Cut(line, "=")
+					got[k] = v
+				}
+				if got["uid"] != fmt.Sprint(c.uid) {
+					t.Fatalf("the call ran as uid %q, want %d (stdout %q, stderr %q)", got["uid"], c.uid, res.Stdout.Text, res.Stderr.Text)
+				}
+				want := map[string]string{"read": "1", "spill-read": "1"}
+				for _, k := range []string{"append", "rename", "replace", "remove", "chmod", "create", "spill-append", "spill-rename", "spill-remove"} {
+					want[k] = "0"
+				}
+				for k, v := range want {
+					if got[k] != v {
+						t.Errorf("%s = %s inside, want %s (probe %q, stderr %q)", k, got[k], v, res.Stdout.Text, res.Stderr.Text)
+					}
+				}
+				// On the host nothing changed.
+				if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+					t.Errorf("transcript after the call: %q, %v; want it unchanged", after, err)
+				}
+				if u, g, perm := owned(t, path); u != c.harness || g != c.harness || perm != 0o600 {
+					t.Errorf("transcript %d:%d mode %o after the call, want %d:%d 0600", u, g, perm, c.harness, c.harness)
+				}
+				if fi, err := os.Stat(spill); err != nil || fi.Size() != 5000 {
+					t.Errorf("spill file after the call: %v, %v; want 5000 bytes", fi, err)
+				}
+				if u, _, perm := owned(t, spill); u != spillUID || perm != spillMode {
+					t.Errorf("spill file uid %d mode %o after the call, want %d %o", u, perm, spillUID, spillMode)
+				}
+				for _, p := range []string{path + ".moved", spill + ".moved", filepath.Join(filepath.Dir(path), "new"), filepath.Join(filepath.Dir(path), "forged")} {
+					if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("%s exists after the call (%v)", p, err)
+					}
+				}
+			})
 		}
 	}
 }

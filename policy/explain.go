@@ -54,6 +54,9 @@ func Explain(p sandbox.Policy) string {
 	line("output: the last %d bytes of each stream are returned; the full output, up to %s per stream, is kept in a spill file in the session directory; a session's spill files together stay within %s (the oldest are removed first) and are removed after %s",
 		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
 		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))
+	if l.WorkspaceBytes > 0 {
+		line("workspace size: the workspace holds at most %s in all, what is there already included (a project quota on its file system; writes past it fail with EDQUOT); a workspace whose file system does not enforce project quotas (ext4 with the quota and project features or XFS, mounted prjquota) refuses the call", formatSize(l.WorkspaceBytes))
+	}
 	explainEnv(p, line)
 	switch {
 	case p.DenyTTY:
@@ -101,6 +104,11 @@ func explainFiles(p sandbox.Policy, line func(string, ...any)) {
 	}
 	if tr, ok := plan.Mount(sandbox.MountTranscript); ok {
 		line("reads: the session's own transcript directory, %s, at the same path (never the sessions root or other sessions)", access(tr))
+		if SessionReadAsOwner(p.Backend) {
+			line("the transcript directory is an id-mapped mount through which the harness user who owns it is the call: the call reads the transcript and spill files whatever uid it runs as and whatever their modes, and can change none of them")
+		} else {
+			line("the transcript directory is a plain read-only bind: a call that does not run as the harness user reads the directory and spill files through the service's ACL entry, not the transcript dsh writes with mode 0600")
+		}
 	} else {
 		line("transcript: not mounted")
 	}

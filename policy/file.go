@@ -80,6 +80,9 @@ type documentLimits struct {
 	// such as "24h" (the default).
 	SpillTotalBytes *sizeValue `json:"spillTotalBytes,omitempty"`
 	SpillRetention  *string    `json:"spillRetention,omitempty"`
+	// WorkspaceBytes bounds what the workspace holds in all (project
+	// quotas); no bound by default.
+	WorkspaceBytes *sizeValue `json:"workspaceBytes,omitempty"`
 }
 
 type documentEnv struct {

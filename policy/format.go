@@ -70,6 +70,9 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	if p.Limits.SpillTotalBytes > 0 {
 		doc.Limits.SpillTotalBytes = size(p.Limits.SpillTotalBytes)
 	}
+	if p.Limits.WorkspaceBytes > 0 {
+		doc.Limits.WorkspaceBytes = size(p.Limits.WorkspaceBytes)
+	}
 	if p.Limits.SpillRetentionMs > 0 {
 		r := (time.Duration(p.Limits.SpillRetentionMs) * time.Millisecond).String()
 		doc.Limits.SpillRetention = &r

@@ -27,6 +27,10 @@ type Narrowing struct {
 	// policy's network is loopback or allowlist) or "allowlist" (only
 	// when the policy's is, keeping its lists); "" keeps the policy's.
 	Network sandbox.NetworkMode `json:"network,omitempty"`
+	// WorkspaceBytes bounds what the workspace holds (project quotas);
+	// at most limits.workspaceBytes when the policy sets it. It needs a
+	// policy that allows the bound (workspace rw, a container backend).
+	WorkspaceBytes int64 `json:"workspaceBytes,omitempty"`
 	// Mounts are extra bind mounts the call asks for. Each source must
 	// be a clean absolute path at or below one of the policy's
 	// mountRoots, and a read-write mount needs a read-write root; the
@@ -36,7 +40,7 @@ type Narrowing struct {
 
 // NarrowError is a refused Narrowing; Field is the Narrowing field's JSON
 // name ("memoryBytes", "cpus", "pids", "timeoutMs", "network",
-// "mounts"), for callers that name their own flag or field. It wraps
+// "workspaceBytes", "mounts"), for callers that name their own flag or field. It wraps
 // sandbox.ErrInvalid.
 type NarrowError struct {
 	Field  string
@@ -106,6 +110,17 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 			q.NetworkAllow, q.NetworkDeny = nil, nil
 		}
 		q.Network = n.Network
+	}
+	switch w := n.WorkspaceBytes; {
+	case w == 0:
+	case w < 0:
+		return refuse("workspaceBytes", "%d is not allowed; want a size > 0", w)
+	case l.WorkspaceBytes > 0 && w > l.WorkspaceBytes:
+		return refuse("workspaceBytes", "%s is more than the policy's %s", formatSize(w), formatSize(l.WorkspaceBytes))
+	case q.Workspace != sandbox.WorkspaceRW || q.Backend == sandbox.BackendLocal:
+		return refuse("workspaceBytes", "the policy's workspace %q on backend %s cannot be bounded (want workspace rw on a container backend)", q.Workspace, q.Backend)
+	default:
+		l.WorkspaceBytes = w
 	}
 	for _, m := range n.Mounts {
 		if why := mountAllowed(q.MountRoots, m); why != "" {

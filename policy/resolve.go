@@ -171,6 +171,9 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		if l.SpillTotalBytes != nil {
 			p.Limits.SpillTotalBytes = sizeField("limits.spillTotalBytes", *l.SpillTotalBytes, &ps)
 		}
+		if l.WorkspaceBytes != nil {
+			p.Limits.WorkspaceBytes = sizeField("limits.workspaceBytes", *l.WorkspaceBytes, &ps)
+		}
 		if l.SpillRetention != nil {
 			p.Limits.SpillRetentionMs = retentionField("limits.spillRetention", *l.SpillRetention, &ps)
 		}

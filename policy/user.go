@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
 )
 
 // ResolveUser returns the uid and gid a call under p for session s runs
@@ -143,14 +144,28 @@ func describe(info fs.FileInfo) string {
 // directory (DESIGN §3.2).
 var transcriptFiles = []string{"session.jsonl", "session.jsonl.zstd"}
 
+// SessionReadAsOwner reports whether backend b mounts the session
+// directory as an id-mapped read-only mount through which its owner,
+// the harness user, is the call (idmap.StageSession): oci (runc, crun,
+// runsc), containerd and docker. A call there reads the transcript and
+// spill files whatever uid it runs as. The local backend does not.
+func SessionReadAsOwner(b sandbox.Backend) bool {
+	switch b {
+	case "", sandbox.BackendOCI, sandbox.BackendContainerd, sandbox.BackendDocker:
+		return true
+	}
+	return false
+}
+
 // Warnings says, one sentence each, where a call under p for session s
 // running as uid:gid will not be able to do what the policy grants: read
-// the transcript (the session directory belongs to the harness user,
-// s.Owner or else this process's effective uid, and the service lets the
-// call read it and its spill files through an ACL entry, but dsh writes
-// the transcript file itself with mode 0600, which no directory ACL
-// reaches, so a call running as another uid cannot read it unless the
-// file's own mode or ACL allows), read the workspace, or write it when
+// the transcript on a backend that does not id-map the session directory
+// (SessionReadAsOwner; the session directory belongs to the harness
+// user, s.Owner or else this process's effective uid, and the service
+// lets the call read it and its spill files through an ACL entry, but
+// dsh writes the transcript file itself with mode 0600, which no
+// directory ACL reaches, so a call running as another uid cannot read it
+// unless the file's own mode or ACL allows), read the workspace, or write it when
 // it is mounted read-write; when the session directory belongs to a
 // third user (the service refuses such calls); and when the workspace is
 // missing. It stats the paths and reads their ACLs, nothing else; nil
@@ -186,7 +201,7 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 					s.TranscriptDir, st.Uid, harness.UID, self))
 			}
 		}
-		if uid != harness.UID && (exists || notExist(err)) {
+		if uid != harness.UID && !SessionReadAsOwner(p.Backend) && (exists || notExist(err)) {
 			seen := false
 			for _, name := range transcriptFiles {
 				path := filepath.Join(s.TranscriptDir, name)
@@ -204,6 +219,11 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 				ws = append(ws, fmt.Sprintf("the transcript in %s will be written by the harness user (uid %d) with mode 0600, which %s cannot read (the service's ACL entry covers the directory and spill files, not a file dsh creates); run calls as uid %d to read it",
 					s.TranscriptDir, harness.UID, who, harness.UID))
 			}
+		}
+	}
+	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok && wsm.Writable && p.Limits.WorkspaceBytes > 0 {
+		if err := quota.Check(s.Cwd); err != nil && !notExist(err) {
+			ws = append(ws, fmt.Sprintf("limits.workspaceBytes cannot be enforced on the workspace (%v); the service refuses calls of this session", unwrapPathError(err)))
 		}
 	}
 	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok {

@@ -122,6 +122,12 @@ func TestWarningsCase(t *testing.T) {
 	ro := builtin(t, ReadOnly)
 	noTranscript := ww
 	noTranscript.Transcript = "none"
+	// The local backend mounts nothing id-mapped: the transcript
+	// warnings are its.
+	local := ww
+	local.Backend = sandbox.BackendLocal
+	containerd, docker := ww, ww
+	containerd.Backend, docker.Backend = sandbox.BackendContainerd, sandbox.BackendDocker
 
 	tests := []struct {
 		name     string
@@ -133,9 +139,9 @@ func TestWarningsCase(t *testing.T) {
 		{"owner reads everything", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, me, myGID, nil},
 		// The service lets the call read the directory (an ACL entry), not
 		// the 0600 file dsh writes as the harness user.
-		{"other user, private transcript dir", ww, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(private, "session.jsonl") + " (owner"}},
+		{"other user, private transcript dir", local, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(private, "session.jsonl") + " (owner"}},
 		{"other user, private transcript file mode", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"mode 0600)"}},
-		{"other user, private transcript file", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(openDir, "session.jsonl") + " (owner"}},
+		{"other user, private transcript file", local, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(openDir, "session.jsonl") + " (owner"}},
 		{"group member reads shared transcript", ww, sandbox.Session{TranscriptDir: shared}, other, myGID, nil},
 		{"other user, readable transcript", ww, sandbox.Session{TranscriptDir: readable}, other, otherGID, nil},
 		{"transcript not mounted", noTranscript, sandbox.Session{TranscriptDir: private}, other, otherGID, nil},
@@ -144,9 +150,12 @@ func TestWarningsCase(t *testing.T) {
 		{"group writes shared workspace", ww, sandbox.Session{Cwd: wsShared}, other, myGID, nil},
 		{"other user, private workspace", ro, sandbox.Session{Cwd: wsPrivate}, other, otherGID, []string{"cannot read the workspace " + wsPrivate}},
 		{"missing workspace", ww, sandbox.Session{Cwd: filepath.Join(tmp, "gone")}, me, myGID, []string{"workspace " + filepath.Join(tmp, "gone") + " does not exist"}},
-		{"missing transcript dir, other user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, []string{"will be written by the harness user (uid " + fmt.Sprint(me) + ") with mode 0600"}},
+		{"missing transcript dir, other user", local, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, []string{"will be written by the harness user (uid " + fmt.Sprint(me) + ") with mode 0600"}},
 		{"missing transcript dir, service user", ww, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, me, myGID, nil},
-		{"both unreadable", ww, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript", "workspace"}},
+		{"both unreadable", local, sandbox.Session{Cwd: wsPrivate, TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript", "workspace"}},
+		{"other user, private transcript, id-mapped (oci)", ww, sandbox.Session{TranscriptDir: private}, other, otherGID, nil},
+		{"other user, private transcript, id-mapped (containerd)", containerd, sandbox.Session{TranscriptDir: openDir}, other, otherGID, nil},
+		{"missing transcript dir, other user, id-mapped (docker)", docker, sandbox.Session{TranscriptDir: filepath.Join(tmp, "s9")}, other, otherGID, nil},
 		{"harness is the call's user", ww, sandbox.Session{TranscriptDir: private, Owner: sandbox.Owner{UID: other, GID: otherGID, Set: true}}, other, otherGID, nil},
 	}
 	for _, tt := range tests {

@@ -59,6 +59,7 @@ func validate(p *sandbox.Policy, ps *problems) {
 	checkMounts(p.Mounts, p.Tmpfs, ps)
 	checkMountRoots(p.MountRoots, ps)
 	checkLimits(p.Limits, ps)
+	checkWorkspaceBytes(p, ps)
 	checkEnv(p.EnvInherit, p.EnvSet, ps)
 	checkAllowSecrets(p.EnvAllowSecrets, p.EnvInherit, ps)
 	checkRedact(p.RedactEnv, p.RedactFiles, ps)
@@ -215,6 +216,22 @@ func checkMountRoots(roots []sandbox.MountRoot, ps *problems) {
 			ps.add(f, "%q is listed twice", r.Path)
 		}
 		seen[r.Path] = true
+	}
+}
+
+// checkWorkspaceBytes: limits.workspaceBytes is a size ≥ 0, and bounds
+// only a workspace the call may write (workspace: rw) on a backend whose
+// calls run without privileges (the local backend runs them with the
+// service's own, which a quota does not bind when it is root).
+func checkWorkspaceBytes(p *sandbox.Policy, ps *problems) {
+	switch b := p.Limits.WorkspaceBytes; {
+	case b == 0:
+	case b < 0:
+		ps.add("limits.workspaceBytes", "%d is not allowed; want a size > 0 (0 or no entry: no bound)", b)
+	case p.Workspace != sandbox.WorkspaceRW:
+		ps.add("limits.workspaceBytes", "bounds a workspace the call writes; workspace is %q (want rw, or drop the limit)", p.Workspace)
+	case p.Backend == sandbox.BackendLocal:
+		ps.add("limits.workspaceBytes", "the local backend runs calls with the service's own privileges, which a project quota does not bind; use a container backend")
 	}
 }
 

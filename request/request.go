@@ -87,7 +87,7 @@ func Build(ctx context.Context, in Input) (*sandbox.Request, error) {
 // (policy.CheckMountSources). A refusal is a *policy.NarrowError; an n
 // that narrows nothing returns p as it is.
 func Narrow(p sandbox.Policy, n policy.Narrowing, protected map[string]string) (sandbox.Policy, error) {
-	if n.MemoryBytes == 0 && n.CPUs == 0 && n.Pids == 0 && n.TimeoutMs == 0 && n.Network == "" && len(n.Mounts) == 0 {
+	if n.MemoryBytes == 0 && n.CPUs == 0 && n.Pids == 0 && n.TimeoutMs == 0 && n.Network == "" && n.WorkspaceBytes == 0 && len(n.Mounts) == 0 {
 		return p, nil
 	}
 	q, err := policy.Narrow(p, n)

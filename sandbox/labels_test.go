@@ -51,11 +51,12 @@ func TestImports(t *testing.T) {
 	for _, p := range strings.Fields(string(out)) {
 		switch p {
 		case "github.com/dsh-sandbox/dsh-sandbox/sandbox", "github.com/dsh-sandbox/dsh-sandbox/redact",
-			"github.com/dsh-sandbox/dsh-sandbox/internal/safefile", "golang.org/x/sys/unix":
+			"github.com/dsh-sandbox/dsh-sandbox/internal/safefile", "golang.org/x/sys/unix",
+			"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota":
 			continue
 		}
 		if !strings.HasPrefix(p, "github.com/opencontainers/runtime-spec/") {
-			t.Errorf("sandbox depends on %s; it may import only the standard library, the runtime spec, redact and internal/safefile", p)
+			t.Errorf("sandbox depends on %s; it may import only the standard library, the runtime spec, redact, internal/safefile and sandbox/quota", p)
 		}
 	}
 }

@@ -240,6 +240,11 @@ func checkRequest(req *Request) error {
 			return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", p.field, p.path)
 		}
 	}
+	if w := filepath.Clean(req.Workdir); req.Workdir != "" && (w == "/proc" || strings.HasPrefix(w, "/proc/")) {
+		// A directory descriptor's /proc/self/fd/N as the working
+		// directory is how CVE-2024-21626 left the container.
+		return Errorf(ErrInvalid, "sandbox: workdir %q lies in /proc; choose a directory of the call's own file system", req.Workdir)
+	}
 	for k, v := range req.Policy.EnvSet {
 		if err := checkName("policy.envSet", k); err != nil {
 			return err
@@ -369,6 +374,10 @@ func resolveExisting(dir string) string {
 //     the local backend) may read them through an ACL entry when the
 //     policy mounts the transcript (MakeSessionDir, which also refuses a
 //     directory a third user owns); a link anywhere in the chain is refused;
+//   - policy.limits.workspaceBytes, when set and the workspace is
+//     mounted read-write: the workspace is bounded with a project quota
+//     (quota.Limit); a file system that cannot enforce one refuses the
+//     call (ErrUnavailable);
 //   - policy.mounts[i].source: no symbolic link in any component
 //     (ResolvePath); a read-write mount of a system directory is refused.
 //
@@ -402,6 +411,9 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 			return Errorf(ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
 		}
 		call.Workspace = ws
+		if err := limitWorkspace(req.Policy, plan, ws); err != nil {
+			return err
+		}
 	}
 	if req.Workdir != "" && (local || (mounted && Within(call.Workdir, call.Workspace))) {
 		if _, err := ResolveDir("workdir", req.Workdir); err != nil && (local || !errors.Is(err, fs.ErrNotExist)) {

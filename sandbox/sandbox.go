@@ -306,6 +306,12 @@ type Limits struct {
 	// removed when a call of the same directory starts; 0 =
 	// DefaultSpillRetention (24 h).
 	SpillRetentionMs int64 `json:"spillRetentionMs,omitempty"`
+	// WorkspaceBytes bounds the bytes the workspace tree holds in all
+	// (what is there already included), with the file system's project
+	// quotas (sandbox/quota); 0 = no bound. A call of a policy that sets
+	// it and mounts the workspace read-write is refused where the
+	// workspace's file system cannot enforce it.
+	WorkspaceBytes int64 `json:"workspaceBytes,omitempty"`
 }
 
 // Result is the outcome of a call that ran.

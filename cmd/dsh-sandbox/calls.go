@@ -219,6 +219,10 @@ func (s *settings) runRequest(c *cli.Context, req *sandbox.Request) (types.RunRe
 	if err != nil {
 		return types.RunRequest{}, err
 	}
+	if n.WorkspaceBytes > 0 {
+		// The API has no such field: never drop a bound silently.
+		return types.RunRequest{}, usageError("--workspace-bytes: not available with --server (the service's API has no per-call workspace bound); set limits.workspaceBytes in the service's policy")
+	}
 	narrowRun(&rr, n)
 	return rr, nil
 }

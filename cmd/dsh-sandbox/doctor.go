@@ -12,6 +12,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
 )
 
 // daemonHint says how to get a daemon backend's daemon, when it is not
@@ -21,6 +22,16 @@ func daemonHint(d *backend.Daemon) string {
 		return fmt.Sprintf(" (%s is not installed: apt-get install %s)", d.Binary, d.Package)
 	}
 	return fmt.Sprintf(" (%s is installed: is it running, and is the address right?)", d.Binary)
+}
+
+// workspaceQuotaCheck says whether limits.workspaceBytes can be enforced
+// on the workspace ws (quota.Check): a policy that sets it is refused
+// where it cannot.
+func workspaceQuotaCheck(ws string) sandbox.Check {
+	if err := quota.Check(ws); err != nil {
+		return sandbox.Check{Name: "quota", Detail: fmt.Sprintf("limits.workspaceBytes cannot be enforced on --cwd: %v; calls of a policy that sets it are refused here", err)}
+	}
+	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s is on a file system that enforces project quotas: limits.workspaceBytes is enforced", ws)}
 }
 
 // doctors keeps the backends that have a doctor.
@@ -42,6 +53,9 @@ With --policy-file or --policy-dir (as serve takes them), the "credentials" entr
 that the value of each network.credentials entry of those policies can be read now (the
 service's variable is set, the operator-owned file is readable, the upstream CA file holds
 certificates), naming the source, never the value.
+The "workspace-quota" entry says whether --cwd's file system enforces project quotas, which
+a policy's limits.workspaceBytes needs (ext4 with the quota and project features, or XFS,
+mounted with prjquota); where it does not, calls of such a policy are refused.
 Exits 125 when the default runtime (runc) is unusable.
 
 Example:
@@ -88,6 +102,9 @@ Example:
 				return err
 			} else if len(checks) > 0 {
 				reports = append(reports, report{Backend: "credentials", Checks: checks})
+			}
+			if s.cwd != "" {
+				reports = append(reports, report{Backend: "workspace-quota", Checks: []sandbox.Check{workspaceQuotaCheck(s.cwd)}})
 			}
 			for i := range reports {
 				r := &reports[i]

@@ -23,6 +23,7 @@ func narrowFlags() []cli.Flag {
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` of this call (e.g. 512Mi); at most the policy's"},
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU quota of this call in cores (e.g. 0.5); at most the policy's"},
 		&cli.Int64Flag{Name: "pids", Usage: "task limit of this call; at most the policy's"},
+		&cli.StringFlag{Name: "workspace-bytes", Usage: "bound the workspace to `SIZE` in all (e.g. 2Gi; project quotas); at most the policy's limits.workspaceBytes; a file system without project quotas refuses the call"},
 		&cli.StringFlag{Name: "network", Usage: "network of this call: none, or loopback under a loopback policy"},
 		&cli.StringSliceFlag{Name: "mount", Usage: "bind mount `SRC:DST[:ro]` (repeatable); SRC must lie below one of the policy's mountRoots (read-write only under a rw root), resolve without links and hold no path the service trusts"},
 		&cli.StringFlag{Name: "env-file", Usage: "read ordinary environment from `FILE`: KEY=VALUE lines, # comments; DSH_* keys are dropped"},
@@ -33,21 +34,16 @@ func narrowFlags() []cli.Flag {
 var narrowFlagNames = map[string]string{
 	"memoryBytes": "--memory", "cpus": "--cpus", "pids": "--pids",
 	"timeoutMs": "--timeout", "network": "--network", "mounts": "--mount",
+	"workspaceBytes": "--workspace-bytes",
 }
 
 // narrowing reads the per-call flags. Values are checked for form here
 // and against the policy by policy.Narrow (narrowPolicy).
 func narrowing(c *cli.Context) (policy.Narrowing, error) {
 	var n policy.Narrowing
-	if c.IsSet("memory") {
-		v, err := policy.ParseSize(c.String("memory"))
-		if err != nil || v == 0 {
-			if err == nil {
-				err = errors.New("must be positive")
-			}
-			return n, usageError("--memory: %v", err)
-		}
-		n.MemoryBytes = v
+	var err error
+	if n.MemoryBytes, err = sizeFlag(c, "memory"); err != nil {
+		return n, err
 	}
 	if c.IsSet("cpus") {
 		if v := c.Float64("cpus"); v <= 0 || v != v {
@@ -70,6 +66,9 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		}
 		n.TimeoutMs = max(d.Milliseconds(), 1)
 	}
+	if n.WorkspaceBytes, err = sizeFlag(c, "workspace-bytes"); err != nil {
+		return n, err
+	}
 	if c.IsSet("network") {
 		n.Network = sandbox.NetworkMode(c.String("network"))
 		if n.Network == "" {
@@ -84,6 +83,22 @@ func narrowing(c *cli.Context) (policy.Narrowing, error) {
 		n.Mounts = append(n.Mounts, m)
 	}
 	return n, nil
+}
+
+// sizeFlag is the positive size of flag name (policy.ParseSize), 0 when
+// it is not set.
+func sizeFlag(c *cli.Context, name string) (int64, error) {
+	if !c.IsSet(name) {
+		return 0, nil
+	}
+	v, err := policy.ParseSize(c.String(name))
+	if err != nil || v == 0 {
+		if err == nil {
+			err = errors.New("must be positive")
+		}
+		return 0, usageError("--%s: %v", name, err)
+	}
+	return v, nil
 }
 
 // parseMount reads SRC:DST[:ro|rw]; both paths absolute.

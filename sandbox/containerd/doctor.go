@@ -99,6 +99,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 
 	shim, err := exec.LookPath(shimBinary)
 	shimOK := add("shim", err == nil, "%s", errOr(err, shim))
+	checks = append(checks, runtimeChecks(dctx)...)
 
 	state := sandbox.CheckStateDir(opts.StateDir)
 	stateOK := add(state.Name, state.OK, "%s", state.Detail)

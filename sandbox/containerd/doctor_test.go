@@ -22,7 +22,7 @@ func TestDoctorPassesCases(t *testing.T) {
 		t.Fatalf("Containers() = %v", err)
 	}
 	checks := Doctor(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: state})
-	want := []string{"daemon", "namespace", "snapshotter", "shim", "state", "image", "run"}
+	want := append(append([]string{"daemon", "namespace", "snapshotter", "shim", "runtime"}, cveChecks...), "state", "image", "run")
 	if got := sandboxtest.CheckNames(checks); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Doctor() check names = %q, want %q", got, want)
 	}
@@ -72,3 +72,7 @@ func TestDoctorFailsCases(t *testing.T) {
 		t.Errorf("Doctor(empty namespace) daemon check = %+v, want ok", c)
 	}
 }
+
+// cveChecks are the names of the doctor's CVE self-tests
+// (idmap.CVESelfTests), in order.
+var cveChecks = []string{"CVE-2019-5736", "CVE-2024-21626", "CVE-2025-31133", "CVE-2025-52565", "CVE-2025-52881", "CVE-2026-41579"}

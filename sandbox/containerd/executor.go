@@ -425,11 +425,7 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 	})
 	// Every bind source becomes a staging mount: the shim's runc must
 	// not follow a link swapped in since PreparePaths.
-	var mapped map[string]bool
-	if ids.Idmapped {
-		mapped = idmap.Dests(req)
-	}
-	if staged, err = stageBinds(spec, mapped, callDir); err != nil {
+	if staged, err = stageBinds(spec, idmap.StagingFor(req, ids), callDir); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 	}
 	if ids.Enabled {
@@ -474,6 +470,9 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 	})
 	if ids.Enabled {
 		unmount, err := e.mountRootfs(bg, id, callDir, spec, ids.RootUID, ids.RootGID)
+		if errors.Is(err, sandbox.ErrInvalid) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)
+		}
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 		}

@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -95,8 +96,8 @@ func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]stri
 // namespace, so the runc that bind-mounts them sees them. The staging
 // mounts made are returned, also with an error; removeCallDir removes
 // them.
-func stageBinds(spec *specs.Spec, mapped map[string]bool, dir string) ([]string, error) {
-	return idmap.Stage(spec, mapped, dir, func(f func() error) error { return f() })
+func stageBinds(spec *specs.Spec, how idmap.Staging, dir string) ([]string, error) {
+	return idmap.Stage(spec, how, dir, func(f func() error) error { return f() })
 }
 
 // removeCallDir detaches the mounts staged in dir, then removes dir with
@@ -175,6 +176,9 @@ func (e *Executor) mountRootfs(ctx context.Context, key, dir string, spec *specs
 			return fmt.Errorf("rootfs: %w", err)
 		}
 		return nil
+	}
+	if err := idmap.CheckRootfs(target, spec.Mounts); err != nil {
+		return nil, errors.Join(sandbox.Errorf(sandbox.ErrInvalid, "containerd: image: %w", err), unmount())
 	}
 	if err := idmap.MountPoints(target, spec.Mounts); err != nil {
 		return nil, errors.Join(fmt.Errorf("rootfs: %w", err), unmount())

@@ -114,11 +114,13 @@ type stagedBind struct {
 // are ignored) below the call's directory and returns them in order. With
 // usernsFD ≥ 0 (an open user namespace, see idmap.NewUserNamespace) each
 // staging mount is id-mapped with that namespace's maps (userns.go);
-// with -1 it is a plain bind. On failure it removes what it staged.
+// with -1 it is a plain bind. The session directory's bind (sess.Dest)
+// is id-mapped so that its owner is the call (idmap.StageSession). On
+// failure it removes what it staged.
 // release removes the staging mounts and their directories; it is safe
 // to call once the container is gone (a mount the container still holds
 // is detached lazily).
-func (e *Executor) stageBinds(callID string, ms []specs.Mount, usernsFD int) (_ []stagedBind, release func() error, err error) {
+func (e *Executor) stageBinds(callID string, ms []specs.Mount, usernsFD int, sess sessionBind) (_ []stagedBind, release func() error, err error) {
 	dir := e.callBindsDir(callID)
 	var staged []string
 	rel := func() error {
@@ -149,6 +151,14 @@ func (e *Executor) stageBinds(callID string, ms []specs.Mount, usernsFD int) (_ 
 			}
 		}
 		p := filepath.Join(dir, strconv.Itoa(len(out)))
+		if sess.Dest != "" && filepath.Clean(m.Destination) == sess.Dest {
+			if err := idmap.StageSession(m.Source, p, sess.UID, sess.GID, mountAttrs(stageFlags(m))); err != nil {
+				return nil, nil, fmt.Errorf("mount %q (source %q): %w", m.Destination, m.Source, err)
+			}
+			staged = append(staged, p)
+			out = append(out, stagedBind{Source: p, Target: m.Destination})
+			continue
+		}
 		if err := stage(m.Source, p, stageFlags(m), usernsFD, &staged); err != nil {
 			return nil, nil, fmt.Errorf("mount %q (source %q): %w", m.Destination, m.Source, err)
 		}

@@ -56,7 +56,7 @@ func testStageBindsFlags(t *testing.T, usernsFD int) {
 		{Destination: "/tr", Type: "bind", Source: ro, Options: []string{"bind", "nosuid", "nodev", "ro", "noexec"}},
 		{Destination: "/f", Type: "bind", Source: file, Options: []string{"bind", "nosuid", "nodev", "ro"}},
 	}
-	binds, release, err := e.stageBinds("call-1", ms, usernsFD)
+	binds, release, err := e.stageBinds("call-1", ms, usernsFD, sessionBind{})
 	if err != nil {
 		t.Fatalf("stageBinds() = %v", err)
 	}
@@ -150,7 +150,7 @@ func TestStageBindsRefusesSymlink(t *testing.T) {
 		{Destination: "/ok", Type: "bind", Source: dir, Options: []string{"bind", "rw"}},
 		{Destination: "/bad", Type: "bind", Source: link, Options: []string{"bind", "ro"}},
 	}
-	if _, _, err := e.stageBinds("call-2", ms, -1); err == nil {
+	if _, _, err := e.stageBinds("call-2", ms, -1, sessionBind{}); err == nil {
 		t.Fatalf("stageBinds(symlink source) = nil error, want a refusal")
 	}
 	if _, err := os.Stat(filepath.Join(e.bindsDir(), "i-test")); !os.IsNotExist(err) {
@@ -165,11 +165,11 @@ func TestReapBinds(t *testing.T) {
 	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
 	src := t.TempDir()
 	ms := []specs.Mount{{Destination: "/ws", Type: "bind", Source: src, Options: []string{"bind", "rw"}}}
-	dead, _, err := e.stageBinds("dead", ms, -1)
+	dead, _, err := e.stageBinds("dead", ms, -1, sessionBind{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, releaseLive, err := e.stageBinds("live", ms, -1)
+	live, releaseLive, err := e.stageBinds("live", ms, -1, sessionBind{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -361,7 +361,7 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 		}
 		usernsFD = int(ns.Fd())
 	}
-	binds, releaseBinds, err := e.stageBinds(call.ID, pl.mounts, usernsFD)
+	binds, releaseBinds, err := e.stageBinds(call.ID, pl.mounts, usernsFD, e.sessionBind(req, pl))
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: %w", call.ID, err)
 	}

@@ -90,18 +90,28 @@ func Mount(source, target string, usernsFD int) error {
 
 // mount is Mount with the mount attributes attrs on top (MountFD).
 func mount(source, target string, usernsFD int, attrs uint64) error {
-	dfd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
+	dfd, err := openSource(source)
 	if err != nil {
-		return fmt.Errorf("staging mount of %s: open: %w", source, err)
+		return err
 	}
 	defer unix.Close(dfd)
 	if err := MountFD(dfd, target, usernsFD, attrs); err != nil {
 		return fmt.Errorf("staging mount of %s: %w", source, err)
 	}
 	return nil
+}
+
+// openSource opens the staging source at source as an O_PATH descriptor,
+// without following any link.
+func openSource(source string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("staging mount of %s: open: %w", source, err)
+	}
+	return fd, nil
 }
 
 // StageAt creates target (an empty directory, or an empty file when
@@ -195,6 +205,34 @@ func ForCall(backend string, p sandbox.Policy, uid, gid uint32) (Call, error) {
 	return c, nil
 }
 
+// Staging says how Stage stages the binds of a call.
+type Staging struct {
+	// Mapped are the destinations of the binds id-mapped with the spec's
+	// id maps: the workspace, the session directory and the policy's
+	// mounts of a call running as container uid 0 (Dests).
+	Mapped map[string]bool
+	// Session is the destination of the session directory ("" when the
+	// call does not mount it). Its bind is id-mapped so that the
+	// directory's owner on disk, the harness user, is the call's own host
+	// identity (SessionMaps): the call reads the transcript and spill
+	// files as their owner whatever their modes give others, through a
+	// mount that is read-only. It takes precedence over Mapped.
+	Session string
+}
+
+// StagingFor is the Staging of req's call with user namespace ids: the
+// session directory's bind always, the other binds when ids.Idmapped.
+func StagingFor(req *sandbox.Request, ids Call) Staging {
+	var st Staging
+	if ids.Idmapped {
+		st.Mapped = Dests(req)
+	}
+	if m, ok := sandbox.NewPlan(req.Policy, req.Session, sandbox.Identity{}).Mount(sandbox.MountTranscript); ok {
+		st.Session = m.Target
+	}
+	return st
+}
+
 // Dests are the destinations of the binds an id-mapped call stages: the
 // workspace, the session directory and the policy's mounts. Through
 // them the call (container uid 0, host uid policy.MappedIDBase) has the
@@ -217,14 +255,15 @@ func Dests(req *sandbox.Request) map[string]bool {
 // its path and follows links there, mounts what sandbox.PreparePaths
 // checked and never a link a call swapped in since. Each staging mount
 // is nosuid and nodev, and read-only and noexec where the bind's options
-// say so. The binds whose destination is in mapped are id-mapped with
-// the spec's id maps, and the bind keeps the mapping. in runs each mount
-// operation (in the mount namespace the runtime sees). The staging mount
-// points made are returned, also with an error: the caller unmounts and
-// removes them.
-func Stage(spec *specs.Spec, mapped map[string]bool, dir string, in func(func() error) error) (staged []string, err error) {
+// say so. The binds whose destination is in how.Mapped are id-mapped
+// with the spec's id maps; the session directory's (how.Session) is
+// id-mapped with SessionMaps; a bind keeps the mapping. in runs each
+// mount operation (in the mount namespace the runtime sees). The staging
+// mount points made are returned, also with an error: the caller
+// unmounts and removes them.
+func Stage(spec *specs.Spec, how Staging, dir string, in func(func() error) error) (staged []string, err error) {
 	usernsFD := -1
-	if len(mapped) > 0 {
+	if len(how.Mapped) > 0 {
 		l := spec.Linux
 		if l == nil || len(l.UIDMappings) == 0 || len(l.GIDMappings) == 0 {
 			return nil, fmt.Errorf("id-mapped mounts: the spec has no user namespace mappings")
@@ -241,10 +280,6 @@ func Stage(spec *specs.Spec, mapped map[string]bool, dir string, in func(func() 
 		if m.Type != "bind" {
 			continue
 		}
-		fd := -1
-		if mapped[filepath.Clean(m.Destination)] {
-			fd = usernsFD
-		}
 		var attrs uint64
 		if slices.Contains(m.Options, "ro") {
 			attrs |= unix.MOUNT_ATTR_RDONLY
@@ -254,7 +289,21 @@ func Stage(spec *specs.Spec, mapped map[string]bool, dir string, in func(func() 
 		}
 		target := filepath.Join(dir, strconv.Itoa(len(staged)))
 		source := m.Source
-		if err := in(func() error { return StageAt(source, target, fd, attrs) }); err != nil {
+		dest := filepath.Clean(m.Destination)
+		var stage func() error
+		switch {
+		case how.Session != "" && dest == filepath.Clean(how.Session):
+			uid, gid, err := CallHostIDs(spec)
+			if err != nil {
+				return staged, fmt.Errorf("bind mount %s: %w", m.Destination, err)
+			}
+			stage = func() error { return StageSession(source, target, uid, gid, attrs) }
+		case how.Mapped[dest]:
+			stage = func() error { return StageAt(source, target, usernsFD, attrs) }
+		default:
+			stage = func() error { return StageAt(source, target, -1, attrs) }
+		}
+		if err := in(stage); err != nil {
 			return staged, fmt.Errorf("bind mount %s: %w", m.Destination, err)
 		}
 		staged = append(staged, target)

@@ -177,6 +177,14 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 	return nil
 }
 
+// checkRootfs refuses a rootfs whose mount destinations or runtime
+// paths (/dev, /proc, …) hold a symbolic link (idmap.CheckRootfs): the
+// runtimes follow such a link on the host (CVE-2026-41579 and
+// relatives).
+func (b *bundle) checkRootfs(spec *specs.Spec) error {
+	return b.inNamespace(func() error { return idmap.CheckRootfs(b.path(bundleRootfs), spec.Mounts) })
+}
+
 // stageBinds replaces the source of every bind of spec by a staging
 // mount in the bundle (idmap.Stage), which no call can write: a clone of
 // the source opened without following links, so the runtime, which
@@ -188,12 +196,12 @@ func (b *bundle) writeConfig(s *specs.Spec) error {
 // within the call's user namespace. The mounts are made in the runtime's
 // mount namespace and recorded in b, whose unmount removes them, also
 // after an error.
-func (b *bundle) stageBinds(spec *specs.Spec, mapped map[string]bool) error {
+func (b *bundle) stageBinds(spec *specs.Spec, how idmap.Staging) error {
 	dir := b.path(bundleBinds)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return fmt.Errorf("bind staging: %w", err)
 	}
-	staged, err := idmap.Stage(spec, mapped, dir, b.inNamespace)
+	staged, err := idmap.Stage(spec, how, dir, b.inNamespace)
 	b.staged = append(b.staged, staged...)
 	if err != nil {
 		return fmt.Errorf("bind staging: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // Check is one finding of Doctor.
@@ -40,6 +41,7 @@ func Doctor(ctx context.Context, opts Options) []Check {
 	cli := &runtimeCLI{name: rt, path: path}
 	v, err := cli.version(ctx)
 	add("version", err == nil, "%s", errOr(err, v))
+	checks = append(checks, idmap.CVESelfTests(path)...)
 
 	rootOK := os.Geteuid() == 0
 	add("root", rootOK, "running as uid %d%s", os.Geteuid(), map[bool]string{true: "", false: "; the oci backend needs root"}[rootOK])

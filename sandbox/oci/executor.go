@@ -489,18 +489,19 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 	cu.Add("oom watch", func(context.Context) error { return oom.close() })
 	// Every bind source becomes a staging mount in the bundle: the
 	// runtime must not follow a link swapped in since PreparePaths.
-	var mapped map[string]bool
 	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
 			return nil, err
 		}
-		mapped = idmap.Dests(req)
 	}
 	if err := e.step("binds"); err != nil {
 		return nil, err
 	}
-	if err := b.stageBinds(spec, mapped); err != nil {
+	if err := b.stageBinds(spec, idmap.StagingFor(req, ids)); err != nil {
 		return nil, internal(err)
+	}
+	if err := b.checkRootfs(spec); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: image %s: %w", call.ID, req.Policy.Image, err)
 	}
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points

@@ -1,0 +1,88 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota/quotatest"
+)
+
+// TestWorkspaceQuota: a policy with limits.workspaceBytes on a workspace
+// whose file system has no project quotas is refused before anything
+// runs (exit 125 naming the field), while the same policy without the
+// bound runs; on ext4 with project quotas made on a loop device, a real
+// call (oci with runc and crun) writes 512 KiB under a 1 MiB bound and
+// gets EDQUOT ("Disk quota exceeded") for 2 MiB more.
+func TestWorkspaceQuota(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	dir := t.TempDir()
+	bounded := filepath.Join(dir, "bounded.yaml")
+	if err := os.WriteFile(bounded, []byte("name: bounded\nworkspace: rw\nimage: host\nlimits: {workspaceBytes: 1Mi}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, runtime := range []string{"runc", "crun"} {
+		t.Run(runtime+"/refused-without-quotas", func(t *testing.T) {
+			if err := quota.Check(e.workspace); err == nil {
+				t.Skipf("the test's workspace %s enforces project quotas: nothing to refuse", e.workspace)
+			}
+			marker := filepath.Join(e.workspace, "ran-"+runtime)
+			r := run(t, nil, append(append([]string{"exec"}, e.flags("")...), "--policy", bounded, "--runtime", runtime, "--", "touch ran-"+runtime)...)
+			if r.code != 125 || !strings.Contains(r.stderr, "policy.limits.workspaceBytes cannot be enforced") {
+				t.Errorf("bounded call on a file system without project quotas = exit %d, stderr %q; want 125 naming policy.limits.workspaceBytes", r.code, r.stderr)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("the refused call ran (%s exists)", marker)
+			}
+			// The legitimate variant: the same workspace without the bound.
+			r = run(t, nil, append(append([]string{"exec"}, e.flags("")...), "--policy", "workspace-write", "--runtime", runtime, "--", "touch ran-"+runtime)...)
+			if r.code != 0 {
+				t.Errorf("unbounded call = exit %d, stderr %q; want 0", r.code, r.stderr)
+			}
+			if _, err := os.Stat(marker); err != nil {
+				t.Errorf("the unbounded call did not run: %v", err)
+			}
+		})
+	}
+	mnt, err := quotatest.LoopFS(t, quotatest.ProjectQuotaMkfs, quotatest.ProjectQuotaMount)
+	if err != nil {
+		t.Skipf("the kernel cannot mount ext4 with project quotas (it needs CONFIG_QUOTA and CONFIG_QFMT_V2): %v", err)
+	}
+	for _, d := range []string{filepath.Dir(filepath.Dir(mnt)), filepath.Dir(mnt)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, runtime := range []string{"runc", "crun"} {
+		t.Run(runtime+"/edquot", func(t *testing.T) {
+			ws := filepath.Join(mnt, "ws-"+runtime)
+			if err := os.Mkdir(ws, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(ws, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"exec", "--home", e.home, "--sessions-root", e.root, "--cwd", ws, "--state-dir", e.state, "--data-dir", e.data,
+				"--policy", bounded, "--runtime", runtime, "--",
+				"head -c 524288 /dev/zero > small && echo small=ok; head -c 2097152 /dev/zero > big; echo big=$?"}
+			r := run(t, nil, args...)
+			if r.code != 0 || !strings.Contains(r.stdout, "small=ok") {
+				t.Fatalf("bounded call = exit %d, stdout %q, stderr %q; want the 512 KiB write to succeed", r.code, r.stdout, r.stderr)
+			}
+			if strings.Contains(r.stdout, "big=0") || !strings.Contains(r.stderr, "Disk quota exceeded") {
+				t.Errorf("the 2 MiB write past a 1 MiB bound: stdout %q, stderr %q; want it to fail with Disk quota exceeded (EDQUOT)", r.stdout, r.stderr)
+			}
+			u, err := quota.Get(ws)
+			if err != nil || u.LimitBytes != 1<<20 || u.UsedBytes > 1<<20 {
+				t.Errorf("the workspace's project: %+v, %v; want a 1 MiB limit, at most 1 MiB used", u, err)
+			}
+			fmt.Fprintf(os.Stderr, "quota: %s: project %d holds %d of %d bytes\n", runtime, u.Project, u.UsedBytes, u.LimitBytes)
+		})
+	}
+}
