@@ -140,7 +140,7 @@ func TestWarningsCase(t *testing.T) {
 		// The service lets the call read the directory (an ACL entry), not
 		// the 0600 file dsh writes as the harness user.
 		{"other user, private transcript dir", local, sandbox.Session{TranscriptDir: private}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(private, "session.jsonl") + " (owner"}},
-		{"other user, private transcript file mode", ww, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"mode 0600)"}},
+		{"other user, private transcript file mode", local, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"mode 0600)"}},
 		{"other user, private transcript file", local, sandbox.Session{TranscriptDir: openDir}, other, otherGID, []string{"cannot read the transcript " + filepath.Join(openDir, "session.jsonl") + " (owner"}},
 		{"group member reads shared transcript", ww, sandbox.Session{TranscriptDir: shared}, other, myGID, nil},
 		{"other user, readable transcript", ww, sandbox.Session{TranscriptDir: readable}, other, otherGID, nil},
