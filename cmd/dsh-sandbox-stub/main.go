@@ -75,6 +75,7 @@ func run() int {
 	if ctl == nil {
 		return statusProtocol
 	}
+	report(ctl, stub.Report{Kind: stub.Ready})
 	c, err := stub.ReadCall(ctl)
 	if err != nil {
 		if errors.Is(err, io.EOF) {

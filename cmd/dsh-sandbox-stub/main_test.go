@@ -75,6 +75,9 @@ func startStub(t *testing.T) *started {
 		t.Fatal(err)
 	}
 	theirs.Close()
+	if r, err := stub.ReadReport(ours); err != nil || r.Kind != stub.Ready {
+		t.Fatalf("first report = %v, %v; want ready", r, err)
+	}
 	t.Cleanup(func() {
 		ours.Close()
 		_ = s.cmd.Process.Kill()
@@ -266,6 +269,9 @@ func BenchmarkStubStart(b *testing.B) {
 			b.Fatal(err)
 		}
 		theirs.Close()
+		if r, err := stub.ReadReport(ours); err != nil || r.Kind != stub.Ready {
+			b.Fatalf("first report = %v, %v; want ready", r, err)
+		}
 		msg, _ := call("/bin/true").Encode()
 		ours.Write(msg)
 		for {

@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -27,7 +29,15 @@ func TestMain(m *testing.M) {
 		crashHelper()
 		return
 	}
-	os.Exit(m.Run())
+	// The executor finds the stub on PATH (the crash helper inherits it).
+	done, err := fixtures.StubOnPath()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	done()
+	os.Exit(code)
 }
 
 func crashHelper() {
@@ -38,10 +48,12 @@ func crashHelper() {
 		os.Exit(3)
 	}
 	p := testPolicy(&testing.T{}, rt)
+	timeout, _ := strconv.ParseInt(os.Getenv("OCI_TEST_TIMEOUT_MS"), 10, 64)
 	_, err = e.Run(context.Background(), &sandbox.Request{
-		Command: "echo started; sleep " + marker,
-		Policy:  p,
-		Stdout:  os.Stdout,
+		Command:   "echo started; sleep " + marker,
+		Policy:    p,
+		Stdout:    os.Stdout,
+		TimeoutMs: timeout,
 	})
 	fmt.Fprintln(os.Stderr, "helper: the call returned:", err)
 	os.Exit(4)
@@ -52,9 +64,23 @@ func crashHelper() {
 // bundle, cgroups and lock file behind.
 func crashInstance(t *testing.T, rt, stateDir, inst, marker string) {
 	t.Helper()
+	cmd, out := startHelper(t, rt, stateDir, inst, marker, 0)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, out)
+	_ = cmd.Wait()
+}
+
+// startHelper starts the crash helper on stateDir as instance inst, its
+// call limited to timeoutMs (0: the policy's), and returns once the call
+// runs.
+func startHelper(t *testing.T, rt, stateDir, inst, marker string, timeoutMs int64) (*exec.Cmd, io.Reader) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=crash", "OCI_TEST_RUNTIME=" + rt, "OCI_TEST_STATE=" + stateDir,
-		"OCI_TEST_INSTANCE=" + inst, "OCI_TEST_MARKER=" + marker, "PATH=" + os.Getenv("PATH")}
+		"OCI_TEST_INSTANCE=" + inst, "OCI_TEST_MARKER=" + marker, "PATH=" + os.Getenv("PATH"),
+		"OCI_TEST_TIMEOUT_MS=" + strconv.FormatInt(timeoutMs, 10)}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +96,7 @@ func crashInstance(t *testing.T, rt, stateDir, inst, marker string) {
 		cmd.Wait()
 		t.Fatalf("helper printed %q (%v), stderr %q; want started", line, err, stderr.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, out)
-	_ = cmd.Wait()
+	return cmd, out
 }
 
 // TestReapAfterCrash kills an instance in the middle of a call and

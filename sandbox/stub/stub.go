@@ -1,10 +1,11 @@
 // Package stub is the protocol between an executor and the stub, the
 // tiny program (cmd/dsh-sandbox-stub) that is pid 1 of every prepared
 // container: the executor holds one end of a control channel, the stub
-// the other (inherited as descriptor 3). The executor writes exactly one
-// call message (Call: argv, environment, working directory, deadline);
-// the stub starts the command with the container's stdio and writes
-// reports back (Report: started, exited, failed, deadline). When the
+// the other (inherited as descriptor 3). The stub reports that it is
+// ready; the executor writes exactly one call message (Call: argv,
+// environment, working directory, deadline); the stub starts the command
+// with the container's stdio and writes reports back (Report: started,
+// exited, failed, deadline). When the
 // control channel reaches end of file (the executor died) or the
 // deadline passes, the stub exits and the kernel kills everything else
 // in the container's pid namespace: the stub is the call's lifeline.
@@ -269,6 +270,9 @@ type Kind byte
 
 // The kinds of report a stub writes.
 const (
+	// Ready: the stub runs and waits for its call (the container is
+	// prepared); Value is 0.
+	Ready Kind = 'R'
 	// Started: the command was executed; Value is its pid in the
 	// container.
 	Started Kind = 'S'
@@ -306,7 +310,7 @@ func ReadReport(r io.Reader) (Report, error) {
 	}
 	k := Kind(b[0])
 	switch k {
-	case Started, Exited, Failed, Expired:
+	case Ready, Started, Exited, Failed, Expired:
 	default:
 		return Report{}, fmt.Errorf("stub report: unknown kind %q", b[0])
 	}

@@ -101,7 +101,7 @@ func TestReadCallRefusesMalformed(t *testing.T) {
 }
 
 func TestReportRoundTrip(t *testing.T) {
-	for _, r := range []Report{{Started, 2}, {Exited, 0x8f}, {Failed, 127}, {Expired, 0}, {Exited, -1}} {
+	for _, r := range []Report{{Ready, 0}, {Started, 2}, {Exited, 0x8f}, {Failed, 127}, {Expired, 0}, {Exited, -1}} {
 		got, err := ReadReport(bytes.NewReader(r.Encode()))
 		if err != nil || got != r {
 			t.Errorf("ReadReport(Encode(%v)) = %v, %v", r, got, err)
