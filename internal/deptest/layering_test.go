@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"sandbox/console":     {"sandbox"},
 	"sandbox/stub":        {},
 	"sandbox/sandboxtest": {"sandbox"},
+	"sandbox/pool":        {},
 	"hooks":               {"session", "persistence", "sandbox", "internal/safefile"},
 	"hooks/claudecode":    {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
 	"hooks/codex":         {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
