@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"images":              {},
 	"policy":              {"sandbox", "images", "internal/safefile", "egress"},
 	"egress":              {"sandbox"},
-	"sandbox/oci":         {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/console", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub"},
+	"sandbox/oci":         {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/console", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub", "sandbox/pool"},
 	"sandbox/local":       {"sandbox/driver", "sandbox", "images", "policy", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/docker":      {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/containerd":  {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},

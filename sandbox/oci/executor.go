@@ -24,6 +24,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -67,6 +68,13 @@ type Options struct {
 	// calls on runc and crun fail with sandbox.ErrUnavailable saying how
 	// to install it.
 	Stub string
+	// Pool, when set, turns on the warm pool (runc and crun): a call that
+	// starts has the slot of its session's next call prepared, a call
+	// that finds one fitting exactly skips the container's start, and
+	// calls are torn down after their result is returned. Nil means no
+	// pool: every call prepares its own container and Run returns once
+	// it is gone.
+	Pool *pool.Options
 	// Network is how the egress proxy of a call of network allowlist
 	// resolves names and dials; the zero value is the host's resolver
 	// and dialer. Tests point made-up names at local servers with it.
@@ -91,6 +99,7 @@ type Executor struct {
 	lock     *os.File
 	stub     string // the stub program; stubErr says why there is none
 	stubErr  error
+	warm     *warm // nil without a pool
 
 	mu     sync.RWMutex // held for reading by every running call
 	closed bool
@@ -172,6 +181,9 @@ func New(opts Options) (*Executor, error) {
 			e.rt.ns = ns
 		}
 	}
+	if opts.Pool != nil && usesStub(opts.Runtime) {
+		e.warm = e.newWarm(*opts.Pool)
+	}
 	return e, nil
 }
 
@@ -194,6 +206,14 @@ func (e *Executor) Close() error {
 		return nil
 	}
 	e.closed = true
+	var perr error
+	if e.warm != nil {
+		// Ready slots and the teardowns of finished calls go first: they
+		// need the runtime (and crun's mount namespace).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*driver.TeardownTimeout)
+		perr = e.warm.pool.Close(ctx)
+		cancel()
+	}
 	if e.rt.ns != nil {
 		e.rt.ns.close()
 	}
@@ -204,7 +224,7 @@ func (e *Executor) Close() error {
 			leftover = true
 		}
 	}
-	return e.unlock(leftover)
+	return errors.Join(perr, e.unlock(leftover))
 }
 
 // unlock releases the instance lock. With keepFile, the lock file stays

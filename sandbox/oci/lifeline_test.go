@@ -164,14 +164,15 @@ func TestStubKilledBeforeBind(t *testing.T) {
 }
 
 // TestCommandCannotReadStub: the command gets nothing of pid 1 — not its
-// environment, memory or descriptors — and holds no descriptor beyond
-// its stdio; the same reads of its own process succeed.
+// environment, memory or descriptors (neither where they lead nor the
+// control channel itself) — and holds no descriptor beyond its stdio;
+// the same reads of its own process succeed.
 func TestCommandCannotReadStub(t *testing.T) {
 	for _, rt := range stubRuntimes {
 		t.Run(rt, func(t *testing.T) {
 			e := newTestExecutor(t, rt)
 			script := `for f in environ mem; do if head -c 1 /proc/$P/$f >/dev/null 2>&1; then echo "$f:read"; else echo "$f:denied"; fi; done; ` +
-				`if ls /proc/$P/fd >/dev/null 2>&1; then echo "fd:read"; else echo "fd:denied"; fi; ` +
+				`if readlink /proc/$P/fd/0 >/dev/null 2>&1 || (: </proc/$P/fd/3) 2>/dev/null; then echo "fd:read"; else echo "fd:denied"; fi; ` +
 				`ls /proc/self/fd | tr '\n' ' '`
 			for _, target := range []string{"1", "self"} {
 				req := &sandbox.Request{
