@@ -32,7 +32,7 @@ var allowed = map[string][]string{
 	"sandbox/local":       {"sandbox/driver", "sandbox", "images", "policy", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/docker":      {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/containerd":  {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},
-	"sandbox/backend":     {"sandbox", "images"},
+	"sandbox/backend":     {"sandbox", "images", "sandbox/pool"},
 	"sandbox/driver":      {"sandbox", "sandbox/sandboxtest"},
 	"sandbox/idmap":       {"sandbox", "policy"},
 	"sandbox/console":     {"sandbox"},

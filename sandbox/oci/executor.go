@@ -193,6 +193,10 @@ func (e *Executor) instancesDir() string { return filepath.Join(e.opts.StateDir,
 // Instance returns the executor's instance id.
 func (e *Executor) Instance() string { return e.instance }
 
+// Pooled reports whether the executor keeps a warm pool (Options.Pool
+// with runc or crun).
+func (e *Executor) Pooled() bool { return e.warm != nil }
+
 // Runtime returns the runtime name ("runc", "crun" or "runsc").
 func (e *Executor) Runtime() string { return e.rt.name }
 

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+)
+
+// TestMain puts a freshly built dsh-sandbox-stub on PATH, where the oci
+// executors of the in-process commands find it (the test binary has none
+// next to it).
+func TestMain(m *testing.M) {
+	done, err := fixtures.StubOnPath()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	done()
+	os.Exit(code)
+}
