@@ -152,8 +152,11 @@ func TestReapAfterCrash(t *testing.T) {
 				t.Errorf("Reap() = %v", err)
 			}
 			t.Logf("reaped %+v", rep)
-			if !slices.Contains(rep.Instances, dead) || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
-				t.Errorf("Reap() = %+v, want instance %q with one container and one bundle", rep, dead)
+			// The crashed call's stub saw its control channel end and
+			// exited, so its runtime deleted the container already (or
+			// is about to): Reap finds it or not, and the bundle.
+			if !slices.Contains(rep.Instances, dead) || len(rep.Containers) > 1 || len(rep.Bundles) != 1 {
+				t.Errorf("Reap() = %+v, want instance %q with at most one container and one bundle", rep, dead)
 			}
 			if slices.Contains(rep.Instances, live.instance) || slices.Contains(rep.Instances, reaper.instance) {
 				t.Errorf("Reap() = %+v: touched a live instance", rep)
