@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -12,12 +11,5 @@ import (
 // executors of the in-process commands find it (the test binary has none
 // next to it).
 func TestMain(m *testing.M) {
-	done, err := fixtures.StubOnPath()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	done()
-	os.Exit(code)
+	os.Exit(fixtures.RunWithStub(m))
 }

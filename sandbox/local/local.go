@@ -271,19 +271,11 @@ func (p *process) signal(sig syscall.Signal) error {
 // then the output up to drainTimeout.
 func (p *process) finish() {
 	_ = p.signal(syscall.SIGKILL)
-	drained := make(chan struct{})
-	go func() {
-		p.copies.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
+	driver.Drain(&p.copies, drainTimeout, func() {
 		for _, r := range p.readers {
 			r.Close()
 		}
-		<-drained
-	}
+	})
 	for _, r := range p.readers {
 		r.Close()
 	}

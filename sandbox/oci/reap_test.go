@@ -30,14 +30,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	// The executor finds the stub on PATH (the crash helper inherits it).
-	done, err := fixtures.StubOnPath()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	done()
-	os.Exit(code)
+	os.Exit(fixtures.RunWithStub(m))
 }
 
 func crashHelper() {

@@ -343,19 +343,11 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 	if s.tty != nil {
 		s.tty.finish(call.Log)
 	} else {
-		drained := make(chan struct{})
-		go func() {
-			p.copies.Wait()
-			close(drained)
-		}()
-		select {
-		case <-drained:
-		case <-time.After(outputDrain):
+		driver.Drain(&p.copies, outputDrain, func() {
 			call.Log.Warn().Msg("output did not end after the container exited; closing it")
 			s.stdout.Close()
 			s.stderr.Close()
-			<-drained
-		}
+		})
 	}
 	var exitErr *exec.ExitError
 	if s.waitErr != nil && !errors.As(s.waitErr, &exitErr) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {
