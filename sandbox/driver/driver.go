@@ -105,8 +105,10 @@ type Backend[S any] interface {
 type Warm[S any] interface {
 	// Take returns a prepared slot that fits call exactly (everything
 	// the slot fixed is what call would have fixed), with the cleanup
-	// stack that undoes it, or ok false. The slot is the caller's alone.
-	Take(call *Call, state S) (slot Slot, undo *Cleanup, ok bool)
+	// stack that undoes it, and sandbox.PoolHit; else no slot and
+	// sandbox.PoolMiss, or "" when call is not one the pool serves. The
+	// slot is the caller's alone.
+	Take(call *Call, state S) (slot Slot, undo *Cleanup, pool string)
 	// Started says call was bound and runs: the backend may prepare a
 	// slot for the session's next call.
 	Started(call *Call, state S)
@@ -327,12 +329,9 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	var slot Slot
 	if warm != nil {
 		var undo *Cleanup
-		var ok bool
-		if slot, undo, ok = warm.Take(call, state); ok {
+		slot, undo, res.Timings.Pool = warm.Take(call, state)
+		if slot != nil {
 			call.Cleanup.Merge(undo)
-			res.Timings.Pool = sandbox.PoolHit
-		} else {
-			res.Timings.Pool = sandbox.PoolMiss
 		}
 	}
 	if slot == nil {

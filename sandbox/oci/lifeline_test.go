@@ -218,6 +218,9 @@ func TestCommandExitsBeforeStdin(t *testing.T) {
 			if err != nil || res.ExitCode == nil || *res.ExitCode != 3 || res.TimedOut {
 				t.Errorf("Run(exit 3 with 4 MiB unread stdin) = %+v, %v; want exit 3", res, err)
 			}
+			if err == nil && res.Timings.Pool != "" {
+				t.Errorf("pool = %q without a pool, want none", res.Timings.Pool)
+			}
 			if left := leftovers(t, e); len(left) > 0 {
 				t.Errorf("left behind: %q", left)
 			}

@@ -98,17 +98,17 @@ func template(req *sandbox.Request) *sandbox.Request {
 }
 
 // Take hands out a slot prepared for calls like call's.
-func (r *runner) Take(call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup, bool) {
+func (r *runner) Take(call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup, string) {
 	e := (*Executor)(r)
 	key := e.poolKey(call.Request)
 	if key == "" {
-		return nil, nil, false
+		return nil, nil, ""
 	}
 	w, ok := e.warm.pool.Take(key)
 	if !ok {
-		return nil, nil, false
+		return nil, nil, sandbox.PoolMiss
 	}
-	return w.s, w.undo, true
+	return w.s, w.undo, sandbox.PoolHit
 }
 
 // Started prepares the slot of the session's next call while this one
