@@ -2,7 +2,9 @@ package oci
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,5 +113,65 @@ func TestWarmSlotExpires(t *testing.T) {
 			t.Fatalf("20 s after its TTL the expired slot remains: %s", strings.Join(left, "; "))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWarmSessionsRace: two sessions' calls race for slots; every call
+// sees its own session's workspace and its own environment, no container
+// runs two calls, and nothing is left after the pool's Close.
+func TestWarmSessionsRace(t *testing.T) {
+	e := newPooledExecutor(t, RuntimeRunc, pool.Options{PerKey: 2})
+	ws := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	type out struct {
+		session, want string
+		res           *sandbox.Result
+		err           error
+	}
+	results := make(chan out, 16)
+	var wg sync.WaitGroup
+	for _, session := range []string{"a", "b"} {
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 3 {
+					v := fmt.Sprintf("%s-%d-%d", session, i, j)
+					res, err := e.Run(context.Background(), &sandbox.Request{
+						Command: `echo "$V $PWD"`,
+						Env:     []string{"V=" + v},
+						Session: sandbox.Session{ID: session, Cwd: ws[session]},
+						Policy:  testPolicy(t, RuntimeRunc),
+					})
+					results <- out{session, v + " " + ws[session] + "\n", res, err}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(results)
+	ids := map[string]bool{}
+	hits := 0
+	for o := range results {
+		if o.err != nil {
+			t.Errorf("session %s: %v", o.session, o.err)
+			continue
+		}
+		if o.res.Stdout.Text != o.want {
+			t.Errorf("session %s: stdout %q, want %q", o.session, o.res.Stdout.Text, o.want)
+		}
+		if ids[o.res.Sandbox.ContainerID] {
+			t.Errorf("container %s ran two calls", o.res.Sandbox.ContainerID)
+		}
+		ids[o.res.Sandbox.ContainerID] = true
+		if o.res.Timings.Pool == sandbox.PoolHit {
+			hits++
+		}
+	}
+	t.Logf("%d of 12 calls came from the pool", hits)
+	if err := e.warm.pool.Close(context.Background()); err != nil {
+		t.Errorf("pool Close() = %v", err)
+	}
+	if left := leftovers(t, e); len(left) > 0 {
+		t.Errorf("left behind after the pool's Close: %q", left)
 	}
 }
