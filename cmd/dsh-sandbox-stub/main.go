@@ -17,6 +17,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -76,17 +77,26 @@ func run() int {
 		return statusProtocol
 	}
 	report(ctl, stub.Report{Kind: stub.Ready})
-	c, err := stub.ReadCall(ctl)
+	head, stdio, err := readHeader()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return statusKilled // the executor let the slot go
 		}
 		return statusProtocol
 	}
+	c, err := stub.ReadCall(io.MultiReader(bytes.NewReader(head), ctl))
+	if err != nil || c.Stdio != (len(stdio) == 3) || (!c.Stdio && len(stdio) != 0) {
+		return statusProtocol
+	}
 	expired := make(chan struct{})
 	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
 	defer deadline.Stop()
 
+	// What the stub says about the command goes to the command's stderr.
+	errOut := os.Stderr
+	if c.Stdio {
+		errOut = os.NewFile(uintptr(stdio[2]), "stderr")
+	}
 	path, status, msg := lookPath(c.Argv[0], c.Env)
 	if status == 0 {
 		if err := unix.Chdir(c.Dir); err != nil {
@@ -94,11 +104,14 @@ func run() int {
 		}
 	}
 	if status != 0 {
-		fmt.Fprintf(os.Stderr, "%s%s\n", stubErrorPrefix, msg)
+		fmt.Fprintf(errOut, "%s%s\n", stubErrorPrefix, msg)
 		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
 		return status
 	}
 	attr := &syscall.ProcAttr{Env: c.Env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}}
+	if c.Stdio {
+		attr.Files = []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])}
+	}
 	if c.Terminal {
 		// The terminal becomes the command's: give it up, then the
 		// command makes it its controlling terminal in a new session.
@@ -111,9 +124,16 @@ func run() int {
 		if errors.Is(err, unix.ENOENT) {
 			status = statusNotFound
 		}
-		fmt.Fprintf(os.Stderr, "%s%s: %v\n", stubErrorPrefix, c.Argv[0], err)
+		fmt.Fprintf(errOut, "%s%s: %v\n", stubErrorPrefix, c.Argv[0], err)
 		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
 		return status
+	}
+	if c.Stdio {
+		// Only the command holds the call's pipes: its output ends
+		// when it and what it started are gone.
+		for _, fd := range stdio {
+			unix.Close(fd)
+		}
 	}
 	report(ctl, stub.Report{Kind: stub.Started, Value: int32(pid)})
 
@@ -138,6 +158,45 @@ func run() int {
 		report(ctl, stub.Report{Kind: stub.Expired})
 		return statusKilled
 	}
+}
+
+// readHeader reads the header of the call message from the control
+// channel with the descriptors attached to it (close-on-exec): the
+// command's stdin, stdout and stderr, or none.
+func readHeader() ([]byte, []int, error) {
+	head := make([]byte, stub.HeaderSize)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	var fds []int
+	for n := 0; n < len(head); {
+		rn, oobn, _, _, err := unix.Recvmsg(stub.ControlFD, head[n:], oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, nil, err
+			}
+			for i := range msgs {
+				got, err := unix.ParseUnixRights(&msgs[i])
+				if err != nil {
+					return nil, nil, err
+				}
+				fds = append(fds, got...)
+			}
+		}
+		if rn == 0 {
+			if n == 0 {
+				return nil, nil, io.EOF
+			}
+			return nil, nil, io.ErrUnexpectedEOF
+		}
+		n += rn
+	}
+	return head, fds, nil
 }
 
 // reap waits for every child (pid 1 inherits the orphans of the

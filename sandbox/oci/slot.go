@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,10 @@ const stubSlack = 500 * time.Millisecond
 // exited (everything in the container is gone then; only what is in the
 // pipes is left).
 const outputDrain = 5 * time.Second
+
+// runtimeFinish is how long teardown lets a runtime whose container's
+// stub has ended finish on its own before it is killed.
+const runtimeFinish = 10 * time.Second
 
 // usesStub reports whether containers of runtime run the stub. runsc
 // cannot pass the control descriptor on (it has no --preserve-fds): its
@@ -70,6 +75,7 @@ type slot struct {
 	cmd              *exec.Cmd // the runtime's foreground run
 	pidFile, logFile string
 	theirs           []*os.File    // the runtime's ends of ctl and the pipes, closed once it runs
+	callEnds         []*os.File    // stub only: the command's ends of the pipes, sent at Bind
 	ctl              *os.File      // the executor's end of the control channel (stub only)
 	stdin            *os.File      // write end of the container's stdin; nil on a terminal
 	stdout, stderr   *os.File      // read ends of the container's output; nil on a terminal
@@ -79,9 +85,12 @@ type slot struct {
 
 	bound   atomic.Bool
 	reports chan struct{} // stub only: closed when the control channel ended
-	started bool          // the stub reported the command started (or failed to): set before reports closes
-	expired bool          // the stub's deadline passed
-	fails   int32         // the stub's status when the command could not start
+	ended   chan struct{} // stub only: closed once the stub reported the call's end (status is set)
+	// runtimeErr is the runtime's own stderr with the stub (the call's
+	// output has pipes of its own); read only after the runtime exited.
+	runtimeErr bytes.Buffer
+	started    bool // the stub reported the command started (or failed to): set before reports closes
+	status     int  // the stub's exit status for the call's end: the command's, 128+N for signal N
 }
 
 func (s *slot) ID() string { return s.call.ID }
@@ -97,7 +106,7 @@ func (e *Executor) newSlot(call *driver.Call, b *bundle, bash string) (_ *slot, 
 	}
 	s.cmd = e.rt.runCommand(context.Background(), b.dir, call.ID, s.pidFile, s.logFile)
 	call.Cleanup.Add("slot stdio", func(context.Context) error {
-		for _, f := range append(s.theirs, s.ctl, s.stdin, s.stdout, s.stderr) {
+		for _, f := range append(append(s.theirs, s.callEnds...), s.ctl, s.stdin, s.stdout, s.stderr) {
 			if f != nil {
 				f.Close()
 			}
@@ -131,18 +140,28 @@ func (e *Executor) newSlot(call *driver.Call, b *bundle, bash string) (_ *slot, 
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
-	s.stdin, s.theirs = inW, append(s.theirs, inR)
+	s.stdin = inW
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	s.stdout, s.theirs = outR, append(s.theirs, outW)
+	s.stdout = outR
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
-	s.stderr, s.theirs = errR, append(s.theirs, errW)
-	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = inR, outW, errW
+	s.stderr = errR
+	if s.ctl == nil {
+		s.theirs = append(s.theirs, inR, outW, errW)
+		s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = inR, outW, errW
+		return s, nil
+	}
+	// With the stub, the pipes reach it with the call message, over the
+	// control channel, and only the command gets them: the runtime's own
+	// stdio (which it keeps until it has deleted the container) is not
+	// the call's output, so the output ends when the call does.
+	s.callEnds = []*os.File{inR, outW, errW}
+	s.cmd.Stderr = &s.runtimeErr
 	return s, nil
 }
 
@@ -174,6 +193,23 @@ func (s *slot) start(ctx context.Context) error {
 		case <-s.done:
 			return nil
 		default:
+		}
+		if s.ended != nil {
+			select {
+			case <-s.ended:
+				// The call is over and the stub gone: the runtime is
+				// deleting the container; let it finish first.
+				t := time.NewTimer(runtimeFinish)
+				select {
+				case <-s.done:
+					t.Stop()
+					return nil
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				t.Stop()
+			default:
+			}
 		}
 		if s.ctl != nil {
 			s.ctl.Close() // the stub exits, and the container with it
@@ -217,7 +253,10 @@ func (s *slot) start(ctx context.Context) error {
 // container: its log, else what it wrote to stderr.
 func (s *slot) failure() string {
 	var text string
-	if s.stderr != nil {
+	switch {
+	case s.ctl != nil:
+		text = s.runtimeErr.String() // the runtime has exited: nobody writes it
+	case s.stderr != nil:
 		b, _ := io.ReadAll(io.LimitReader(s.stderr, 64<<10))
 		text = string(b)
 	}
@@ -253,15 +292,16 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 			Dir:      call.Workdir,
 			Deadline: call.Timeout + s.e.grace + stubSlack,
 			Terminal: s.tty != nil,
+			Stdio:    s.tty == nil,
 		}).Encode()
 		if err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: %v", call.ID, err)
 		}
-		s.reports = make(chan struct{})
-		go s.readReports()
-		if _, err := s.ctl.Write(msg); err != nil {
+		s.reports, s.ended = make(chan struct{}), make(chan struct{})
+		if err := s.send(msg); err != nil {
 			return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: the slot's stub is gone: %v", call.ID, err)
 		}
+		go s.readReports()
 	}
 	if s.tty != nil {
 		s.tty.start(s.cmd, call.Request, stdio.Stdout, s.done)
@@ -288,9 +328,52 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 	return p, nil
 }
 
+// send writes the call message to the stub, with the command's ends of
+// the stdio pipes (when it has them) attached to its first bytes, and
+// closes ours of those ends.
+func (s *slot) send(msg []byte) error {
+	if len(s.callEnds) == 0 {
+		_, err := s.ctl.Write(msg)
+		return err
+	}
+	fds := make([]int, len(s.callEnds))
+	for i, f := range s.callEnds {
+		fds[i] = int(f.Fd())
+	}
+	rc, err := s.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	head := msg[:stub.HeaderSize]
+	var n int
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		n, serr = unix.SendmsgN(int(fd), head, unix.UnixRights(fds...), nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	for _, f := range s.callEnds {
+		f.Close()
+	}
+	s.callEnds = nil
+	_, err = s.ctl.Write(msg[n:])
+	return err
+}
+
 // readReports reads the stub's reports until the control channel ends.
+// The call ends with the stub's report of it, not with the runtime's
+// exit: the runtime deletes the container before it exits, which is
+// teardown's time, not the call's.
 func (s *slot) readReports() {
 	defer close(s.reports)
+	end := func(status int) {
+		s.status = status
+		close(s.ended)
+	}
 	for {
 		r, err := stub.ReadReport(s.ctl)
 		if err != nil {
@@ -300,9 +383,20 @@ func (s *slot) readReports() {
 		case stub.Started:
 			s.started = true
 		case stub.Failed:
-			s.started, s.fails = true, r.Value
+			s.started = true
+			end(int(r.Value))
+			return
 		case stub.Expired:
-			s.expired = true
+			end(128 + int(syscall.SIGKILL))
+			return
+		case stub.Exited:
+			ws := syscall.WaitStatus(r.Value)
+			if ws.Signaled() {
+				end(128 + int(ws.Signal()))
+			} else {
+				end(ws.ExitStatus())
+			}
+			return
 		}
 	}
 }
@@ -326,9 +420,30 @@ type runtimeProcess struct {
 	ctx    context.Context // the call's
 	stderr *sandbox.Capture
 	copies sync.WaitGroup
+	once   sync.Once
+	done   chan struct{} // Done's, with the stub
 }
 
-func (p *runtimeProcess) Done() <-chan struct{} { return p.s.done }
+// Done is closed when the stub reported the call's end, or when the
+// stub or the runtime is gone without one.
+func (p *runtimeProcess) Done() <-chan struct{} {
+	s := p.s
+	if s.reports == nil {
+		return s.done
+	}
+	p.once.Do(func() {
+		p.done = make(chan struct{})
+		go func() {
+			select {
+			case <-s.ended:
+			case <-s.reports:
+			case <-s.done:
+			}
+			close(p.done)
+		}()
+	})
+	return p.done
+}
 
 func (p *runtimeProcess) Signal(_ context.Context, sig syscall.Signal) error {
 	return p.s.e.killAll(p.ctx, p.s.call.ID, p.s.cmd, p.s.pidFile, sig)
@@ -348,6 +463,19 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 			s.stdout.Close()
 			s.stderr.Close()
 		})
+	}
+	if s.reports != nil {
+		select {
+		case <-s.ended:
+			// The stub reported how the call ended; the runtime
+			// finishes (and deletes the container) meanwhile.
+			x := driver.Exit{Status: s.status, Init: true}
+			x.OOMKilled = s.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
+			return x, nil
+		case <-s.reports:
+		case <-s.done:
+		}
+		<-s.done // no report: the runtime's exit tells
 	}
 	var exitErr *exec.ExitError
 	if s.waitErr != nil && !errors.As(s.waitErr, &exitErr) && !errors.Is(s.waitErr, exec.ErrWaitDelay) {

@@ -12,7 +12,9 @@
 //
 // A call message is a frame: the 4 bytes "DSHC", a big-endian uint32
 // body length (at most MaxCall), then the body: a version byte (1), a
-// flags byte (bit 0: terminal), a big-endian uint64 deadline in
+// flags byte (bit 0: terminal; bit 1: the command's stdin, stdout and
+// stderr come attached to the header as SCM_RIGHTS, so that only the
+// command holds the call's pipes), a big-endian uint64 deadline in
 // nanoseconds (relative to the moment the stub reads the message), the
 // working directory, the argument count and arguments, the environment
 // count and entries; every string is a big-endian uint32 length and
@@ -48,8 +50,19 @@ const callMagic = "DSHC"
 // version is the protocol version a call message carries.
 const version = 1
 
-// flagTerminal marks a call that runs on the container's terminal.
-const flagTerminal = 1
+// Flags of a call message.
+const (
+	// flagTerminal marks a call that runs on the container's terminal.
+	flagTerminal = 1
+	// flagStdio marks a call whose stdin, stdout and stderr came with
+	// the message.
+	flagStdio = 2
+)
+
+// HeaderSize is the size of a call message's header; with Call.Stdio,
+// the three descriptors of the command's stdin, stdout and stderr come
+// attached (SCM_RIGHTS) to these bytes.
+const HeaderSize = 8
 
 // ErrMalformed is the class of every error ReadCall returns for a
 // message that breaks the protocol.
@@ -70,6 +83,11 @@ type Call struct {
 	// Terminal says the container's stdio is a terminal: the command
 	// gets it as its controlling terminal in a new session.
 	Terminal bool
+	// Stdio says the command's stdin, stdout and stderr came attached
+	// to the message's header (HeaderSize), not the stub's own stdio:
+	// the runtime's stdio is then not the call's, and only the command
+	// holds the call's pipes.
+	Stdio bool
 }
 
 // check validates c as a call message must be.
@@ -121,6 +139,9 @@ func (c *Call) Encode() ([]byte, error) {
 	if c.Terminal {
 		flags |= flagTerminal
 	}
+	if c.Stdio {
+		flags |= flagStdio
+	}
 	b = append(b, version, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Deadline))
 	b = appendString(b, c.Dir)
@@ -144,7 +165,7 @@ func appendString(b []byte, s string) []byte {
 // the first byte is io.EOF; any other broken message is an error
 // wrapping ErrMalformed (or the read error).
 func ReadCall(r io.Reader) (*Call, error) {
-	var head [8]byte
+	var head [HeaderSize]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("%w: truncated header", ErrMalformed)
@@ -173,10 +194,10 @@ func DecodeCall(body []byte) (*Call, error) {
 	if d.err == nil && v != version {
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrMalformed, v, version)
 	}
-	if flags&^flagTerminal != 0 {
+	if flags&^(flagTerminal|flagStdio) != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrMalformed, flags)
 	}
-	c := &Call{Terminal: flags&flagTerminal != 0}
+	c := &Call{Terminal: flags&flagTerminal != 0, Stdio: flags&flagStdio != 0}
 	dl := d.uint64()
 	if dl > uint64(1<<63-1) {
 		return nil, fmt.Errorf("%w: deadline out of range", ErrMalformed)
