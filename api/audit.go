@@ -72,6 +72,10 @@ type AuditTimings struct {
 	CreateNs   int64 `json:"createNs"`
 	RunNs      int64 `json:"runNs"`
 	TeardownNs int64 `json:"teardownNs"`
+	// BindNs is the part of run that handed the call to its prepared
+	// container; Pool is "hit" or "miss" when the warm pool was on.
+	BindNs int64  `json:"bindNs,omitempty"`
+	Pool   string `json:"pool,omitempty"`
 }
 
 // auditRecord builds the record of one execution from its outcome,
@@ -106,6 +110,8 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		rec.Timings.CreateNs = int64(res.Timings.Create)
 		rec.Timings.RunNs = int64(res.Timings.Run)
 		rec.Timings.TeardownNs = int64(res.Timings.Teardown)
+		rec.Timings.BindNs = int64(res.Timings.Bind)
+		rec.Timings.Pool = res.Timings.Pool
 		rec.ExitCode, rec.Signal = res.ExitCode, res.Signal
 		rec.TimedOut, rec.Aborted = res.TimedOut, res.Aborted
 		rec.StdoutBytes = int64(len(res.Stdout.Text)) + res.Stdout.DroppedBytes

@@ -20,7 +20,7 @@ type metrics struct {
 	egress     *prometheus.CounterVec
 }
 
-func newMetrics(l *limiter, leaked func() float64) *metrics {
+func newMetrics(l *limiter, leaked func() float64, extra []prometheus.Collector) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,6 +63,7 @@ func newMetrics(l *limiter, leaked func() float64) *metrics {
 			Help: "Objects (containers, bundles, mounts, cgroups) the reaper removed from dead instances.",
 		}, leaked),
 	)
+	m.reg.MustRegister(extra...)
 	return m
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
@@ -102,6 +103,9 @@ type Options struct {
 	// LeakedObjects reports how many objects the reaper removed, for the
 	// metrics; nil means 0.
 	LeakedObjects func() float64
+	// Collectors are more metrics to serve on GET /metrics (the warm
+	// pool's); nil means none.
+	Collectors []prometheus.Collector
 	// Logger receives request logs (info) and per-call events (debug);
 	// the zero value logs nothing. Env values and command text are never
 	// logged.
@@ -171,7 +175,7 @@ func NewServer(opts Options) (*Server, error) {
 		opts.LeakedObjects = func() float64 { return 0 }
 	}
 	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue), policies: opts.Policies, calls: map[string]*runningCall{}, stdins: map[*jobStdin]bool{}}
-	s.metrics = newMetrics(s.limit, opts.LeakedObjects)
+	s.metrics = newMetrics(s.limit, opts.LeakedObjects, opts.Collectors)
 	s.jobs = sandbox.NewJobsWith(observed{s: s, background: true}, sandbox.JobsOptions{
 		MaxLivePerOwner: opts.MaxJobsPerSession,
 		TTL:             opts.JobTTL,

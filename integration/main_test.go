@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 )
 
 // binary is the dsh-sandbox binary built for this run.
@@ -30,6 +32,15 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// The stub goes next to the binary, where the binary finds it, and
+	// on PATH for the executors the tests open in this process.
+	if _, err := fixtures.BuildStub(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	os.Chmod(dir, 0o755)
+	os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	code := checkContractCoverage(m.Run())
 	os.RemoveAll(dir)
 	os.Exit(code)

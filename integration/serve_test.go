@@ -393,6 +393,19 @@ func TestServeCrashLeavesNothingAfterRestart(t *testing.T) {
 	killed.Store(true) // the calls' ends below are the kill's doing
 	sv.cmd.Process.Kill()
 	<-sv.done
+	// The lifeline: each call's stub sees the dead service's end of its
+	// control channel close and ends the call, before any reap.
+	for t0 := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		pids := processesWith("sleep 600")
+		if len(pids) == 0 {
+			t.Logf("the calls ended %v after kill -9 of the service", time.Since(t0))
+			break
+		}
+		if time.Since(t0) > 2*time.Second {
+			t.Errorf("2 s after kill -9 of the service, its calls still run: %v", pids)
+			break
+		}
+	}
 	wg.Wait()
 	if l := leftovers(t, e, dead); len(l) == 0 {
 		t.Logf("nothing to reap after kill -9 (containers died with the service)")

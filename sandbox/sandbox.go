@@ -393,7 +393,21 @@ type Timings struct {
 	Create   time.Duration `json:"createNs"`
 	Run      time.Duration `json:"runNs"`
 	Teardown time.Duration `json:"teardownNs"`
+	// Bind is the part of Run that handed the call to its prepared
+	// container (command line, environment, stdio), up to the command's
+	// start.
+	Bind time.Duration `json:"bindNs,omitempty"`
+	// Pool says whether the call's container came from the warm pool:
+	// PoolHit, PoolMiss (a pool was on but had no fitting slot: the call
+	// prepared its own), or "" when no pool was on.
+	Pool string `json:"pool,omitempty"`
 }
+
+// Values of Timings.Pool.
+const (
+	PoolHit  = "hit"
+	PoolMiss = "miss"
+)
 
 // Check is one finding of a backend's doctor: what was checked, whether
 // it passed, and what was found or why it failed.

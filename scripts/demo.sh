@@ -9,6 +9,8 @@ source scripts/setup.sh
 export PATH="$PATH:/usr/local/go/bin"
 mkdir -p bin
 go build -o bin/dsh-sandbox ./cmd/dsh-sandbox
+# pid 1 of every runc and crun container, found next to the binary
+CGO_ENABLED=0 go build -o bin/dsh-sandbox-stub ./cmd/dsh-sandbox-stub
 
 demo=$(mktemp -d /tmp/dsh-sandbox-demo.XXXXXX)
 trap 'rm -rf "$demo"' EXIT

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -192,7 +193,10 @@ type settings struct {
 	// operatorFiles are the files the operator configured this run with
 	// (operatorFiles), part of protectedPaths.
 	operatorFiles map[string]string
-	log           zerolog.Logger
+	// pool turns on the warm pool of the executors built from these
+	// settings (serve and mcp: --pool); nil means none.
+	pool *pool.Options
+	log  zerolog.Logger
 }
 
 func loadSettings(c *cli.Context) (*settings, error) {

@@ -34,6 +34,7 @@ func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) 
 		ContainerdNamespace: s.containerdNamespace,
 		Getenv:              os.LookupEnv,
 		Logger:              s.log,
+		Pool:                s.pool,
 	}
 	if d.Needs.Images {
 		imgs, err := s.openImages()

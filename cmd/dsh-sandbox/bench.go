@@ -20,6 +20,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
 func benchCommand() *cli.Command {
@@ -32,7 +33,9 @@ baselines measured in the same run: a bare bash -c true, and a raw runc run of a
 equivalent hand-made bundle. When the Docker engine and containerd answer (--docker-host,
 --containerd-address), their backends run too, on a busybox image bench imports itself
 (from busybox-static), against their own baselines on the same image: docker run --rm and
-ctr run --rm. Also reports the executor's own preparation time (env, snapshot, spec,
+ctr run --rm. Each OCI runtime with a warm pool (runc, crun) also runs as a "warm"
+series: one session's sequential calls through the pool (poolHits says how many found
+a prepared container). Also reports the executor's own preparation time (env, snapshot, spec,
 mounts) and the growth of this process's RSS while one call streams 200 MB of output.
 Prints medians and each series' ratio to its baseline; never fails on a slow result.
 
@@ -59,7 +62,10 @@ type benchRow struct {
 	VsBaseline  float64 `json:"vsBaseline,omitempty"`
 	VsBackendRc float64 `json:"vsRuncBackend,omitempty"`
 	N           int     `json:"n"`
-	Error       string  `json:"error,omitempty"`
+	// PoolHits is how many of a warm series' calls found a prepared
+	// container (the others took the cold path).
+	PoolHits int    `json:"poolHits,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 type benchReport struct {
@@ -92,6 +98,7 @@ func runBench(c *cli.Context) error {
 		call     func() (time.Duration, time.Duration, error) // total, prepare
 		samples  []time.Duration
 		prepare  []time.Duration
+		hits     *int // a warm series' pool hits
 		err      error
 	}
 	var all []*series
@@ -164,7 +171,22 @@ func runBench(c *cli.Context) error {
 			if defaultLabel == "" {
 				defaultLabel, defaultExec = t.Label(), ex
 			}
-			all = append(all, &series{name: t.Label(), baseline: bench.Baseline, call: timeCall(ctx, ex, p, work)})
+			all = append(all, &series{name: t.Label(), baseline: bench.Baseline, call: timeCall(ctx, ex, p, work, nil)})
+			// The same target with the warm pool on: one session's
+			// sequential calls, each finding the container its
+			// predecessor had prepared.
+			s.pool = &pool.Options{}
+			wex, closeW, err := s.openTarget(ctx, t)
+			s.pool = nil
+			if err != nil {
+				continue
+			}
+			defer closeW()
+			if pe, ok := wex.(interface{ Pooled() bool }); !ok || !pe.Pooled() {
+				continue
+			}
+			hits := new(int)
+			all = append(all, &series{name: t.Label() + " warm", baseline: bench.Baseline, hits: hits, call: timeCall(ctx, wex, p, work, hits)})
 		}
 	}
 
@@ -186,6 +208,8 @@ func runBench(c *cli.Context) error {
 			if i > 0 {
 				se.samples = append(se.samples, d)
 				se.prepare = append(se.prepare, prep)
+			} else if se.hits != nil {
+				*se.hits = 0 // the warm-up round's is not counted either
 			}
 		}
 		fmt.Fprintf(progress, "\rbench: round %d/%d", i, n)
@@ -199,6 +223,9 @@ func runBench(c *cli.Context) error {
 	medians := map[string]time.Duration{}
 	for _, se := range all {
 		row := benchRow{Name: se.name, N: len(se.samples), Baseline: se.baseline}
+		if se.hits != nil {
+			row.PoolHits = *se.hits
+		}
 		if se.err != nil {
 			row.Error = se.err.Error()
 		}
@@ -267,11 +294,15 @@ func runBench(c *cli.Context) error {
 }
 
 // timeCall returns a series call that runs true on ex under p and times
-// it from the caller's side, with the executor's own preparation time.
-func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work string) func() (time.Duration, time.Duration, error) {
+// it from the caller's side, with the executor's own preparation time;
+// hits, when set, counts the calls that came from the warm pool.
+func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work string, hits *int) func() (time.Duration, time.Duration, error) {
 	return func() (time.Duration, time.Duration, error) {
 		start := time.Now()
 		res, err := ex.Run(ctx, &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: work}})
+		if err == nil && hits != nil && res.Timings.Pool == sandbox.PoolHit {
+			*hits++
+		}
 		if err == nil && sandbox.ExitCode(res, nil) != 0 {
 			err = fmt.Errorf("true exited %d", sandbox.ExitCode(res, nil))
 		}

@@ -38,7 +38,7 @@ Examples:
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.IntFlag{Name: "max-jobs", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs that have not ended before bash refuses another (0: no limit)"},
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until the server ends)"},
-		}, overrideFlags()...),
+		}, append(overrideFlags(), poolFlags()...)...),
 		Action: runMCP,
 	}
 }
@@ -56,6 +56,9 @@ func runMCP(c *cli.Context) error {
 	}
 	if c.Duration("job-ttl") < 0 {
 		return usageError("--job-ttl: must not be negative, got %s", c.Duration("job-ttl"))
+	}
+	if s.pool, err = poolOptions(c, nil); err != nil {
+		return err
 	}
 	pol, err := s.execPolicy(c)
 	if err != nil {

@@ -60,7 +60,7 @@ Examples:
    dsh-sandbox serve
    dsh-sandbox serve --listen unix:///run/dsh/sandbox.sock --listen tcp://127.0.0.1:7070 --token-file /etc/dsh/token
    dsh-sandbox exec --server unix:///run/dsh/sandbox.sock --session-id s1 -- ls`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Usage: "`ADDR` to serve: unix:///PATH or tcp://HOST:PORT (repeatable; default unix://<home>/run/sandbox.sock)"},
 			&cli.StringFlag{Name: "token-file", Usage: "`FILE` (mode 0600) with the bearer tokens of TCP clients: one token, or lines NAME TOKEN [ROOTS] [harness] (see the description)"},
 			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
@@ -75,7 +75,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
 			&cli.StringFlag{Name: "policy-dir", Usage: "`DIR` whose *.yaml, *.yml and *.json files are policies requests may name, as with --policy-file (listed again on SIGHUP)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
-		},
+		}, poolFlags()...),
 		Action: runServe,
 	}
 }
@@ -100,6 +100,10 @@ func runServe(c *cli.Context) error {
 	}
 	if !newFlags(c).IsSet("log-level") {
 		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
+	}
+	pm := newPoolMetrics()
+	if s.pool, err = poolOptions(c, pm); err != nil {
+		return err
 	}
 	policyFiles := func() ([]string, error) {
 		return servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
@@ -228,6 +232,7 @@ func runServe(c *cli.Context) error {
 		ProtectedPaths:    protected,
 		Audit:             audit,
 		LeakedObjects:     func() float64 { return float64(leaked) },
+		Collectors:        pm.collectors(),
 		Logger:            s.log,
 	})
 	if err != nil {

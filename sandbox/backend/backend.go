@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
 // Config is what a backend may need to open an executor, run its doctor
@@ -45,6 +46,9 @@ type Config struct {
 	Getenv func(string) (string, bool)
 	// Logger receives the backend's events; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Pool, when set, turns on the warm pool of a backend that has one
+	// (oci with runc or crun); others ignore it. Nil means no pool.
+	Pool *pool.Options
 }
 
 // Needs says what a backend needs besides Config.StateDir.

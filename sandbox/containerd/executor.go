@@ -358,10 +358,11 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}, &plan{opts: opts, ids: ids, img: img}, nil
 }
 
-// Create builds the call's spec and creates its container and snapshot
+// Prepare (no stub runs in a containerd container yet: the call is
+// baked in, and Bind starts its task) builds the call's spec and creates its container and snapshot
 // (and, in a user namespace, its id-mapped rootfs), pushing the removal
 // of each onto the call's cleanup stack.
-func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu, ids := call.Request, call.Log, call.Cleanup, pl.ids
 	opts := pl.opts
@@ -567,11 +568,11 @@ type callContainer struct {
 
 func (ct *callContainer) ID() string { return ct.c.ID() }
 
-// Start creates the task with its stdio attached and starts it. On
+// Bind creates the task with its stdio attached and starts it. On
 // failure the call's processes are killed through its cgroup: the
 // outcome is unknown, and whatever the daemon can no longer stop must
 // not keep running.
-func (ct *callContainer) Start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
+func (ct *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
 	p, err := ct.start(ctx, stdio)
 	if err != nil {
 		ct.e.killCall(ct.call.Log, ct.call.ID)

@@ -12,15 +12,15 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
-// swapRunner is the executor with swap run right after Create, when the
+// swapRunner is the executor with swap run right after Prepare, when the
 // container exists and before the shim's runc mounts anything.
 type swapRunner struct {
 	*runner
 	swap func() error
 }
 
-func (r swapRunner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
-	c, err := r.runner.Create(ctx, call, pl)
+func (r swapRunner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+	c, err := r.runner.Prepare(ctx, call, pl)
 	if err != nil {
 		return c, err
 	}
@@ -29,7 +29,7 @@ func (r swapRunner) Create(ctx context.Context, call *driver.Call, pl *plan) (dr
 
 // TestBindSwappedForLink swaps the call's checked workspace for a
 // symbolic link to another directory after sandbox.PreparePaths and
-// Create, before the task starts (sandboxtest.LinkSwap): the call still
+// Prepare, before the task starts (sandboxtest.LinkSwap): the call still
 // sees the directory that was checked, since runc mounts the staging
 // mount and never the link's target. With a user namespace (a
 // root-owned, id-mapped workspace, and one of uid 1000) and without.

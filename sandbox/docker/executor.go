@@ -334,9 +334,10 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}, &plan{uid: uid, gid: gid, user: user, mounts: mounts}, nil
 }
 
-// Create stages the call's binds and creates its container, pushing the
+// Prepare (no stub runs in a Docker container yet: the call is baked
+// in, and Bind starts it) stages the call's binds and creates its container, pushing the
 // removal of each onto the call's cleanup stack.
-func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu := call.Request, call.Log, call.Cleanup
 	// The container and the staging mounts are made on a context the
@@ -545,10 +546,10 @@ type callContainer struct {
 
 func (c *callContainer) ID() string { return c.id }
 
-// Start attaches to the container and starts it. It attaches before the
+// Bind attaches to the container and starts it. It attaches before the
 // start so that no output is lost, and waits for the next exit before
 // the start so that the exit is not missed either.
-func (c *callContainer) Start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
+func (c *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
 	e, call, id := c.e, c.call, c.id
 	bg := context.WithoutCancel(ctx)
 	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 )
 
 // Cleanup is a releasable stack of undo steps, in the style of gVisor's
@@ -55,4 +57,26 @@ func (c *Cleanup) Release() *Cleanup {
 func (c *Cleanup) Merge(o *Cleanup) {
 	c.steps = append(c.steps, o.steps...)
 	o.steps = nil
+}
+
+// Drain waits for the copies of a process's output to end; when they
+// have not after within, it calls cut (which closes what they read, so
+// that they return) and waits for them. It reports whether they ended on
+// their own.
+func Drain(copies *sync.WaitGroup, within time.Duration, cut func()) bool {
+	drained := make(chan struct{})
+	go func() {
+		copies.Wait()
+		close(drained)
+	}()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return true
+	case <-t.C:
+		cut()
+		<-drained
+		return false
+	}
 }

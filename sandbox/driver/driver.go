@@ -5,10 +5,17 @@
 // a context detached from the caller's, supervision (timeout,
 // cancellation, kill grace: sandbox.Supervise), exit decoding, timings
 // and the out-of-memory report. A backend implements only the primitives
-// of Backend, Container and Process — resolve a request, create a
-// prepared container, start it with the call's stdio, wait, signal —
-// the way containerd's client drives its runtime shims through the Task
+// of Backend, Slot and Process — resolve a request, prepare a slot (a
+// container that runs and waits for its call), bind the call to it
+// (argv, environment, working directory, stdio), wait, signal — the way
+// containerd's client drives its runtime shims through the Task
 // interface; its Executor.Run is a call of Run.
+//
+// Prepare and Bind are the seam of the warm pool: a backend that can
+// prepare a slot before its call exists (the oci backend, whose slots run
+// the stub of package sandbox/stub) offers prepared slots through Warm,
+// and Run binds the call to one instead of preparing its own. The cold
+// path prepares and binds at once: one lifecycle either way.
 //
 // Backends (sandbox/oci, sandbox/docker, sandbox/containerd,
 // sandbox/local) import this package; it imports sandbox only.
@@ -71,7 +78,7 @@ type Target struct {
 }
 
 // Backend is one kind of sandbox, as the driver sees it. S is the
-// backend's own per-call state, handed from Resolve to Create.
+// backend's own per-call state, handed from Resolve to Prepare.
 // Implementations are safe for concurrent use.
 type Backend[S any] interface {
 	// Config says how the driver runs the backend's calls.
@@ -82,11 +89,75 @@ type Backend[S any] interface {
 	// after sandbox.Validate and before sandbox.Prepare; it creates
 	// nothing that needs undoing.
 	Resolve(ctx context.Context, req *sandbox.Request) (Target, S, error)
-	// Create makes the call's container, ready to start but not started.
-	// It pushes the undo of every step it finished onto call.Cleanup
-	// (deleting the container last of all is the backend's "delete"),
-	// which the driver runs on every path, also when Create fails.
-	Create(ctx context.Context, call *Call, state S) (Container, error)
+	// Prepare makes the call's slot: as much of the container as can
+	// exist before the call is bound to it (the oci backend: created and
+	// started, its stub waiting; a backend that cannot run a stub:
+	// created, with the call's command in it). It pushes the undo of
+	// every step it finished onto call.Cleanup (deleting the container
+	// last of all is the backend's "delete"), which the driver runs on
+	// every path, also when Prepare fails.
+	Prepare(ctx context.Context, call *Call, state S) (Slot, error)
+}
+
+// Warm is what a Backend that keeps prepared slots (PrepareSlot) adds:
+// Run asks it for a slot before preparing one, tells it when a call
+// started, and may hand it the call's teardown.
+type Warm[S any] interface {
+	// Take returns a prepared slot that fits call exactly (everything
+	// the slot fixed is what call would have fixed), with the cleanup
+	// stack that undoes it, and sandbox.PoolHit; else no slot and
+	// sandbox.PoolMiss, or "" when call is not one the pool serves. The
+	// slot is the caller's alone.
+	Take(call *Call, state S) (slot Slot, undo *Cleanup, pool string)
+	// Started says call was bound and runs: the backend may prepare a
+	// slot for the session's next call.
+	Started(call *Call, state S)
+	// Release may take over the teardown of a finished call (its
+	// cleanup stack), to run it after Run returned, off the caller's
+	// path; it reports whether it did. It must not for a call whose
+	// teardown can still change its result (Call.Fail, Result.Egress).
+	Release(call *Call, teardown *Cleanup) bool
+}
+
+// PrepareSlot prepares, ahead of its call, a slot for a call like req:
+// everything Run does before Bind, with a call id of its own. The
+// returned stack undoes the slot; on error nothing is left.
+func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (Slot, *Cleanup, error) {
+	cfg := b.Config()
+	tgt, state, err := b.Resolve(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
+		return nil, nil, err
+	}
+	call := newCall(cfg, req, sc, &sandbox.Result{Sandbox: tgt.Info})
+	slot, err := b.Prepare(ctx, call, state)
+	if err != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TeardownTimeout)
+		defer cancel()
+		if terr := call.Cleanup.Clean(tctx); terr != nil {
+			call.Log.Error().Err(terr).Msgf("undoing a failed slot left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap"))
+		}
+		return nil, nil, err
+	}
+	return slot, call.Cleanup.Release(), nil
+}
+
+// newCall is the driver's Call of sc.
+func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Result) *Call {
+	return &Call{
+		Call:    sc,
+		Request: req,
+		Labels:  sandbox.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
+		Log:     cfg.Logger.With().Str("call", sc.ID).Str("session", req.Session.ID).Logger(),
+		Cleanup: &Cleanup{},
+		Result:  res,
+	}
 }
 
 // Call is one prepared call as a backend sees it. The driver owns it;
@@ -129,14 +200,15 @@ type Stdio struct {
 	Terminal *sandbox.Terminal
 }
 
-// Container is a created container.
-type Container interface {
+// Slot is a prepared container waiting for its call.
+type Slot interface {
 	// ID is the container's id in Result.Sandbox.ContainerID; "" when
 	// the backend has none.
 	ID() string
-	// Start starts the container's process with stdio. Undo steps for
-	// what it starts go onto the call's Cleanup.
-	Start(ctx context.Context, stdio Stdio) (Process, error)
+	// Bind runs call in the slot with stdio: the command line, the
+	// environment and the working directory are call's. Undo steps for
+	// what it starts go onto call.Cleanup. A slot is bound at most once.
+	Bind(ctx context.Context, call *Call, stdio Stdio) (Process, error)
 }
 
 // Process is a started container process.
@@ -226,20 +298,17 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	if err := ctx.Err(); err != nil {
 		return nil, notStarted(cfg, sc.ID, ctx)
 	}
-	log := cfg.Logger.With().Str("call", sc.ID).Str("session", req.Session.ID).Logger()
 	res := &sandbox.Result{TimeoutMs: sc.Timeout.Milliseconds(), Sandbox: tgt.Info}
-	call := &Call{
-		Call:    sc,
-		Request: req,
-		Labels:  sandbox.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
-		Log:     log,
-		Cleanup: &Cleanup{},
-		Result:  res,
-	}
-	// Everything Create and Start build is undone on every path, on a
+	call := newCall(cfg, req, sc, res)
+	log := call.Log
+	warm, _ := b.(Warm[S])
+	// Everything Prepare and Bind build is undone on every path, on a
 	// context the caller's cancellation does not reach.
 	bg := context.WithoutCancel(ctx)
 	defer func() {
+		if warm != nil && warm.Release(call, call.Cleanup.Release()) {
+			return
+		}
 		t := time.Now()
 		tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
 		defer cancel()
@@ -257,11 +326,20 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	res.Timings.Prepare = time.Since(t0)
 
 	t1 := time.Now()
-	c, err := b.Create(ctx, call, state)
-	if err != nil {
-		return nil, err
+	var slot Slot
+	if warm != nil {
+		var undo *Cleanup
+		slot, undo, res.Timings.Pool = warm.Take(call, state)
+		if slot != nil {
+			call.Cleanup.Merge(undo)
+		}
 	}
-	res.Sandbox.ContainerID = c.ID()
+	if slot == nil {
+		if slot, err = b.Prepare(ctx, call, state); err != nil {
+			return nil, err
+		}
+	}
+	res.Sandbox.ContainerID = slot.ID()
 	res.Timings.Create = time.Since(t1)
 	if err := ctx.Err(); err != nil {
 		return nil, notStarted(cfg, sc.ID, ctx)
@@ -269,9 +347,13 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 
 	t2 := time.Now()
 	stdout, stderr := sc.Captures(cfg.StateDir, req.Stdout, req.Stderr)
-	p, err := c.Start(ctx, Stdio{Stdout: stdout, Stderr: stderr, Stdin: req.StdinSource(), Terminal: req.Terminal})
+	p, err := slot.Bind(ctx, call, Stdio{Stdout: stdout, Stderr: stderr, Stdin: req.StdinSource(), Terminal: req.Terminal})
 	if err != nil {
 		return nil, err
+	}
+	res.Timings.Bind = time.Since(t2)
+	if warm != nil {
+		warm.Started(call, state)
 	}
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, sc.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {

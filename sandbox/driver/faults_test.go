@@ -14,7 +14,7 @@ import (
 
 // faulty is the toy backend with a failure injected at one step (create,
 // start, wait, or a failing cleanup step) or a cancel between create and
-// start. Each Create and Start pushes an undo step that records its name,
+// start. Each Prepare and Bind pushes an undo step that records its name,
 // so a test sees which undo steps ran, in which order.
 type faulty struct {
 	toy
@@ -37,12 +37,12 @@ func (b *faulty) record(step string) func(context.Context) error {
 	}
 }
 
-func (b *faulty) Create(ctx context.Context, call *driver.Call, s struct{}) (driver.Container, error) {
+func (b *faulty) Prepare(ctx context.Context, call *driver.Call, s struct{}) (driver.Slot, error) {
 	call.Cleanup.Add("created", b.record("created"))
 	if b.fail == "create" {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "faulty: injected create failure")
 	}
-	c, err := b.toy.Create(ctx, call, s)
+	c, err := b.toy.Prepare(ctx, call, s)
 	if err != nil {
 		return nil, err
 	}
@@ -59,11 +59,11 @@ type faultyContainer struct {
 	call *driver.Call
 }
 
-func (c *faultyContainer) Start(ctx context.Context, s driver.Stdio) (driver.Process, error) {
+func (c *faultyContainer) Bind(ctx context.Context, call *driver.Call, s driver.Stdio) (driver.Process, error) {
 	if c.b.fail == "start" {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "faulty: injected start failure")
 	}
-	p, err := c.toyProcess.Start(ctx, s)
+	p, err := c.toyProcess.Bind(ctx, call, s)
 	if err != nil {
 		return nil, err
 	}

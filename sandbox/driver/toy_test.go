@@ -39,7 +39,7 @@ func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Target, s
 	}, struct{}{}, nil
 }
 
-func (b *toy) Create(_ context.Context, call *driver.Call, _ struct{}) (driver.Container, error) {
+func (b *toy) Prepare(_ context.Context, call *driver.Call, _ struct{}) (driver.Slot, error) {
 	args := []string{"-c", call.Request.Command}
 	if call.Request.Argv != nil {
 		args = append([]string{"-c", `exec "$@"`, "bash"}, call.Request.Argv...)
@@ -61,7 +61,7 @@ type toyProcess struct {
 
 func (p *toyProcess) ID() string { return "" }
 
-func (p *toyProcess) Start(_ context.Context, s driver.Stdio) (driver.Process, error) {
+func (p *toyProcess) Bind(_ context.Context, _ *driver.Call, s driver.Stdio) (driver.Process, error) {
 	p.cmd.Stdout, p.cmd.Stderr = s.Stdout, s.Stderr
 	var in *os.File
 	if s.Stdin != nil {

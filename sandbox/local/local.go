@@ -129,8 +129,9 @@ func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Target
 	}, struct{}{}, nil
 }
 
-// Create has nothing to create: the call's process is its container.
-func (b *runner) Create(_ context.Context, call *driver.Call, _ struct{}) (driver.Container, error) {
+// Prepare has nothing to prepare: the call's process is its
+// container, started by Bind.
+func (b *runner) Prepare(_ context.Context, call *driver.Call, _ struct{}) (driver.Slot, error) {
 	return &container{bash: b.bash, call: call}, nil
 }
 
@@ -152,10 +153,10 @@ type process struct {
 	readers []*os.File
 }
 
-// Start starts bash in a new process group with the call's exact
+// Bind starts bash in a new process group with the call's exact
 // environment, its stdin fed from a pipe and its output copied into the
 // captures.
-func (c *container) Start(_ context.Context, stdio driver.Stdio) (driver.Process, error) {
+func (c *container) Bind(_ context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
 	req, call := c.call.Request, c.call
 	stdout, stderr := stdio.Stdout, stdio.Stderr
 	internal := func(err error) error {
@@ -270,19 +271,11 @@ func (p *process) signal(sig syscall.Signal) error {
 // then the output up to drainTimeout.
 func (p *process) finish() {
 	_ = p.signal(syscall.SIGKILL)
-	drained := make(chan struct{})
-	go func() {
-		p.copies.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
+	driver.Drain(&p.copies, drainTimeout, func() {
 		for _, r := range p.readers {
 			r.Close()
 		}
-		<-drained
-	}
+	})
 	for _, r := range p.readers {
 		r.Close()
 	}

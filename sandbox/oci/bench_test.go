@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
 // reportMedian reports the median of ds in milliseconds.
@@ -95,6 +96,49 @@ func TestBenchRawLeavesNothing(t *testing.T) {
 						t.Errorf("BenchRaw left cgroup %s/%s", dir, n)
 					}
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkWarmRun times one session's sequential calls of `true` with
+// the warm pool on, each waiting for its slot first (so every call is a
+// hit): the executor's hand-out, bind and run without the container's
+// start. Reports the median and the medians of the phases.
+func BenchmarkWarmRun(b *testing.B) {
+	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+		b.Run(rt, func(b *testing.B) {
+			requireRuntime(b, rt)
+			e, err := New(Options{Runtime: rt, StateDir: testStateDir(b), Logger: testLogger(b), Pool: &pool.Options{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			req := &sandbox.Request{Command: "true", Policy: testPolicy(b, rt), Session: sandbox.Session{ID: "bench", Cwd: b.TempDir()}}
+			if _, err := e.Run(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			var ds, prep, take, bind []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				for e.warm.pool.Size().Ready == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				b.StartTimer()
+				t := time.Now()
+				res, err := e.Run(context.Background(), req)
+				ds = append(ds, time.Since(t))
+				if err != nil || sandbox.ExitCode(res, nil) != 0 || res.Timings.Pool != sandbox.PoolHit {
+					b.Fatalf("Run(true) = %+v, %v; want a pool hit", res, err)
+				}
+				prep, take, bind = append(prep, res.Timings.Prepare), append(take, res.Timings.Create), append(bind, res.Timings.Bind)
+			}
+			b.StopTimer()
+			reportMedian(b, ds)
+			for name, xs := range map[string][]time.Duration{"prepare": prep, "take": take, "bind": bind} {
+				slices.Sort(xs)
+				b.ReportMetric(float64(xs[len(xs)/2])/float64(time.Millisecond), name+"-ms")
 			}
 		})
 	}

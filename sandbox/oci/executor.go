@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
 // Options configure an Executor. StateDir is required; every other zero
@@ -61,6 +62,19 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+	// Stub is the stub program (cmd/dsh-sandbox-stub), pid 1 of every
+	// container of runc and crun; empty means dsh-sandbox-stub next to
+	// the running executable, else on PATH (stub.Locate). Without it,
+	// calls on runc and crun fail with sandbox.ErrUnavailable saying how
+	// to install it.
+	Stub string
+	// Pool, when set, turns on the warm pool (runc and crun): a call that
+	// starts has the slot of its session's next call prepared, a call
+	// that finds one fitting exactly skips the container's start, and
+	// calls are torn down after their result is returned. Nil means no
+	// pool: every call prepares its own container and Run returns once
+	// it is gone.
+	Pool *pool.Options
 	// Network is how the egress proxy of a call of network allowlist
 	// resolves names and dials; the zero value is the host's resolver
 	// and dialer. Tests point made-up names at local servers with it.
@@ -83,6 +97,9 @@ type Executor struct {
 	instance string
 	layout   cgroupLayout
 	lock     *os.File
+	stub     string // the stub program; stubErr says why there is none
+	stubErr  error
+	warm     *warm // nil without a pool
 
 	mu     sync.RWMutex // held for reading by every running call
 	closed bool
@@ -105,6 +122,11 @@ func New(opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	var stubPath string
+	var stubErr error
+	if usesStub(opts.Runtime) {
+		stubPath, stubErr = stub.Locate(opts.Stub)
+	}
 	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("oci", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
@@ -123,6 +145,8 @@ func New(opts Options) (*Executor, error) {
 	}
 	e := &Executor{
 		opts:     opts,
+		stub:     stubPath,
+		stubErr:  stubErr,
 		log:      opts.Logger.With().Str("backend", "oci").Str("runtime", opts.Runtime).Str("instance", opts.InstanceID).Logger(),
 		getenv:   opts.Getenv,
 		grace:    opts.KillGrace,
@@ -157,6 +181,9 @@ func New(opts Options) (*Executor, error) {
 			e.rt.ns = ns
 		}
 	}
+	if opts.Pool != nil && usesStub(opts.Runtime) {
+		e.warm = e.newWarm(*opts.Pool)
+	}
 	return e, nil
 }
 
@@ -165,6 +192,10 @@ func (e *Executor) instancesDir() string { return filepath.Join(e.opts.StateDir,
 
 // Instance returns the executor's instance id.
 func (e *Executor) Instance() string { return e.instance }
+
+// Pooled reports whether the executor keeps a warm pool (Options.Pool
+// with runc or crun).
+func (e *Executor) Pooled() bool { return e.warm != nil }
 
 // Runtime returns the runtime name ("runc", "crun" or "runsc").
 func (e *Executor) Runtime() string { return e.rt.name }
@@ -179,6 +210,14 @@ func (e *Executor) Close() error {
 		return nil
 	}
 	e.closed = true
+	var perr error
+	if e.warm != nil {
+		// Ready slots and the teardowns of finished calls go first: they
+		// need the runtime (and crun's mount namespace).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*driver.TeardownTimeout)
+		perr = e.warm.pool.Close(ctx)
+		cancel()
+	}
 	if e.rt.ns != nil {
 		e.rt.ns.close()
 	}
@@ -189,7 +228,7 @@ func (e *Executor) Close() error {
 			leftover = true
 		}
 	}
-	return e.unlock(leftover)
+	return errors.Join(perr, e.unlock(leftover))
 }
 
 // unlock releases the instance lock. With keepFile, the lock file stays
@@ -310,12 +349,19 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}, &plan{img: img, bash: bash, opts: opts, ids: ids}, nil
 }
 
-// Create starts the call's egress network when its policy asks for one
-// and makes its bundle, handing the undo of both to the call's cleanup
-// stack.
-func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (driver.Container, error) {
+// Prepare starts the call's egress network when its policy asks for one,
+// makes its bundle and, with runc and crun, starts the container with
+// the stub waiting for the call, handing the undo of each to the call's
+// cleanup stack.
+func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	opts := pl.opts
+	if usesStub(e.rt.name) {
+		if e.stubErr != nil {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: %v", e.stubErr)
+		}
+		opts = append(opts[:len(opts):len(opts)], withStub(e.stub))
+	}
 	if call.Request.Policy.Network == policy.NetworkAllowlist {
 		joinNet, err := e.startEgress(call.Request.Policy, pl.img.Host, call.Call, call.Log, call.Cleanup, call.Result)
 		if err != nil {
@@ -328,7 +374,16 @@ func (r *runner) Create(ctx context.Context, call *driver.Call, pl *plan) (drive
 		return nil, err
 	}
 	call.Cleanup.Merge(undo)
-	return &bundleContainer{e: e, call: call, b: b}, nil
+	s, err := e.newSlot(call, b, pl.bash)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
+	}
+	if s.ctl != nil {
+		if err := s.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // checkPolicy refuses policies meant for another backend or runtime.
@@ -464,9 +519,13 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 		return nil, err
 	}
 	spec := policy.BaseSpec(bundleRootfs, binds)
-	all := append(opts,
+	// With the stub (the last of opts), the process is the stub and only
+	// the working directory here is the call's; runsc runs the call's
+	// init and command.
+	process := policy.WithProcess(sandbox.InitArgsWithShell(bash, req, call.Env), call.Env, call.Workdir)
+	all := append([]sandbox.SpecOpt{process}, opts...)
+	all = append(all,
 		withReadonlyRoot(bundleRootfs),
-		policy.WithProcess(sandbox.InitArgsWithShell(bash, req, call.Env), call.Env, call.Workdir),
 		policy.WithAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
 		policy.WithCgroupsPath(containerCgroupsPath(e.instance, call.ID)),
 	)
@@ -534,145 +593,6 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
 	}
 	return b, nil
-}
-
-// bundleContainer is a call's bundle, ready for the runtime to run.
-type bundleContainer struct {
-	e    *Executor
-	call *driver.Call
-	b    *bundle
-}
-
-func (c *bundleContainer) ID() string { return c.call.ID }
-
-// Start runs the container in the foreground: the runtime process lives
-// as long as the container's first process.
-func (c *bundleContainer) Start(ctx context.Context, stdio driver.Stdio) (_ driver.Process, err error) {
-	e, call, b := c.e, c.call, c.b
-	p := &runtimeProcess{
-		c:       c,
-		ctx:     ctx,
-		pidFile: b.path(bundlePid),
-		logFile: b.path(bundleLog),
-		stderr:  stdio.Stderr,
-		done:    make(chan struct{}),
-	}
-	cmd := e.rt.runCommand(context.WithoutCancel(ctx), b.dir, call.ID, p.pidFile, p.logFile)
-	p.cmd = cmd
-	// Stdin goes through a pipe of ours, not through exec's copy: Wait
-	// must not wait for a reader that never ends (exec -i on a terminal).
-	var inR, inW *os.File
-	if stdio.Terminal != nil {
-		if p.tty, err = openTerminal(cmd, e.rt.name, stdio.Terminal); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: %w", call.ID, err)
-		}
-		call.Cleanup.Add("terminal", func(context.Context) error {
-			p.tty.close()
-			return nil
-		})
-	} else if stdio.Stdin != nil {
-		if inR, inW, err = os.Pipe(); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: stdin pipe: %w", call.ID, err)
-		}
-		cmd.Stdin = inR
-		defer func() {
-			if inR != nil { // not started: nobody else owns the ends
-				inR.Close()
-				inW.Close()
-			}
-		}()
-	}
-	if p.tty == nil {
-		cmd.Stdout, cmd.Stderr = stdio.Stdout, stdio.Stderr
-	}
-	if err := e.step("start"); err != nil {
-		return nil, err
-	}
-	if err := e.rt.start(cmd); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s: start %s: %w", call.ID, e.rt.name, err)
-	}
-	if inR != nil {
-		inR.Close()
-		inR = nil
-		go func(w *os.File, src io.Reader) {
-			_, _ = io.Copy(w, src) // EPIPE when the command does not read it all
-			w.Close()
-		}(inW, stdio.Stdin)
-	}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	if p.tty != nil {
-		p.tty.start(cmd, call.Request, stdio.Stdout, p.done)
-	}
-	// On an early return (a failure or a panic below), stop the runtime
-	// process before the container is deleted: a runtime still running
-	// would keep its cgroups busy.
-	call.Cleanup.Add("runtime process", func(ctx context.Context) error {
-		select {
-		case <-p.done:
-			return nil
-		default:
-		}
-		_ = e.killAll(ctx, call.ID, cmd, p.pidFile, syscall.SIGKILL)
-		_ = cmd.Process.Kill()
-		select {
-		case <-p.done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("%s run of %s did not exit: %w", e.rt.name, call.ID, ctx.Err())
-		}
-	})
-	if err := e.step("started"); err != nil {
-		e.killAll(ctx, call.ID, cmd, p.pidFile, syscall.SIGKILL)
-		<-p.done
-		return nil, err
-	}
-	return p, nil
-}
-
-// runtimeProcess is the runtime's foreground process of a started call.
-type runtimeProcess struct {
-	c                *bundleContainer
-	ctx              context.Context // the call's
-	cmd              *exec.Cmd
-	pidFile, logFile string
-	stderr           *sandbox.Capture
-	tty              *callTerminal // nil without a terminal
-	done             chan struct{} // closed once waitErr is set
-	waitErr          error
-}
-
-func (p *runtimeProcess) Done() <-chan struct{} { return p.done }
-
-func (p *runtimeProcess) Signal(_ context.Context, sig syscall.Signal) error {
-	return p.c.e.killAll(p.ctx, p.c.call.ID, p.cmd, p.pidFile, sig)
-}
-
-// Wait reads how the runtime process ended: a runtime that could not
-// start the container is an error (nothing ran), and so is one whose
-// wait failed.
-func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, error) {
-	e, call := p.c.e, p.c.call
-	if p.tty != nil {
-		p.tty.finish(call.Log)
-	}
-	var exitErr *exec.ExitError
-	if p.waitErr != nil && !errors.As(p.waitErr, &exitErr) && !errors.Is(p.waitErr, exec.ErrWaitDelay) {
-		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s run: %w", call.ID, e.rt.name, p.waitErr)
-	}
-	if _, err := os.Stat(p.pidFile); err != nil && !stopped {
-		// The container never started: nothing ran.
-		errOut, _ := p.stderr.Stream()
-		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %s could not start the container: %s", call.ID, e.rt.name, runtimeFailure(p.logFile, errOut.Text))
-	}
-	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	x := driver.WaitExit(ws, true)
-	// The call's cgroups (the container's parents) still exist: teardown
-	// removes them. See prepareOOMAccounting.
-	x.OOMKilled = p.c.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, call.ID)))
-	return x, nil
 }
 
 // killAll signals every process of the container through the runtime.

@@ -23,7 +23,7 @@ func Descriptor() backend.Descriptor {
 		Runtimes: []sandbox.Runtime{sandbox.RuntimeRunc, sandbox.RuntimeCrun, sandbox.RuntimeRunsc},
 		Needs:    backend.Needs{Images: true},
 		Open: func(_ context.Context, cfg backend.Config, rt sandbox.Runtime) (sandbox.Executor, error) {
-			return backend.Opened(New(Options{Runtime: string(rt), StateDir: cfg.StateDir, Images: cfg.Images, Getenv: cfg.Getenv, Logger: cfg.Logger}))
+			return backend.Opened(New(Options{Runtime: string(rt), StateDir: cfg.StateDir, Images: cfg.Images, Getenv: cfg.Getenv, Logger: cfg.Logger, Pool: cfg.Pool}))
 		},
 		Reaps:  true,
 		Images: backend.ImagesLocal,

@@ -1,0 +1,261 @@
+// Command dsh-sandbox-stub is pid 1 of every container the oci backend
+// prepares (package sandbox/stub has the protocol). It runs with an empty
+// environment and the call's identity, makes itself undumpable (so that
+// the command cannot read its memory, descriptors or environment through
+// /proc/1), reads exactly one call message from descriptor 3, starts
+// the command with the container's stdio (descriptor 3 is close-on-exec:
+// the command never sees it), reports the command's start and end, and
+// exits with the command's status the way a shell does (the code, or
+// 128+N for signal N). It exits at once — and the kernel kills every
+// other process of the container's pid namespace — when the control
+// channel reaches end of file (the executor died) or the call's deadline
+// passes.
+//
+// It uses only the standard library and golang.org/x/sys and is built
+// static: CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub. The executor
+// finds it next to its own executable or on PATH (docs/pool.md).
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
+)
+
+// Exit statuses of the stub itself, as a shell would choose them.
+const (
+	statusNotFound  = 127 // the command is not found
+	statusCannotRun = 126 // found but not executable, or no working directory
+	statusProtocol  = 125 // no valid call message
+	statusKilled    = 137 // the executor died or the deadline passed
+)
+
+// defaultPath is the command search path when the call's environment
+// has no PATH.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// stubErrorPrefix starts what the stub itself writes to stderr.
+const stubErrorPrefix = "dsh-sandbox-stub: "
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	// Nobody in the container may read this process through /proc or
+	// ptrace it: not its memory, descriptors or environment.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Every inherited descriptor past stdio — the control channel — is
+	// closed on exec.
+	if err := unix.CloseRange(stub.ControlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		for fd := stub.ControlFD; fd < 1024; fd++ {
+			unix.CloseOnExec(fd)
+		}
+	}
+	// Signals the runtime sends the container's processes (a timeout's
+	// SIGTERM) are for the command: pid 1 keeps waiting. A handler, not
+	// SIG_IGN, so that the command starts with default dispositions.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM)
+	go func() {
+		for range sigs {
+		}
+	}()
+	ctl := os.NewFile(stub.ControlFD, "control")
+	if ctl == nil {
+		return statusProtocol
+	}
+	report(ctl, stub.Report{Kind: stub.Ready})
+	head, stdio, err := readHeader()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return statusKilled // the executor let the slot go
+		}
+		return statusProtocol
+	}
+	c, err := stub.ReadCall(io.MultiReader(bytes.NewReader(head), ctl))
+	if err != nil || c.Stdio != (len(stdio) == 3) || (!c.Stdio && len(stdio) != 0) {
+		return statusProtocol
+	}
+	expired := make(chan struct{})
+	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
+	defer deadline.Stop()
+
+	// What the stub says about the command goes to the command's stderr.
+	errOut := os.Stderr
+	if c.Stdio {
+		errOut = os.NewFile(uintptr(stdio[2]), "stderr")
+	}
+	path, status, msg := lookPath(c.Argv[0], c.Env)
+	if status == 0 {
+		if err := unix.Chdir(c.Dir); err != nil {
+			status, msg = statusCannotRun, fmt.Sprintf("cd %s: %v", c.Dir, err)
+		}
+	}
+	if status != 0 {
+		fmt.Fprintf(errOut, "%s%s\n", stubErrorPrefix, msg)
+		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
+		return status
+	}
+	attr := &syscall.ProcAttr{Env: c.Env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}}
+	if c.Stdio {
+		attr.Files = []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])}
+	}
+	if c.Terminal {
+		// The terminal becomes the command's: give it up, then the
+		// command makes it its controlling terminal in a new session.
+		_ = unix.IoctlSetInt(0, unix.TIOCNOTTY, 0)
+		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
+	}
+	pid, err := syscall.ForkExec(path, c.Argv, attr)
+	if err != nil {
+		status = statusCannotRun
+		if errors.Is(err, unix.ENOENT) {
+			status = statusNotFound
+		}
+		fmt.Fprintf(errOut, "%s%s: %v\n", stubErrorPrefix, c.Argv[0], err)
+		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
+		return status
+	}
+	if c.Stdio {
+		// Only the command holds the call's pipes: its output ends
+		// when it and what it started are gone.
+		for _, fd := range stdio {
+			unix.Close(fd)
+		}
+	}
+	report(ctl, stub.Report{Kind: stub.Started, Value: int32(pid)})
+
+	exited := make(chan unix.WaitStatus, 1)
+	go reap(pid, exited)
+	gone := make(chan struct{})
+	go func() {
+		var b [1]byte
+		_, _ = ctl.Read(b[:]) // nothing more is sent: any return means the executor is gone
+		close(gone)
+	}()
+	select {
+	case ws := <-exited:
+		report(ctl, stub.Report{Kind: stub.Exited, Value: int32(ws)})
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	case <-gone:
+		return statusKilled
+	case <-expired:
+		report(ctl, stub.Report{Kind: stub.Expired})
+		return statusKilled
+	}
+}
+
+// readHeader reads the header of the call message from the control
+// channel with the descriptors attached to it (close-on-exec): the
+// command's stdin, stdout and stderr, or none.
+func readHeader() ([]byte, []int, error) {
+	head := make([]byte, stub.HeaderSize)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	var fds []int
+	for n := 0; n < len(head); {
+		rn, oobn, _, _, err := unix.Recvmsg(stub.ControlFD, head[n:], oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, nil, err
+			}
+			for i := range msgs {
+				got, err := unix.ParseUnixRights(&msgs[i])
+				if err != nil {
+					return nil, nil, err
+				}
+				fds = append(fds, got...)
+			}
+		}
+		if rn == 0 {
+			if n == 0 {
+				return nil, nil, io.EOF
+			}
+			return nil, nil, io.ErrUnexpectedEOF
+		}
+		n += rn
+	}
+	return head, fds, nil
+}
+
+// reap waits for every child (pid 1 inherits the orphans of the
+// container) and sends the wait status of pid once it ends.
+func reap(pid int, exited chan<- unix.WaitStatus) {
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if wpid == pid {
+			exited <- ws
+			return
+		}
+	}
+}
+
+// report writes r to the control channel; the executor may be gone.
+func report(ctl *os.File, r stub.Report) {
+	_, _ = ctl.Write(r.Encode())
+}
+
+// lookPath finds the command as a shell's exec does: a name with a
+// slash as it is, else the first executable regular file of that name
+// in the PATH of env (a default one when env has none). It returns the
+// path, or a shell's status and message.
+func lookPath(name string, env []string) (string, int, string) {
+	if strings.Contains(name, "/") {
+		return name, 0, ""
+	}
+	dirs := defaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			dirs = v
+		}
+	}
+	denied := ""
+	for _, dir := range filepath.SplitList(dirs) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		if unix.Access(p, unix.X_OK) == nil {
+			return p, 0, ""
+		}
+		if denied == "" {
+			denied = p
+		}
+	}
+	if denied != "" {
+		return "", statusCannotRun, denied + ": permission denied"
+	}
+	return "", statusNotFound, name + ": not found"
+}

@@ -1,0 +1,177 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+)
+
+// newPooledExecutor is newTestExecutor with the warm pool on.
+func newPooledExecutor(t *testing.T, rt string, opts pool.Options) *Executor {
+	t.Helper()
+	requireRuntime(t, rt)
+	e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t), Pool: &opts})
+	if err != nil {
+		t.Fatalf("New(%s) = %v", rt, err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// waitReady waits until e's pool holds n ready slots.
+func waitReady(t *testing.T, e *Executor, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for e.warm.pool.Size().Ready != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool size = %+v, want %d ready", e.warm.pool.Size(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWarmPool: a session's second call takes the slot its first call
+// had prepared, with its own command line, environment and stdin bound
+// late; another session's call never takes it; each slot runs one call;
+// after Close nothing is left.
+func TestWarmPool(t *testing.T) {
+	for _, rt := range stubRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			e := newPooledExecutor(t, rt, pool.Options{})
+			ws := t.TempDir()
+			req := func(session, cmd, env string) *sandbox.Request {
+				return &sandbox.Request{
+					Command: cmd,
+					Env:     []string{"CALL_VALUE=" + env},
+					Stdin:   []byte("in-" + env),
+					Session: sandbox.Session{ID: session, Cwd: ws},
+					Policy:  testPolicy(t, rt),
+				}
+			}
+			ids := map[string]bool{}
+			for i, c := range []struct{ session, env, pool string }{
+				{"s1", "one", sandbox.PoolMiss},
+				{"s1", "two", sandbox.PoolHit},
+				{"s1", "three", sandbox.PoolHit},
+				{"s2", "four", sandbox.PoolMiss},
+			} {
+				if i > 0 && c.pool == sandbox.PoolHit {
+					waitReady(t, e, 1)
+				}
+				res, err := e.Run(context.Background(), req(c.session, `echo "$CALL_VALUE $(cat) $PWD"`, c.env))
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if want := c.env + " in-" + c.env + " " + ws + "\n"; res.Stdout.Text != want {
+					t.Errorf("call %d stdout = %q, want %q", i, res.Stdout.Text, want)
+				}
+				if res.Timings.Pool != c.pool {
+					t.Errorf("call %d (session %s): pool = %q, want %q", i, c.session, res.Timings.Pool, c.pool)
+				}
+				if ids[res.Sandbox.ContainerID] {
+					t.Errorf("call %d ran in container %s, which ran a call already", i, res.Sandbox.ContainerID)
+				}
+				ids[res.Sandbox.ContainerID] = true
+			}
+			// The pool's Close (part of the executor's) destroys the
+			// ready slot and waits for the teardowns of the calls.
+			if err := e.warm.pool.Close(context.Background()); err != nil {
+				t.Errorf("pool Close() = %v", err)
+			}
+			if left := leftovers(t, e); len(left) > 0 {
+				t.Errorf("left behind after the pool's Close: %q", left)
+			}
+		})
+	}
+}
+
+// TestWarmSlotExpires: a slot unused for the pool's TTL, of a session
+// idle since, is destroyed and not replaced; nothing is left of it.
+func TestWarmSlotExpires(t *testing.T) {
+	e := newPooledExecutor(t, RuntimeRunc, pool.Options{TTL: 500 * time.Millisecond, Idle: 100 * time.Millisecond})
+	req := &sandbox.Request{Command: "true", Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: testPolicy(t, RuntimeRunc)}
+	if _, err := e.Run(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, e, 1)
+	if left := leftovers(t, e); len(left) == 0 {
+		t.Fatal("a ready slot leaves nothing to see: the check below would prove nothing")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := leftovers(t, e)
+		if len(left) == 0 && e.warm.pool.Size().Ready == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after its TTL the expired slot remains: %s", strings.Join(left, "; "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWarmSessionsRace: two sessions' calls race for slots; every call
+// sees its own session's workspace and its own environment, no container
+// runs two calls, and nothing is left after the pool's Close.
+func TestWarmSessionsRace(t *testing.T) {
+	e := newPooledExecutor(t, RuntimeRunc, pool.Options{PerKey: 2})
+	ws := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	type out struct {
+		session, want string
+		res           *sandbox.Result
+		err           error
+	}
+	results := make(chan out, 16)
+	var wg sync.WaitGroup
+	for _, session := range []string{"a", "b"} {
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 3 {
+					v := fmt.Sprintf("%s-%d-%d", session, i, j)
+					res, err := e.Run(context.Background(), &sandbox.Request{
+						Command: `echo "$V $PWD"`,
+						Env:     []string{"V=" + v},
+						Session: sandbox.Session{ID: session, Cwd: ws[session]},
+						Policy:  testPolicy(t, RuntimeRunc),
+					})
+					results <- out{session, v + " " + ws[session] + "\n", res, err}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(results)
+	ids := map[string]bool{}
+	hits := 0
+	for o := range results {
+		if o.err != nil {
+			t.Errorf("session %s: %v", o.session, o.err)
+			continue
+		}
+		if o.res.Stdout.Text != o.want {
+			t.Errorf("session %s: stdout %q, want %q", o.session, o.res.Stdout.Text, o.want)
+		}
+		if ids[o.res.Sandbox.ContainerID] {
+			t.Errorf("container %s ran two calls", o.res.Sandbox.ContainerID)
+		}
+		ids[o.res.Sandbox.ContainerID] = true
+		if o.res.Timings.Pool == sandbox.PoolHit {
+			hits++
+		}
+	}
+	t.Logf("%d of 12 calls came from the pool", hits)
+	if err := e.warm.pool.Close(context.Background()); err != nil {
+		t.Errorf("pool Close() = %v", err)
+	}
+	if left := leftovers(t, e); len(left) > 0 {
+		t.Errorf("left behind after the pool's Close: %q", left)
+	}
+}
