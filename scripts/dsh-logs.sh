@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 bin="${DSH_SANDBOX_BIN:-}"
 if [ -z "$bin" ]; then
 	bin="$tmp/dsh-sandbox"
-	(cd "$top" && go build -o "$bin" ./cmd/dsh-sandbox)
+	(cd "$top" && go build -o "$bin" ./cmd/dsh-sandbox && CGO_ENABLED=0 go build -o "$tmp/dsh-sandbox-stub" ./cmd/dsh-sandbox-stub)
 fi
 out="$top/internal/fixtures/dsh-sessions"
 rm -f "$out"/*.jsonl "$out"/*.jsonl.zstd

@@ -49,6 +49,9 @@ async function main(): Promise<void> {
     bin = join(dir, 'dsh-sandbox');
     const go = existsSync('/usr/local/go/bin/go') ? '/usr/local/go/bin/go' : 'go';
     if (spawnSync(go, ['build', '-o', bin, './cmd/dsh-sandbox'], { cwd: repo, stdio: 'inherit' }).status !== 0) throw new Error('building dsh-sandbox failed');
+    // runc and crun calls run dsh-sandbox-stub (found next to the executable) as pid 1.
+    const stub = spawnSync(go, ['build', '-o', join(dir, 'dsh-sandbox-stub'), './cmd/dsh-sandbox-stub'], { cwd: repo, stdio: 'inherit', env: { ...process.env, CGO_ENABLED: '0' } });
+    if (stub.status !== 0) throw new Error('building dsh-sandbox-stub failed');
   }
   const home = join(dir, 'home');
   const flags = ['--home', home, '--state-dir', join(dir, 'state'), '--data-dir', join(dir, 'data')];

@@ -48,6 +48,11 @@ before(async () => {
     const go = existsSync('/usr/local/go/bin/go') ? '/usr/local/go/bin/go' : 'go';
     const b = spawnSync(go, ['build', '-o', bin, './cmd/dsh-sandbox'], { cwd: repo, stdio: ['ignore', 'inherit', 'inherit'] });
     if (b.status !== 0) throw new Error(`building dsh-sandbox failed (exit ${b.status})`);
+    // runc and crun calls run dsh-sandbox-stub as pid 1: it is found next to the executable.
+    const s = spawnSync(go, ['build', '-o', join(dir, 'dsh-sandbox-stub'), './cmd/dsh-sandbox-stub'], {
+      cwd: repo, stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, CGO_ENABLED: '0' },
+    });
+    if (s.status !== 0) throw new Error(`building dsh-sandbox-stub failed (exit ${s.status})`);
   }
   const where = spawnSync(bin, ['locate', '--home', join(dir, 'home'), '--compression', 'none', '--cwd', ws(), '--session-id', 'e2e-1'], { encoding: 'utf8' });
   if (where.status !== 0) throw new Error(`dsh-sandbox locate failed: ${where.stderr}`);
