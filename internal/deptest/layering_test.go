@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"sandbox/local":       {"sandbox/driver", "sandbox", "images", "policy", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/docker":      {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},
 	"sandbox/containerd":  {"sandbox/driver", "sandbox", "images", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend"},
+	"sandbox/kubernetes":  {"sandbox/driver", "sandbox", "images", "policy", "sandbox/stub", "sandbox/sandboxtest", "sandbox/backend", "sandbox/containerd"},
 	"sandbox/backend":     {"sandbox", "images"},
 	"sandbox/driver":      {"sandbox", "sandbox/sandboxtest"},
 	"sandbox/idmap":       {"sandbox", "policy"},
@@ -60,7 +61,7 @@ var allowed = map[string][]string{
 var testSupport = []string{"internal/fixtures"}
 
 // backends may be picked only by cmd and integration.
-var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd"}
+var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd", "sandbox/kubernetes"}
 
 func rule(pkg string) ([]string, bool) {
 	if r, ok := allowed[pkg]; ok {
