@@ -474,7 +474,7 @@ delete_pods() {
 shims() {
 	local p
 	for p in /proc/[0-9]*; do
-		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.* -address $sock"; then
+		if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "containerd-shim.* -address $sock"; then
 			echo "${p#/proc/}"
 		fi
 	done
