@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	"sandbox/sandboxtest":     {"sandbox"},
 	"sandbox/pool":            {},
 	"sandbox/stub":            {},
+	"sandbox/kubernetes":      {"sandbox/driver", "sandbox", "images", "policy", "sandbox/stub", "sandbox/sandboxtest", "sandbox/backend", "sandbox/containerd"},
 	"hooks":                   {"session", "persistence", "sandbox", "internal/safefile"},
 	"hooks/claudecode":        {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
 	"hooks/codex":             {"hooks", "session", "persistence", "sandbox", "hooks/hookstest"},
@@ -64,7 +65,7 @@ var allowed = map[string][]string{
 var testSupport = []string{"internal/fixtures"}
 
 // backends may be picked only by cmd and integration.
-var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd"}
+var backends = []string{"sandbox/oci", "sandbox/local", "sandbox/docker", "sandbox/containerd", "sandbox/kubernetes"}
 
 func rule(pkg string) ([]string, bool) {
 	if r, ok := allowed[pkg]; ok {

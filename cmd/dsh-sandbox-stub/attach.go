@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
+)
+
+// Attach mode (stub.AttachArg) serves a container whose only channel is
+// its stdio, a Kubernetes pod bound through its attach stream: the call
+// message, the command's stdin and signals arrive as frames on stdin, the
+// command's output and the reports leave as frames on stdout (package
+// stub has the protocol). It starts from init, before main, so that the
+// descriptor-3 mode of main stays as it is.
+func init() {
+	if len(os.Args) == 2 && os.Args[1] == stub.AttachArg {
+		os.Exit(runAttached())
+	}
+}
+
+// drainGrace bounds how long the output of a call is read after its
+// command and every other process were killed.
+const drainGrace = 2 * time.Second
+
+// framer writes frames to the stub's stdout, one at a time.
+type framer struct {
+	mu  sync.Mutex
+	out io.Writer
+	err error
+}
+
+func (f *framer) write(kind byte, data []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = stub.WriteFrames(f.out, kind, data)
+	}
+}
+
+func (f *framer) report(r stub.Report) { f.write(stub.FrameReport, r.Encode()) }
+
+func runAttached() int {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGPIPE)
+	go func() {
+		for range sigs {
+		}
+	}()
+	in := bufio.NewReaderSize(os.Stdin, 64<<10)
+	out := &framer{out: os.Stdout}
+	c, err := stub.ReadCall(in)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return statusKilled // the executor let the pod go unused
+		}
+		fmt.Fprintf(os.Stderr, "%s%v\n", stubErrorPrefix, err)
+		return statusProtocol
+	}
+	expired := make(chan struct{})
+	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
+	defer deadline.Stop()
+
+	fail := func(status int, msg string) int {
+		out.write(stub.FrameStderr, []byte(stubErrorPrefix+msg+"\n"))
+		out.report(stub.Report{Kind: stub.Failed, Value: int32(status)})
+		return status
+	}
+	if c.Terminal {
+		return fail(statusCannotRun, "attach mode runs no terminal")
+	}
+	path, status, msg := lookPath(c.Argv[0], c.Env)
+	if status == 0 {
+		if err := unix.Chdir(c.Dir); err != nil {
+			status, msg = statusCannotRun, fmt.Sprintf("cd %s: %v", c.Dir, err)
+		}
+	}
+	if status != 0 {
+		return fail(status, msg)
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return fail(statusCannotRun, err.Error())
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return fail(statusCannotRun, err.Error())
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		return fail(statusCannotRun, err.Error())
+	}
+	attr := &syscall.ProcAttr{
+		Env:   c.Env,
+		Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	pid, err := syscall.ForkExec(path, c.Argv, attr)
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		status = statusCannotRun
+		if errors.Is(err, unix.ENOENT) {
+			status = statusNotFound
+		}
+		return fail(status, fmt.Sprintf("%s: %v", c.Argv[0], err))
+	}
+	out.report(stub.Report{Kind: stub.Started, Value: int32(pid)})
+
+	var pumps sync.WaitGroup
+	for _, p := range []struct {
+		r    *os.File
+		kind byte
+	}{{stdoutR, stub.FrameStdout}, {stderrR, stub.FrameStderr}} {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := p.r.Read(buf)
+				if n > 0 {
+					out.write(p.kind, buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	exited := make(chan unix.WaitStatus, 1)
+	go reap(pid, exited)
+	gone := make(chan struct{})
+	go readInput(in, stdinW, pid, gone)
+
+	select {
+	case ws := <-exited:
+		// Whatever the command left running goes with it, as when a
+		// container's init ends; then its output is complete.
+		killAll(pid, unix.SIGKILL)
+		drained := make(chan struct{})
+		go func() { pumps.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(drainGrace):
+		}
+		if oomKilled() {
+			out.write(stub.FrameOOM, nil)
+		}
+		out.report(stub.Report{Kind: stub.Exited, Value: int32(ws)})
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	case <-gone:
+		killAll(pid, unix.SIGKILL)
+		return statusKilled
+	case <-expired:
+		killAll(pid, unix.SIGKILL)
+		out.report(stub.Report{Kind: stub.Expired})
+		return statusKilled
+	}
+}
+
+// readInput reads the executor's frames after the call message: stdin
+// bytes go to the command through a queue (a command that does not read
+// its stdin never holds up a signal), signals go to every process. It
+// closes gone when the executor's stream ends or breaks.
+func readInput(in io.Reader, stdinW *os.File, pid int, gone chan<- struct{}) {
+	q := &stdinQueue{w: stdinW}
+	q.cond = sync.NewCond(&q.mu)
+	go q.run()
+	defer close(gone)
+	defer q.close()
+	for {
+		f, err := stub.ReadFrame(in)
+		if err != nil {
+			return
+		}
+		switch f.Kind {
+		case stub.FrameStdin:
+			q.push(f.Data)
+		case stub.FrameStdinEnd:
+			q.close()
+		case stub.FrameSignal:
+			sig, err := stub.FrameSignalNumber(f)
+			if err != nil {
+				return
+			}
+			killAll(pid, unix.Signal(sig))
+		default:
+			fmt.Fprintf(os.Stderr, "%sunknown frame kind %q\n", stubErrorPrefix, f.Kind)
+			return
+		}
+	}
+}
+
+// stdinQueue feeds the command's stdin in order, without bound: the
+// executor sends no more than the call's stdin.
+type stdinQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	chunks [][]byte
+	closed bool
+	w      *os.File
+}
+
+func (q *stdinQueue) push(b []byte) {
+	q.mu.Lock()
+	if !q.closed {
+		q.chunks = append(q.chunks, b)
+	}
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *stdinQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *stdinQueue) run() {
+	defer q.w.Close()
+	broken := false
+	for {
+		q.mu.Lock()
+		for len(q.chunks) == 0 && !q.closed {
+			q.cond.Wait()
+		}
+		if len(q.chunks) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		b := q.chunks[0]
+		q.chunks = q.chunks[1:]
+		q.mu.Unlock()
+		if !broken {
+			// A command that exits before reading all of its stdin
+			// breaks the pipe: the rest is dropped.
+			if _, err := q.w.Write(b); err != nil {
+				broken = true
+			}
+		}
+	}
+}
+
+// killAll sends sig to every process of the call: as pid 1 of the
+// container that is every other process of its pid namespace, else (a
+// stub run by hand) the command's process group.
+func killAll(pid int, sig unix.Signal) {
+	if os.Getpid() == 1 {
+		_ = unix.Kill(-1, sig)
+		return
+	}
+	_ = unix.Kill(-pid, sig)
+}
+
+// oomKilled reports whether the out-of-memory killer killed a process
+// in the container's memory cgroup (its own view of /sys/fs/cgroup: the
+// v1 memory controller's memory.oom_control, or the v2 memory.events).
+// Only pid 1 of a container asks; a stub run by hand would read the
+// host's root cgroup.
+func oomKilled() bool {
+	if os.Getpid() != 1 {
+		return false
+	}
+	for _, f := range []string{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				return err == nil && n > 0
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,135 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// doctorTimeout bounds each request of Doctor.
+const doctorTimeout = 10 * time.Second
+
+// podVerbs are the permissions the backend needs on pods of its
+// namespace (contrib/kubernetes/rbac.yaml grants them).
+var podVerbs = []struct{ verb, subresource string }{
+	{"create", ""}, {"get", ""}, {"list", ""}, {"watch", ""}, {"delete", ""}, {"deletecollection", ""},
+	{"create", "attach"},
+}
+
+// Doctor reports whether the kubernetes backend is usable with opts, as
+// checks in this order: "cluster" (the API server answers, with its
+// version), "namespace" (opts.Namespace exists), "permissions" (what the
+// backend needs on pods, asked with SelfSubjectAccessReviews), "nodes"
+// (how many are Ready: on more than one, the workspace and session
+// directories must be on storage every node sees at the same paths),
+// "stub" (the stub binary exists on this host, which the hostPath
+// volume assumes is the node), "seccomp" (where the policy's profile
+// goes, or that the runtime's default was chosen) and "runtimeclasses"
+// (which runtimes other than runc the cluster offers). It creates
+// nothing.
+func Doctor(ctx context.Context, opts Options) []sandbox.Check {
+	var checks []sandbox.Check
+	add := func(name string, ok bool, format string, args ...any) bool {
+		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+		return ok
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	cli, err := k8s.NewForConfig(opts.Config)
+	if err != nil {
+		add("cluster", false, "%v", err)
+		return checks
+	}
+	v, err := cli.Discovery().ServerVersion()
+	if err != nil {
+		add("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)
+		return checks
+	}
+	add("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion)
+	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	if _, err := cli.CoreV1().Namespaces().Get(dctx, opts.Namespace, metav1.GetOptions{}); err != nil {
+		add("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", opts.Namespace, err)
+	} else {
+		add("namespace", true, "namespace %q exists", opts.Namespace)
+	}
+	var missing []string
+	for _, pv := range podVerbs {
+		r, err := cli.AuthorizationV1().SelfSubjectAccessReviews().Create(dctx, &authv1.SelfSubjectAccessReview{
+			Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
+				Namespace: opts.Namespace, Verb: pv.verb, Resource: "pods", Subresource: pv.subresource,
+			}},
+		}, metav1.CreateOptions{})
+		name := pv.verb + " pods"
+		if pv.subresource != "" {
+			name += "/" + pv.subresource
+		}
+		if err != nil {
+			missing = append(missing, name+" ("+err.Error()+")")
+		} else if !r.Status.Allowed {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		add("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", opts.Namespace, strings.Join(missing, ", "))
+	} else {
+		add("permissions", true, "pods: create, get, list, watch, delete, attach in %q", opts.Namespace)
+	}
+	if nodes, err := cli.CoreV1().Nodes().List(dctx, metav1.ListOptions{}); err != nil {
+		add("nodes", false, "list nodes: %v", err)
+	} else {
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == "Ready" && c.Status == "True" {
+					ready++
+				}
+			}
+		}
+		detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
+		if len(nodes.Items) > 1 {
+			detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
+		}
+		add("nodes", ready > 0, "%s", detail)
+	}
+	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
+		add("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", opts.Stub, EnvStub)
+	} else {
+		add("stub", true, "stub %s, mounted at %s in every pod", opts.Stub, StubTarget)
+	}
+	switch {
+	case opts.SeccompDir != "":
+		if fi, err := os.Stat(opts.SeccompDir); err != nil || !fi.IsDir() {
+			add("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
+		} else {
+			add("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
+		}
+	case opts.RuntimeDefaultSeccomp:
+		add("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
+	default:
+		add("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
+	}
+	if rcs, err := cli.NodeV1().RuntimeClasses().List(dctx, metav1.ListOptions{}); err != nil {
+		add("runtimeclasses", false, "list RuntimeClasses: %v", err)
+	} else {
+		var names []string
+		for _, rc := range rcs.Items {
+			names = append(names, rc.Name+" (handler "+rc.Handler+")")
+		}
+		if len(names) == 0 {
+			add("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
+		} else {
+			add("runtimeclasses", true, "%s", strings.Join(names, ", "))
+		}
+	}
+	return checks
+}

@@ -1,0 +1,472 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+)
+
+// Backend is the value of Policy.Backend this package runs.
+const Backend = "kubernetes"
+
+// DefaultNamespace is the namespace of the pods when Options.Namespace is
+// empty.
+const DefaultNamespace = "dsh-sandbox"
+
+// StubTarget is where the stub is mounted in every pod.
+const StubTarget = "/.dsh-sandbox-stub"
+
+// containerName is the name of a pod's one container.
+const containerName = "call"
+
+// labelSlot marks a pod made by this backend with its slot id (the pod's
+// name); sandbox.LabelOwner and LabelInstance mark it as ours.
+const labelSlot = "dsh-sandbox.slot"
+
+// startTimeout bounds how long a pod may take from creation to running.
+const startTimeout = 60 * time.Second
+
+// Options configure an Executor.
+type Options struct {
+	// Config is the API server's address and credentials. Required.
+	Config *rest.Config
+	// Namespace holds the pods; empty means DefaultNamespace. It must
+	// exist.
+	Namespace string
+	// StateDir is an absolute directory owned by the service: instance
+	// lock files go to StateDir/kubernetes-instances, spill files of
+	// calls without a session directory to StateDir/spill. Required.
+	StateDir string
+	// InstanceID names this executor in the pods' labels; empty means a
+	// random "i-<hex>".
+	InstanceID string
+	// Stub is the host path of the static dsh-sandbox-stub binary on the
+	// nodes, mounted read-only at StubTarget in every pod (a hostPath
+	// volume). Required.
+	Stub string
+	// SeccompDir is the kubelet's seccomp directory (<root-dir>/seccomp)
+	// on the node, as this process sees it: the policy's profile is
+	// written there and the pods name it as a Localhost profile. Empty
+	// refuses every call unless RuntimeDefaultSeccomp is set.
+	SeccompDir string
+	// RuntimeDefaultSeccomp runs calls under the container runtime's
+	// default profile instead of the policy's, when SeccompDir is empty:
+	// a weaker filter, chosen explicitly.
+	RuntimeDefaultSeccomp bool
+	// ImageEnv is the base environment of every image (layer 1 of DESIGN
+	// §3.6): the cluster's API does not show an image's configuration.
+	// Nil means PATH=images.DefaultPath.
+	ImageEnv []string
+	// Warm is how many pods each policy shape keeps ready ahead of its
+	// calls; 0 creates every call's pod on demand.
+	Warm int
+	// Logger receives debug events per call and errors of teardown; the
+	// zero value logs nothing. Env values are never logged.
+	Logger zerolog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit, at
+	// call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// Executor runs calls in pods of a Kubernetes cluster. It is safe for
+// concurrent use; Close deletes its warm pods.
+type Executor struct {
+	opts     Options
+	cfg      *rest.Config
+	cli      k8s.Interface
+	log      zerolog.Logger
+	instance string
+	lock     *os.File
+	active   sandbox.ActiveCalls
+	seccomp  *seccompProfile
+
+	mu     sync.RWMutex
+	closed bool
+
+	poolsMu sync.Mutex
+	pools   map[string]*warmPool
+}
+
+var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// New checks opts, connects to the API server and locks the executor's
+// instance. Errors wrap sandbox.ErrInvalid (bad options) or
+// sandbox.ErrUnavailable (the cluster cannot be reached).
+func New(ctx context.Context, opts Options) (*Executor, error) {
+	switch {
+	case opts.Config == nil:
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: no cluster configured (set KUBECONFIG)")
+	case !filepath.IsAbs(opts.StateDir):
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: state directory %q is not absolute", opts.StateDir)
+	case !filepath.IsAbs(opts.Stub):
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: stub %q is not an absolute path (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
+	case opts.SeccompDir != "" && !filepath.IsAbs(opts.SeccompDir):
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: seccomp directory %q is not absolute", opts.SeccompDir)
+	case opts.Warm < 0:
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: warm %d is negative", opts.Warm)
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.ImageEnv == nil {
+		opts.ImageEnv = []string{"PATH=" + images.DefaultPath}
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.LookupEnv
+	}
+	if opts.KillGrace == 0 {
+		opts.KillGrace = sandbox.DefaultKillGrace
+	}
+	if opts.InstanceID == "" {
+		opts.InstanceID = "i-" + randomHex(6)
+	}
+	if !instanceRE.MatchString(opts.InstanceID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: InstanceID %q: want 1-63 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	}
+	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: stub %q: not a regular file (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
+	}
+	cfg := rest.CopyConfig(opts.Config)
+	cfg.UserAgent = "dsh-sandbox"
+	// A call makes few requests, but many calls run at once.
+	cfg.QPS, cfg.Burst = 200, 400
+	cli, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: client: %v", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.CoreV1().Namespaces().Get(pctx, opts.Namespace, metav1.GetOptions{}); err != nil {
+		return nil, classify(err, "namespace %q", opts.Namespace)
+	}
+	lock, err := sandbox.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		opts: opts, cfg: cfg, cli: cli, instance: opts.InstanceID, lock: lock,
+		log:   opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		pools: map[string]*warmPool{},
+	}
+	if opts.SeccompDir != "" {
+		e.seccomp = &seccompProfile{dir: opts.SeccompDir}
+	}
+	return e, nil
+}
+
+func instancesDir(stateDir string) string { return filepath.Join(stateDir, "kubernetes-instances") }
+
+// Instance returns the executor's instance id.
+func (e *Executor) Instance() string { return e.instance }
+
+// Namespace returns the namespace of the executor's pods.
+func (e *Executor) Namespace() string { return e.opts.Namespace }
+
+// Close deletes the executor's warm pods and releases its instance; calls
+// still running finish first.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	var errs []error
+	e.poolsMu.Lock()
+	pools := e.pools
+	e.pools = map[string]*warmPool{}
+	e.poolsMu.Unlock()
+	for _, p := range pools {
+		errs = append(errs, p.close())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), driver.TeardownTimeout)
+	defer cancel()
+	// Whatever of this instance is left (a warm pod whose creation raced
+	// the close) goes too.
+	if err := e.deletePods(ctx, labels.Set{sandbox.LabelOwner: sandbox.LabelOwnerValue, sandbox.LabelInstance: e.instance}); err != nil {
+		errs = append(errs, err)
+	}
+	e.lock.Close()
+	_ = os.Remove(filepath.Join(instancesDir(e.opts.StateDir), e.instance+".lock"))
+	return errors.Join(errs...)
+}
+
+// Run executes req in a pod of its own; see sandbox.Executor. A cluster
+// that cannot be reached, or that loses the pod during the call, gives
+// sandbox.ErrUnavailable, never a made-up exit status.
+func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: executor is closed")
+	}
+	return driver.Run(ctx, (*runner)(e), req)
+}
+
+// runner is the Executor as driver.Run sees it.
+type runner Executor
+
+func (r *runner) Config() driver.Config {
+	return driver.Config{
+		Name:      Backend,
+		StateDir:  r.opts.StateDir,
+		Getenv:    r.opts.Getenv,
+		KillGrace: r.opts.KillGrace,
+		Logger:    r.log,
+		Instance:  r.instance,
+		Reap:      "dsh-sandbox reap --backend kubernetes",
+	}
+}
+
+// Resolve checks what the cluster can run of req's policy and builds the
+// pod's shape.
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *podShape, error) {
+	e := (*Executor)(r)
+	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
+		return driver.Target{}, nil, err
+	}
+	if req.Terminal != nil {
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: a terminal (exec -t) is not supported on this backend")
+	}
+	if req.Policy.Network == policy.NetworkAllowlist {
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.network %q is not supported on this backend: its egress proxy runs in the call's network namespace, which a pod does not share with the service; use network none", req.Policy.Network)
+	}
+	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	if uid == 0 && req.Policy.User.Auto() {
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.user auto resolves to uid 0 (the workspace's owner), and pods run without a user namespace here (hostUsers: false needs a container runtime that supports it): name a non-root user, e.g. user: \"1000:1000\", or uid 0 explicitly (\"0:0\")")
+	}
+	plan, err := policy.Plan(req.Policy, req.Session, policy.Identity{UID: uid, GID: gid})
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	seccomp, err := e.seccompFor(req.Policy)
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	runtimeClass, err := e.runtimeClass(ctx, req.Policy.Runtime)
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	shape, err := newPodShape(req.Policy, plan, uid, gid, e.opts.Stub, seccomp, runtimeClass)
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	return driver.Target{
+		ImageEnv: e.opts.ImageEnv,
+		PathUID:  uid,
+		Info: sandbox.Info{
+			Backend: Backend,
+			Runtime: string(req.Policy.Runtime),
+			Image:   req.Policy.Image,
+			Policy:  req.Policy.Name,
+		},
+	}, shape, nil
+}
+
+// runtimeClass returns the RuntimeClass a policy's runtime needs: none
+// for runc (the cluster's default handler), else a RuntimeClass of the
+// runtime's name, which must exist.
+func (e *Executor) runtimeClass(ctx context.Context, rt sandbox.Runtime) (string, error) {
+	if rt == "" || rt == sandbox.RuntimeRunc {
+		return "", nil
+	}
+	if _, err := e.cli.NodeV1().RuntimeClasses().Get(ctx, string(rt), metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: policy.runtime %q needs a RuntimeClass %q in the cluster, and there is none (for runsc: gVisor's containerd shim on the nodes and a RuntimeClass with handler runsc)", rt, rt)
+		}
+		return "", classify(err, "RuntimeClass %q", rt)
+	}
+	return string(rt), nil
+}
+
+// Prepare takes a warm pod of the call's shape, or creates one and waits
+// until it runs; the pod's deletion goes onto the call's cleanup stack.
+func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape) (driver.Slot, error) {
+	e := (*Executor)(r)
+	if !e.active.Add(call.ID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: callId %q is already running on this executor", call.ID)
+	}
+	call.Cleanup.Add("active call", func(context.Context) error {
+		e.active.Remove(call.ID)
+		return nil
+	})
+	bg := context.WithoutCancel(ctx)
+	if e.opts.Warm > 0 {
+		pool := e.pool(shape)
+		if name, ok := pool.take(); ok {
+			call.Cleanup.Add("pod", func(ctx context.Context) error { return e.deletePod(ctx, name) })
+			call.Log.Debug().Str("pod", name).Msg("warm pod")
+			return &podContainer{e: e, call: call, name: name}, nil
+		}
+		call.Log.Debug().Msg("no warm pod: creating one")
+	}
+	name := podName()
+	pod := shape.pod(name, e.opts.Namespace, e.instance, shape.deadline(call.Timeout, e.opts.KillGrace))
+	// Deleted on every path, also when the create failed halfway.
+	call.Cleanup.Add("pod", func(ctx context.Context) error { return e.deletePod(ctx, name) })
+	if err := e.createAndWait(ctx, bg, pod); err != nil {
+		return nil, err
+	}
+	return &podContainer{e: e, call: call, name: name}, nil
+}
+
+// createAndWait creates pod and waits until its container runs. A
+// watch, opened before the create, sees every change.
+func (e *Executor) createAndWait(ctx, bg context.Context, pod *corev1.Pod) error {
+	pods := e.cli.CoreV1().Pods(pod.Namespace)
+	wctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	if err != nil {
+		return classify(err, "watch pod %s", pod.Name)
+	}
+	defer w.Stop()
+	if _, err := pods.Create(bg, pod, metav1.CreateOptions{}); err != nil {
+		return classify(err, "create pod %s", pod.Name)
+	}
+	for {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s not started: %w", pod.Name, context.Cause(ctx))
+			}
+			return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s did not start within %v", pod.Name, startTimeout)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: the watch ended before it ran", pod.Name)
+			}
+			switch ev.Type {
+			case watch.Error:
+				return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: watch: %v", pod.Name, apierrors.FromObject(ev.Object))
+			case watch.Deleted:
+				return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s was deleted before it ran", pod.Name)
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if done, err := podRunning(p); done || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// podRunning says whether p's container runs (true, nil), can never run
+// (an error naming why) or may still come up (false, nil).
+func podRunning(p *corev1.Pod) (bool, error) {
+	switch p.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return false, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s ended before its call (%s: %s)", p.Name, p.Status.Reason, p.Status.Message)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != containerName {
+			continue
+		}
+		if cs.State.Running != nil {
+			return true, nil
+		}
+		if t := cs.State.Terminated; t != nil {
+			return false, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: its container ended before its call (%s, exit %d)", p.Name, t.Reason, t.ExitCode)
+		}
+		if wt := cs.State.Waiting; wt != nil {
+			switch wt.Reason {
+			case "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return false, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s cannot start: %s: %s", p.Name, wt.Reason, wt.Message)
+			}
+		}
+	}
+	// Pending (also unschedulable: the scheduler may still find room):
+	// the start timeout decides.
+	return false, nil
+}
+
+// deletePod deletes the pod at once (grace period 0): its call has
+// ended, the stub with it.
+func (e *Executor) deletePod(ctx context.Context, name string) error {
+	zero := int64(0)
+	err := e.cli.CoreV1().Pods(e.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// deletePods deletes every pod of the namespace that sel matches.
+func (e *Executor) deletePods(ctx context.Context, sel labels.Set) error {
+	zero := int64(0)
+	err := e.cli.CoreV1().Pods(e.opts.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+		metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "delete pods")
+	}
+	return nil
+}
+
+// Pods lists the names of this executor's pods (warm ones included).
+func (e *Executor) Pods(ctx context.Context) ([]string, error) {
+	l, err := e.cli.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{sandbox.LabelOwner: sandbox.LabelOwnerValue, sandbox.LabelInstance: e.instance}.String(),
+	})
+	if err != nil {
+		return nil, classify(err, "list pods")
+	}
+	var out []string
+	for _, p := range l.Items {
+		out = append(out, p.Name)
+	}
+	return out, nil
+}
+
+// podName is a fresh pod name: the call is not known yet when a warm pod
+// is made, and its id is not the API's business.
+func podName() string { return "dsh-sandbox-" + randomHex(8) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// classify wraps an API error: a cluster that cannot be reached or
+// refuses us is ErrUnavailable, a request it finds invalid ErrInvalid.
+func classify(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	switch {
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: %s: %w", msg, err)
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %s: %w (see contrib/kubernetes/rbac.yaml for the permissions the backend needs)", msg, err)
+	}
+	return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %s: %w", msg, err)
+}

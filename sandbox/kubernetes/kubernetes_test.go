@@ -1,0 +1,411 @@
+//go:build kubecluster
+
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
+)
+
+// The test cluster's environment, as scripts/kube.sh start prints it.
+const (
+	envKubeconfig = "DSH_SANDBOX_TEST_KUBECONFIG"
+	envNamespace  = "DSH_SANDBOX_TEST_KUBE_NAMESPACE"
+	envContainerd = "DSH_SANDBOX_TEST_KUBE_CONTAINERD"
+	envSeccompDir = "DSH_SANDBOX_TEST_KUBE_SECCOMP_DIR"
+	envAuditLog   = "DSH_SANDBOX_TEST_KUBE_AUDIT_LOG"
+)
+
+var testImageEnv = []string{"PATH=" + images.DefaultPath}
+
+// requireCluster skips the test unless scripts/kube.sh's cluster is
+// there (its environment set, running as root); under CI=true it fails
+// instead.
+func requireCluster(t testing.TB) *rest.Config {
+	t.Helper()
+	missing := ""
+	var cfg *rest.Config
+	switch {
+	case os.Getenv(envKubeconfig) == "":
+		missing = "no test cluster: " + envKubeconfig + " is unset (eval \"$(scripts/kube.sh start)\" starts one)"
+	case os.Geteuid() != 0:
+		missing = fmt.Sprintf("the kubernetes backend tests need root (running as uid %d)", os.Geteuid())
+	case stubErr != nil:
+		missing = "cannot build the stub: " + stubErr.Error()
+	default:
+		var err error
+		cfg, err = clientcmd.BuildConfigFromFlags("", os.Getenv(envKubeconfig))
+		if err != nil {
+			missing = fmt.Sprintf("%s: %v", envKubeconfig, err)
+		}
+	}
+	if missing == "" {
+		return cfg
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but %s", missing)
+	}
+	t.Skip(missing)
+	return nil
+}
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+// importTestImage imports the test image into the cluster's containerd
+// once per test process, with the containerd backend's importer.
+func importTestImage(t testing.TB) {
+	t.Helper()
+	imageOnce.Do(func() {
+		sock := os.Getenv(envContainerd)
+		if sock == "" {
+			imageErr = fmt.Errorf("%s is unset", envContainerd)
+			return
+		}
+		state, err := os.MkdirTemp("", "dsh-sandbox-kube-import-")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		defer os.RemoveAll(state)
+		ctx := context.Background()
+		ce, err := containerd.New(ctx, containerd.Options{Address: sock, Namespace: "k8s.io", StateDir: state})
+		if err != nil {
+			imageErr = err
+			return
+		}
+		defer ce.Close()
+		var tar bytes.Buffer
+		if err := images.BusyboxWith(&tar, "bash"); err != nil {
+			imageErr = fmt.Errorf("busybox test image (install busybox-static and bash): %w", err)
+			return
+		}
+		imageErr = ce.ImportRootfs(ctx, &tar, testImage, testImageEnv)
+	})
+	if imageErr != nil {
+		t.Fatalf("import %s into the cluster: %v", testImage, imageErr)
+	}
+}
+
+// newTestExecutor returns an executor on the test cluster, closed when
+// the test ends, with warm pods per shape.
+func newTestExecutor(t testing.TB, warm int) *Executor {
+	t.Helper()
+	cfg := requireCluster(t)
+	importTestImage(t)
+	e, err := New(t.Context(), Options{
+		Config:     cfg,
+		Namespace:  os.Getenv(envNamespace),
+		StateDir:   t.TempDir(),
+		Stub:       stubPath,
+		SeccompDir: os.Getenv(envSeccompDir),
+		ImageEnv:   testImageEnv,
+		Warm:       warm,
+		Logger:     zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+		if left, err := e.Pods(context.Background()); err != nil || len(left) > 0 {
+			t.Errorf("pods left after Close: %v (err %v)", left, err)
+		}
+	})
+	return e
+}
+
+// testPolicy is the built-in workspace-write policy on the test image, as
+// uid 0 named explicitly: the suite's workspaces belong to root, and
+// auto would resolve to uid 0, which this backend refuses unless the
+// policy names it (TestAutoRootRefused).
+func testPolicy(t testing.TB) sandbox.Policy {
+	t.Helper()
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		t.Fatalf("policy.Builtin(%q) not found", policy.WorkspaceWrite)
+	}
+	p.Backend, p.Image, p.User = Backend, testImage, "0:0"
+	return p
+}
+
+// leftovers lists e's pods.
+func leftovers(e *Executor) []string {
+	pods, err := e.Pods(context.Background())
+	if err != nil {
+		return []string{"list pods: " + err.Error()}
+	}
+	for i, p := range pods {
+		pods[i] = "pod " + p
+	}
+	return pods
+}
+
+// TestConformance runs the sandboxtest suite on the cluster, unchanged,
+// with every call's pod created on demand.
+func TestConformance(t *testing.T) {
+	requireCluster(t)
+	var e *Executor
+	sandboxtest.Run(t, sandboxtest.Config{
+		New: func(t *testing.T) sandbox.Executor {
+			e = newTestExecutor(t, 0)
+			return e
+		},
+		Policy:    testPolicy(t),
+		ImageEnv:  testImageEnv,
+		Leftovers: func(t *testing.T) []string { return leftovers(e) },
+		Isolated:  true,
+	})
+}
+
+// request is a call of command in a fresh workspace under p.
+func request(t *testing.T, p sandbox.Policy, command string) *sandbox.Request {
+	t.Helper()
+	return &sandbox.Request{Command: command, Policy: p, Session: sandbox.Session{Cwd: t.TempDir()}, TimeoutMs: 60_000}
+}
+
+func run(t *testing.T, e *Executor, req *sandbox.Request) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := e.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("Run(%q) = %v", req.Command, err)
+	}
+	return res
+}
+
+// TestWarmPod: with warm pods a call takes a pod created ahead of it, and
+// the pool refills; each pod serves one call.
+func TestWarmPod(t *testing.T) {
+	e := newTestExecutor(t, 1)
+	p := testPolicy(t)
+	seen := map[string]bool{}
+	for i := range 3 {
+		res := run(t, e, request(t, p, "echo call-$((1+1))"))
+		if res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.Text != "call-2\n" {
+			t.Fatalf("call %d: exit %v stdout %q stderr %q", i, res.ExitCode, res.Stdout.Text, res.Stderr.Text)
+		}
+		id := res.Sandbox.ContainerID
+		if seen[id] {
+			t.Fatalf("call %d ran in pod %s again", i, id)
+		}
+		seen[id] = true
+		// Give the pool time to refill so that the next call is warm.
+		waitWarm(t, e)
+	}
+}
+
+// waitWarm waits until every warm pool of e has a ready pod.
+func waitWarm(t testing.TB, e *Executor) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		e.poolsMu.Lock()
+		ok := len(e.pools) > 0
+		for _, p := range e.pools {
+			p.mu.Lock()
+			ok = ok && len(p.ready) >= e.opts.Warm
+			p.mu.Unlock()
+		}
+		e.poolsMu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the warm pool did not fill within 30s")
+}
+
+// TestCallDataNotInAPI: a call's argv, env and stdin reach the command
+// and appear nowhere in the API server: not in the pod, not in an event,
+// not in the audit log (which records every pod request with its body).
+func TestCallDataNotInAPI(t *testing.T) {
+	e := newTestExecutor(t, 0)
+	audit := os.Getenv(envAuditLog)
+	if audit == "" {
+		t.Fatalf("%s is unset", envAuditLog)
+	}
+	secretArg := "argv-" + randomHex(12)
+	secretEnv := "env-" + randomHex(12)
+	secretIn := "stdin-" + randomHex(12)
+	req := request(t, testPolicy(t), "echo "+secretArg+" $SECRET_VALUE; cat")
+	req.Env = []string{"SECRET_VALUE=" + secretEnv}
+	req.Stdin = []byte(secretIn)
+	res := run(t, e, req)
+	if want := secretArg + " " + secretEnv + "\n" + secretIn; res.Stdout.Text != want {
+		t.Fatalf("stdout = %q, want %q (stderr %q)", res.Stdout.Text, want, res.Stderr.Text)
+	}
+	pod := res.Sandbox.ContainerID
+	// The audit backend writes asynchronously: wait until the pod's
+	// deletion is in the log, which proves the log covers the call.
+	var data []byte
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		data, err = os.ReadFile(audit)
+		if err != nil {
+			t.Fatalf("read audit log: %v", err)
+		}
+		if bytes.Contains(data, []byte(`"name":"`+pod+`"`)) && bytes.Contains(data, []byte(`"subresource":"attach"`)) &&
+			bytes.Contains(data, []byte(`"verb":"delete"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit log has no create, attach and delete of pod %s", pod)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, s := range []string{secretArg, secretEnv, secretIn} {
+		if bytes.Contains(data, []byte(s)) {
+			t.Errorf("the audit log holds %q", s)
+		}
+	}
+	evs, err := e.cli.CoreV1().Events(e.opts.Namespace).List(t.Context(), metavOpts())
+	if err != nil {
+		t.Fatalf("list events: %v", err)
+	}
+	for _, ev := range evs.Items {
+		for _, s := range []string{secretArg, secretEnv, secretIn} {
+			if strings.Contains(ev.Message, s) {
+				t.Errorf("event %s holds %q", ev.Name, s)
+			}
+		}
+	}
+}
+
+// TestAutoRootRefused: user auto resolving to uid 0 (a root-owned
+// workspace) is refused, naming the fix; a workspace owned by another
+// user runs as that user, with runAsNonRoot.
+func TestAutoRootRefused(t *testing.T) {
+	e := newTestExecutor(t, 0)
+	p := testPolicy(t)
+	p.User = sandbox.UserAuto
+	req := request(t, p, "id -u")
+	if _, err := e.Run(t.Context(), req); err == nil || !strings.Contains(err.Error(), "uid 0") {
+		t.Fatalf("Run with a root-owned workspace = %v, want a refusal naming uid 0", err)
+	}
+	ws := filepath.Join(t.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	req = request(t, p, "id -u; touch made")
+	req.Session.Cwd = ws
+	res := run(t, e, req)
+	if res.Stdout.Text != "4242\n" || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("as the workspace's owner: stdout %q exit %v stderr %q", res.Stdout.Text, res.ExitCode, res.Stderr.Text)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "made")); err != nil {
+		t.Errorf("made: %v", err)
+	} else if uid := ownerOf(fi); uid != 4242 {
+		t.Errorf("made is owned by %d, want 4242", uid)
+	}
+}
+
+func metavOpts() metav1.ListOptions { return metav1.ListOptions{} }
+
+func ownerOf(fi os.FileInfo) uint32 { return fi.Sys().(*syscall.Stat_t).Uid }
+
+// BenchmarkCall times calls of `true`, sequentially: "cold" creates each
+// call's pod on demand, "warm" takes a pod the pool made ahead (the
+// refill between calls is not timed). It reports the median and p95 per
+// call and what each call cost the API server, from its own
+// apiserver_request_total: requests of every kind, and writes (POST,
+// PUT, PATCH, DELETE; the kubelet's status updates included).
+// Run it with -bench Call -benchtime 100x.
+func BenchmarkCall(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		warm int
+	}{{"cold", 0}, {"warm", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newTestExecutor(b, bc.warm)
+			p := testPolicy(b)
+			ws := b.TempDir()
+			call := func() {
+				res, err := e.Run(b.Context(), &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: ws}})
+				if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+					b.Fatalf("Run(true) = %+v, %v", res, err)
+				}
+			}
+			call() // makes the pool of the shape
+			before := apiRequests(b, e)
+			durs := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				if bc.warm > 0 {
+					b.StopTimer()
+					waitWarm(b, e)
+					b.StartTimer()
+				}
+				t0 := time.Now()
+				call()
+				durs = append(durs, time.Since(t0))
+			}
+			b.StopTimer()
+			after := apiRequests(b, e)
+			slices.Sort(durs)
+			b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(durs[len(durs)*95/100].Microseconds())/1000, "p95-ms")
+			b.ReportMetric(float64(after.total-before.total)/float64(b.N), "apireq/call")
+			b.ReportMetric(float64(after.writes-before.writes)/float64(b.N), "apiwrites/call")
+		})
+	}
+}
+
+// apiCounts are sums of the API server's apiserver_request_total.
+type apiCounts struct{ total, writes float64 }
+
+func apiRequests(b *testing.B, e *Executor) apiCounts {
+	b.Helper()
+	raw, err := e.cli.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.Context())
+	if err != nil {
+		b.Fatalf("API server metrics: %v", err)
+	}
+	var c apiCounts
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		c.total += v
+		for _, w := range []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="DELETECOLLECTION"`, `verb="APPLY"`} {
+			if strings.Contains(line, w) {
+				c.writes += v
+			}
+		}
+	}
+	return c
+}

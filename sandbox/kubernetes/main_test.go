@@ -1,0 +1,35 @@
+package kubernetes
+
+import (
+	"os"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// The tests that need a cluster (scripts/kube.sh) are behind the build
+// tag kubecluster until CI starts one: go test -tags kubecluster.
+
+// stubPath is the stub TestMain builds; "" when it could not.
+var (
+	stubPath string
+	stubErr  error
+)
+
+func TestMain(m *testing.M) {
+	sandbox.RegisterBackend(Backend)
+	dir, err := os.MkdirTemp("", "dsh-sandbox-kube-stub-")
+	if err == nil {
+		// The pods' users must reach the stub through its directory.
+		_ = os.Chmod(dir, 0o755)
+		stubPath, stubErr = fixtures.BuildStub(dir)
+	} else {
+		stubErr = err
+	}
+	code := m.Run()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}

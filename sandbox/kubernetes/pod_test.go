@@ -1,0 +1,140 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
+)
+
+// testImage is the image the tests' pods run: busybox plus the host's
+// bash, imported into the cluster's containerd (namespace k8s.io, which
+// the kubelet uses) under a name with a registry, never pulled.
+const testImage = "dsh-sandbox.local/kube-test:1"
+
+func unitPolicy(t *testing.T) sandbox.Policy {
+	t.Helper()
+	p, ok := policy.Builtin(policy.WorkspaceWrite)
+	if !ok {
+		t.Fatal("no workspace-write policy")
+	}
+	p.Backend, p.Image, p.User = Backend, testImage, "1000:1000"
+	return p
+}
+
+// TestPodShape: the pod runs the stub and nothing of a call; its
+// security context, volumes and limits are the policy's.
+func TestPodShape(t *testing.T) {
+	p := unitPolicy(t)
+	ws := t.TempDir()
+	tr := filepath.Join(t.TempDir(), "sessions", "s1")
+	sess := sandbox.Session{ID: "s1", Cwd: ws, TranscriptDir: tr}
+	plan, err := policy.Plan(p, sess, policy.Identity{UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "dsh-sandbox/abc.json"
+	sh, err := newPodShape(p, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := sh.pod("dsh-sandbox-x", "ns", "i-1", sh.deadline(time.Minute, 3*time.Second))
+	s := pod.Spec
+	if len(s.Containers) != 1 {
+		t.Fatalf("%d containers", len(s.Containers))
+	}
+	c := s.Containers[0]
+	if strings.Join(c.Command, " ") != StubTarget+" "+stub.AttachArg || len(c.Args) != 0 || len(c.Env) != 0 || len(c.EnvFrom) != 0 {
+		t.Errorf("container runs %q %q with env %v %v, want only the stub in attach mode", c.Command, c.Args, c.Env, c.EnvFrom)
+	}
+	if !c.Stdin || !c.StdinOnce || c.TTY || c.ImagePullPolicy != corev1.PullNever {
+		t.Errorf("stdin %v once %v tty %v pull %v", c.Stdin, c.StdinOnce, c.TTY, c.ImagePullPolicy)
+	}
+	sc := c.SecurityContext
+	if *sc.RunAsUser != 1000 || *sc.RunAsGroup != 1000 || !*sc.RunAsNonRoot || !*sc.ReadOnlyRootFilesystem ||
+		*sc.AllowPrivilegeEscalation || *sc.Privileged || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		sc.SeccompProfile.Type != corev1.SeccompProfileTypeLocalhost {
+		t.Errorf("security context %+v", sc)
+	}
+	if *s.AutomountServiceAccountToken || *s.EnableServiceLinks || s.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("automount %v links %v restart %v", *s.AutomountServiceAccountToken, *s.EnableServiceLinks, s.RestartPolicy)
+	}
+	if got := *s.ActiveDeadlineSeconds; got != 63+30 {
+		t.Errorf("activeDeadlineSeconds = %d, want %d", got, 63+30)
+	}
+	if m := c.Resources.Limits.Memory().Value(); m != p.Limits.MemoryBytes {
+		t.Errorf("memory limit %d, want %d", m, p.Limits.MemoryBytes)
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range s.Volumes {
+		vols[v.Name] = v
+	}
+	found := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		v := vols[m.Name]
+		switch {
+		case m.MountPath == ws:
+			found["workspace"] = v.HostPath != nil && v.HostPath.Path == ws && !m.ReadOnly
+		case m.MountPath == tr:
+			found["transcript"] = v.HostPath != nil && v.HostPath.Path == tr && m.ReadOnly
+		case m.MountPath == "/tmp":
+			found["tmp"] = v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory
+		case m.MountPath == StubTarget:
+			found["stub"] = v.HostPath != nil && v.HostPath.Path == "/opt/stub" && m.ReadOnly
+		}
+	}
+	for _, k := range []string{"workspace", "transcript", "tmp", "stub"} {
+		if !found[k] {
+			t.Errorf("%s mount missing or wrong: %+v / %+v", k, c.VolumeMounts, s.Volumes)
+		}
+	}
+	if pod.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue || pod.Labels[sandbox.LabelInstance] != "i-1" {
+		t.Errorf("labels %v", pod.Labels)
+	}
+	// The same shape for the same policy and session: a warm pod fits.
+	sh2, _ := newPodShape(p, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
+	if sh2.key != sh.key {
+		t.Error("equal shapes have different keys")
+	}
+	// Another session's directory is another shape.
+	plan3, _ := policy.Plan(p, sandbox.Session{ID: "s2", Cwd: ws, TranscriptDir: tr + "x"}, policy.Identity{UID: 1000, GID: 1000})
+	sh3, _ := newPodShape(p, plan3, 1000, 1000, "/opt/stub", nil, "")
+	if sh3.key == sh.key {
+		t.Error("shapes of different sessions share a key")
+	}
+	// The session id is in no label or annotation (only in the session
+	// directory's path, which the pod must mount at that path).
+	b, _ := json.Marshal(pod.ObjectMeta)
+	if strings.Contains(string(b), `"s1"`) {
+		t.Errorf("the pod's metadata names the session: %s", b)
+	}
+}
+
+// TestPodShapeRoot: uid 0, when the policy names it, runs without
+// runAsNonRoot; every other field stays restricted.
+func TestPodShapeRoot(t *testing.T) {
+	p := unitPolicy(t)
+	p.User = "0:0"
+	plan, err := policy.Plan(p, sandbox.Session{Cwd: t.TempDir()}, policy.Identity{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := newPodShape(p, plan, 0, 0, "/opt/stub", nil, "runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := sh.spec.Containers[0].SecurityContext
+	if *sc.RunAsNonRoot || *sc.RunAsUser != 0 || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation {
+		t.Errorf("security context %+v", sc)
+	}
+	if sh.spec.RuntimeClassName == nil || *sh.spec.RuntimeClassName != "runsc" {
+		t.Errorf("runtime class %v", sh.spec.RuntimeClassName)
+	}
+}

@@ -1,0 +1,105 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
+)
+
+var _ backend.Reaper = (*Executor)(nil)
+
+// The environment the descriptor reads (docs/kubernetes.md): the cluster
+// comes from KUBECONFIG (else ~/.kube/config, else the pod's service
+// account when serve runs in the cluster).
+const (
+	EnvNamespace  = "DSH_SANDBOX_KUBE_NAMESPACE"
+	EnvStub       = "DSH_SANDBOX_KUBE_STUB"
+	EnvSeccompDir = "DSH_SANDBOX_KUBE_SECCOMP_DIR"
+	EnvSeccomp    = "DSH_SANDBOX_KUBE_SECCOMP"
+	EnvWarm       = "DSH_SANDBOX_KUBE_WARM"
+)
+
+// Descriptor describes the kubernetes backend to the registry: the
+// cluster of the kubeconfig, reaping by label and a doctor. Only a policy
+// file or --backend kubernetes picks it.
+func Descriptor() backend.Descriptor {
+	return backend.Descriptor{
+		Name: Backend,
+		Open: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) (sandbox.Executor, error) {
+			opts, err := options(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return backend.Opened(New(ctx, opts))
+		},
+		Reaps: true,
+		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
+			opts, err := options(cfg)
+			if err != nil {
+				return []sandbox.Check{{Name: "cluster", OK: false, Detail: err.Error()}}
+			}
+			return Doctor(ctx, opts)
+		},
+	}
+}
+
+// RESTConfig loads the cluster's address and credentials the way kubectl
+// does: KUBECONFIG, else ~/.kube/config, else the in-cluster service
+// account. No cluster is an ErrUnavailable error.
+func RESTConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: no cluster configured (set KUBECONFIG; scripts/kube.sh starts a test cluster): %v", err)
+	}
+	return cfg, nil
+}
+
+// options reads the backend's settings from the environment.
+func options(cfg backend.Config) (Options, error) {
+	rc, err := RESTConfig()
+	if err != nil {
+		return Options{}, err
+	}
+	stubPath, err := stub.Locate(os.Getenv(EnvStub))
+	if err != nil {
+		return Options{}, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %v", err)
+	}
+	opts := Options{
+		Config:     rc,
+		Namespace:  os.Getenv(EnvNamespace),
+		StateDir:   cfg.StateDir,
+		Stub:       stubPath,
+		SeccompDir: os.Getenv(EnvSeccompDir),
+		Getenv:     cfg.Getenv,
+		Logger:     cfg.Logger,
+	}
+	switch v := os.Getenv(EnvSeccomp); v {
+	case "", "localhost":
+	case "runtime-default":
+		opts.RuntimeDefaultSeccomp = true
+	default:
+		return Options{}, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: %s=%q: want localhost or runtime-default", EnvSeccomp, v)
+	}
+	if v := os.Getenv(EnvWarm); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			return Options{}, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: %s=%q: want a number of pods from 0 to 1000", EnvWarm, v)
+		}
+		opts.Warm = n
+	}
+	return opts, nil
+}
+
+// String names the executor in logs.
+func (e *Executor) String() string {
+	return fmt.Sprintf("kubernetes executor %s (namespace %s)", e.instance, e.opts.Namespace)
+}
