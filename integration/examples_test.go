@@ -5,14 +5,12 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,14 +183,7 @@ func TestExamples(t *testing.T) {
 		if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		err := serve.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		code := exitStatus(t, serve.Wait(), "dsh-sandbox serve")
 		checkExample(t, "dsh-sandbox serve", readmeExamples["dsh-sandbox serve"], result{stderr: serveOut.String(), code: code})
 	}
 	t.Logf("README.md: %d commands, %d run, %d listed with a reason", len(cmds), ran, listed)
@@ -323,14 +314,7 @@ func (s *exampleShell) run(c string) result {
 	cmd := s.command(c)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		s.t.Fatalf("running %s: %v", c, err)
-	}
+	code := exitStatus(s.t, cmd.Run(), c)
 	if data, err := os.ReadFile(s.pwdFile); err == nil {
 		s.dir = strings.TrimSpace(string(data))
 	}
@@ -349,6 +333,7 @@ func (s *exampleShell) start(c string) (*exec.Cmd, *syncBuffer) {
 	cmd.Env = s.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &syncBuffer{}
+	out.w = &out.buf
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -362,14 +347,8 @@ func (s *exampleShell) start(c string) (*exec.Cmd, *syncBuffer) {
 
 // syncBuffer is a buffer a process writes while the test reads it.
 type syncBuffer struct {
-	mu  sync.Mutex
+	lockedWriter
 	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
 }
 
 func (b *syncBuffer) String() string {
