@@ -121,13 +121,18 @@ func run(t *testing.T, extraEnv []string, args ...string) result {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
+	return result{stdout.String(), stderr.String(), exitStatus(t, cmd.Run(), args)}
+}
+
+// exitStatus is the exit status of a process whose Run or Wait returned
+// err; an error other than an exit status (what was run, what) fails t.
+func exitStatus(t *testing.T, err error, what any) int {
+	t.Helper()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		code = ee.ExitCode()
+		return ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("running %v: %v", args, err)
+		t.Fatalf("running %v: %v", what, err)
 	}
-	return result{stdout.String(), stderr.String(), code}
+	return 0
 }

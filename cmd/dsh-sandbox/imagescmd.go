@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -213,14 +214,19 @@ func imagesBuildCommand() *cli.Command {
 id, sleep and the other common applets, an /etc naming root and nobody, /tmp) plus each
 program named by --add, looked up in PATH and stored as /bin/NAME with the shared
 libraries ldd lists for it, and imports it as --name into --backend like images import.
+With --output FILE it writes that root-filesystem tarball to FILE instead (a new file, not
+one that exists), for images import on this or another machine; --name then also imports it.
 Nothing is downloaded: it needs busybox-static (apt-get install busybox-static).
 
 Examples:
    dsh-sandbox images build --name tools:1 --add bash --add jq
+   dsh-sandbox images build --output tools.tar --add bash
+   dsh-sandbox images import --name tools:1 --backend docker tools.tar
    dsh-sandbox images build --name tools:1 --add bash --backend containerd
    dsh-sandbox exec --image tools:1 -- 'jq --version'`,
 		Flags: []cli.Flag{
-			nameFlag,
+			&cli.StringFlag{Name: "name", Usage: "image `NAME[:TAG]` to import as ([REGISTRY/][NAMESPACE/]REPOSITORY[:TAG]); required unless --output"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the root-filesystem tarball to `FILE` (a new file) instead of importing it"},
 			&cli.StringSliceFlag{Name: "add", Usage: "host `PROGRAM` to add (a command name looked up in PATH; repeatable)"},
 			&cli.StringFlag{Name: "busybox", Value: images.DefaultBusyboxPath, Usage: "`PATH` of a statically linked busybox"},
 			backendFlag("backend to import into"),
@@ -233,8 +239,21 @@ Examples:
 			if _, err := imageBackend(c); err != nil {
 				return err
 			}
-			if _, err := imageName("--name", c.String("name")); err != nil {
-				return err
+			output, name := c.String("output"), c.String("name")
+			if output == "" && name == "" {
+				return usageError("--name: required (or --output FILE to write the tarball)")
+			}
+			if name != "" {
+				if _, err := imageName("--name", name); err != nil {
+					return err
+				}
+			}
+			if output != "" {
+				if _, err := os.Lstat(output); err == nil {
+					return usageError("--output: %s exists; name a new file", output)
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					return usageError("--output: %v", err)
+				}
 			}
 			for _, p := range c.StringSlice("add") {
 				if p == "" || strings.Contains(p, "/") {
@@ -246,6 +265,14 @@ Examples:
 				return err
 			}
 			defer cleanup()
+			if output != "" {
+				if err := writeOutput(c, file, output); err != nil {
+					return err
+				}
+				if name == "" {
+					return nil
+				}
+			}
 			return importImage(c, file)
 		},
 	}
@@ -274,6 +301,38 @@ func buildRootfs(busybox string, add []string) (file string, cleanup func(), err
 		return "", nil, sandbox.Errorf(sandbox.ErrNotFound, "--add: %v", err)
 	}
 	return f.Name(), cleanup, nil
+}
+
+// writeOutput copies the built tarball file to output, a file that must
+// not exist yet, and reports it (as JSON with --json).
+func writeOutput(c *cli.Context, file, output string) error {
+	src, err := os.Open(file)
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "images build: %v", err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return usageError("--output: %v", err)
+	}
+	n, err := io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(output)
+		return sandbox.Errorf(sandbox.ErrUnavailable, "--output: %v", err)
+	}
+	if c.Bool("json") && c.String("name") == "" {
+		return writeJSON(c.App.Writer, struct {
+			Output string `json:"output"`
+			Size   int64  `json:"size"`
+		}{output, n})
+	}
+	if !c.Bool("json") {
+		fmt.Fprintf(c.App.Writer, "wrote %s (%d bytes)\n", output, n)
+	}
+	return nil
 }
 
 func imagesRemoveCommand() *cli.Command {
