@@ -27,7 +27,7 @@ func workspaceQuotaCheck(ws string) sandbox.Check {
 	if err := quota.Check(ws); err != nil {
 		return sandbox.Check{Name: "quota", Detail: fmt.Sprintf("limits.workspaceBytes cannot be enforced on --cwd: %v; calls of a policy that sets it are refused here", err)}
 	}
-	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s is on a file system that enforces project quotas: limits.workspaceBytes is enforced", ws)}
+	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s can be bounded (a btrfs subvolume with quota enabled, or project quotas): limits.workspaceBytes is enforced", ws)}
 }
 
 // doctors keeps the backends that have a doctor.
@@ -45,9 +45,10 @@ real call on it. Leaves nothing behind.
 The "deployment" entry checks the paths a call from --cwd would mount read-write: the
 workspace resolves without links, is no system directory, lies in --workspace-roots, and
 holds neither the dsh home, the sessions root nor the state or data directory.
-The "workspace-quota" entry says whether --cwd's file system enforces project quotas, which
-a policy's limits.workspaceBytes needs (ext4 with the quota and project features, or XFS,
-mounted with prjquota); where it does not, calls of such a policy are refused.
+The "workspace-quota" entry says whether --cwd can be bounded, which a policy's
+limits.workspaceBytes needs: the root of a btrfs subvolume on a file system with quota enabled
+(btrfs quota enable), or a file system enforcing project quotas (ext4 with the quota and
+project features, or XFS, mounted with prjquota); where not, calls of such a policy are refused.
 Exits 125 when the default runtime (runc) is unusable.
 
 Example:
