@@ -90,7 +90,8 @@ func TestWorkspaceQuota(t *testing.T) {
 // TestWorkspaceQuotaBtrfs: on a btrfs made on a loop device with quota
 // enabled, a real call (oci with runc and crun) in a workspace that is a
 // subvolume bounded to 8 MiB by limits.workspaceBytes writes 1 MiB and
-// gets EDQUOT ("Disk quota exceeded") for 64 MiB more; a workspace that
+// gets EDQUOT ("Disk quota exceeded") for 64 MiB more, and cannot make a
+// subvolume or snapshot there to escape the bound; a workspace that
 // is a plain directory inside that subvolume, and a subvolume of a btrfs
 // without quota, are refused before anything runs (exit 125 naming the
 // field), while the same workspace without the bound runs.
@@ -132,6 +133,20 @@ func TestWorkspaceQuotaBtrfs(t *testing.T) {
 			}
 			if strings.Contains(r.stdout, "big=0") || !strings.Contains(r.stderr, "Disk quota exceeded") {
 				t.Errorf("the 64 MiB write past an 8 MiB bound: stdout %q, stderr %q; want it to fail with Disk quota exceeded (EDQUOT)", r.stdout, r.stderr)
+			}
+			// A subvolume made inside the workspace would have a qgroup of
+			// its own, outside the bound: the seccomp profile refuses it (with
+			// room under the bound: in a full workspace btrfs refuses it too),
+			// while other ioctls (lsattr's FS_IOC_GETFLAGS) still work.
+			r = call(t, ws, bounded, runtime, "rm big && sync; lsattr -d . >/dev/null && echo ioctl=ok; btrfs subvolume create sub; echo sub=$?; btrfs subvolume snapshot . snap; echo snap=$?")
+			t.Logf("subvolume and snapshot in the workspace: stdout %q, stderr %q", r.stdout, r.stderr)
+			if !strings.Contains(r.stdout, "ioctl=ok") || strings.Contains(r.stdout, "sub=0") || strings.Contains(r.stdout, "snap=0") {
+				t.Errorf("subvolume and snapshot in the workspace: stdout %q, stderr %q; want both refused, lsattr to work", r.stdout, r.stderr)
+			}
+			for _, p := range []string{"sub", "snap"} {
+				if _, err := os.Stat(filepath.Join(ws, p)); err == nil {
+					t.Errorf("the call made %s in the workspace", p)
+				}
 			}
 			u, err := quota.Get(ws)
 			if err != nil || u.LimitBytes != 8<<20 || u.UsedBytes > 8<<20 || u.UsedBytes < 1<<20 {
