@@ -89,15 +89,11 @@ func quotactlFD(fd int, cmd uint32, id uint32, addr unsafe.Pointer) error {
 // system that enforces project quotas; else an error wrapping
 // ErrUnsupported that says what is missing.
 func Check(dir string) error {
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	btrfs, err := isBtrfs(fd)
-	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
-	}
 	if btrfs {
 		_, _, err := btrfsCheck(fd, dir)
 		return err
@@ -134,6 +130,19 @@ func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
 		return e
 	}
 	return nil
+}
+
+// openFS opens dir (openDir) and says whether its file system is btrfs.
+func openFS(dir string) (fd int, btrfs bool, err error) {
+	fd, err = openDir(dir)
+	if err != nil {
+		return -1, false, err
+	}
+	if btrfs, err = isBtrfs(fd); err != nil {
+		unix.Close(fd)
+		return -1, false, fmt.Errorf("%s: %w", dir, err)
+	}
+	return fd, btrfs, nil
 }
 
 func openDir(dir string) (int, error) {
@@ -176,15 +185,11 @@ func Limit(dir string, limit int64) (Usage, error) {
 	if limit <= 0 {
 		return Usage{}, fmt.Errorf("quota: limit %d bytes: want > 0", limit)
 	}
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer unix.Close(fd)
-	btrfs, err := isBtrfs(fd)
-	if err != nil {
-		return Usage{}, fmt.Errorf("%s: %w", dir, err)
-	}
 	if btrfs {
 		return btrfsLimit(fd, dir, limit)
 	}
@@ -220,15 +225,11 @@ func Limit(dir string, limit int64) (Usage, error) {
 // Get returns the usage of the project dir belongs to, or on btrfs of
 // the qgroup of the subvolume dir is the root of.
 func Get(dir string) (Usage, error) {
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer unix.Close(fd)
-	btrfs, err := isBtrfs(fd)
-	if err != nil {
-		return Usage{}, fmt.Errorf("%s: %w", dir, err)
-	}
 	if btrfs {
 		id, sub, err := btrfsCheck(fd, dir)
 		if err != nil {
