@@ -55,7 +55,7 @@ func Explain(p sandbox.Policy) string {
 		l.StdoutMaxBytes, formatSize(l.SpillMaxBytes), formatSize(cmp.Or(l.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)),
 		cmp.Or(time.Duration(l.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention))
 	if l.WorkspaceBytes > 0 {
-		line("workspace size: the workspace holds at most %s in all, what is there already included (a project quota on its file system; writes past it fail with EDQUOT); a workspace whose file system does not enforce project quotas (ext4 with the quota and project features or XFS, mounted prjquota) refuses the call", formatSize(l.WorkspaceBytes))
+		line("workspace size: the workspace holds at most %s in all, what is there already included (a btrfs qgroup limit or a project quota on its file system; writes past it fail with EDQUOT); a workspace that is neither a btrfs subvolume with quota enabled nor on a file system enforcing project quotas (ext4 with the quota and project features or XFS, mounted prjquota) refuses the call", formatSize(l.WorkspaceBytes))
 	}
 	explainEnv(p, line)
 	switch {

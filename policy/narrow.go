@@ -27,8 +27,9 @@ type Narrowing struct {
 	// policy's network is loopback or allowlist) or "allowlist" (only
 	// when the policy's is, keeping its lists); "" keeps the policy's.
 	Network sandbox.NetworkMode `json:"network,omitempty"`
-	// WorkspaceBytes bounds what the workspace holds (project quotas);
-	// at most limits.workspaceBytes when the policy sets it. It needs a
+	// WorkspaceBytes bounds what the workspace holds (btrfs qgroups or
+	// project quotas); at most limits.workspaceBytes when the policy sets
+	// it. It needs a
 	// policy that allows the bound (workspace rw, a container backend).
 	WorkspaceBytes int64 `json:"workspaceBytes,omitempty"`
 	// Mounts are extra bind mounts the call asks for. Each source must

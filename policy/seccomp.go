@@ -16,10 +16,57 @@ import (
 // the rules that only CAP_SYS_ADMIN, CAP_SYS_PTRACE, … would unlock are
 // left out). It is read-only after construction; WithDefaultSeccomp hands
 // out copies.
+//
+// One change to Docker's profile: ioctl is allowed except for the btrfs
+// requests on struct btrfs_ioctl_vol_args(_v2) (withoutBtrfsVolumeIoctls).
 var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	noCaps := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
-	return seccomp.GetDefaultProfile(noCaps)
+	prof, err := seccomp.GetDefaultProfile(noCaps)
+	if err != nil {
+		return nil, err
+	}
+	withoutBtrfsVolumeIoctls(prof)
+	return prof, nil
 })
+
+// btrfsVolumeIoctls are the ioctl requests _IOW(0x94, nr, 4096 bytes)
+// of btrfs: among them BTRFS_IOC_SUBVOL_CREATE(_V2) and
+// BTRFS_IOC_SNAP_CREATE(_V2), which need no capability. A subvolume
+// created inside a workspace has a qgroup of its own, outside the
+// workspace's qgroup limit (limits.workspaceBytes on btrfs): writes
+// there would pass the bound. The others of the range (snapshot
+// deletion, device and resize requests) need CAP_SYS_ADMIN or are no
+// business of a call.
+const (
+	btrfsVolumeIoctlMask = 0xffffff00
+	btrfsVolumeIoctls    = 0x50009400
+)
+
+// withoutBtrfsVolumeIoctls replaces the unconditional allowance of ioctl
+// in prof by rules that allow it when its request (the low 32 bits of
+// argument 1, which is all the kernel reads) is outside
+// btrfsVolumeIoctls: one rule per bit of btrfsVolumeIoctlMask, allowing
+// the request when that bit differs from the range's, so that the
+// rules, OR'ed, allow exactly the requests outside it; the range's fail
+// with the profile's default (EPERM).
+func withoutBtrfsVolumeIoctls(prof *specs.LinuxSeccomp) {
+	for i, rule := range prof.Syscalls {
+		if rule.Action == specs.ActAllow && len(rule.Args) == 0 {
+			prof.Syscalls[i].Names = slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return n == "ioctl" })
+		}
+	}
+	prof.Syscalls = slices.DeleteFunc(prof.Syscalls, func(r specs.LinuxSyscall) bool { return len(r.Names) == 0 })
+	for bit := uint64(1); bit <= 1<<31; bit <<= 1 {
+		if btrfsVolumeIoctlMask&bit == 0 {
+			continue
+		}
+		prof.Syscalls = append(prof.Syscalls, specs.LinuxSyscall{
+			Names:  []string{"ioctl"},
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{{Index: 1, Value: bit, ValueTwo: ^uint64(btrfsVolumeIoctls) & bit, Op: specs.OpMaskedEqual}},
+		})
+	}
+}
 
 // WithDefaultSeccomp installs Docker's default seccomp profile
 // (github.com/moby/profiles/seccomp): unlisted system calls fail with

@@ -472,3 +472,45 @@ func TestSpecOptsIgnoresEnv(t *testing.T) {
 		t.Errorf("SpecOpts changed the caller's policy env: %q %v", p.EnvInherit, p.EnvSet)
 	}
 }
+
+// TestSeccompBtrfsVolumeIoctls: ioctl is allowed by rules that together
+// take every request outside _IOW(0x94, *, 4096) (btrfs subvolume and
+// snapshot creation among them) and none inside: checked by evaluating
+// the rules on sample requests, the high 32 bits (which the kernel
+// ignores) set or not.
+func TestSeccompBtrfsVolumeIoctls(t *testing.T) {
+	sc := applied(t, builtin(t, WorkspaceWrite), testSession, 1000, 1000).Linux.Seccomp
+	allows := func(req uint64) bool {
+		for _, r := range sc.Syscalls {
+			if r.Action != specs.ActAllow || !slices.Contains(r.Names, "ioctl") {
+				continue
+			}
+			if len(r.Args) == 0 {
+				return true
+			}
+			ok := true
+			for _, a := range r.Args {
+				if a.Index != 1 || a.Op != specs.OpMaskedEqual || req&a.Value != a.ValueTwo {
+					ok = false
+				}
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	for _, req := range []uint64{0x5000940e, 0x50009418, 0x50009401, 0x50009417, 0x5000940f} {
+		for _, high := range []uint64{0, 1 << 32} {
+			if allows(req | high) {
+				t.Errorf("ioctl %#x is allowed, want it refused (btrfs subvolume/snapshot request)", req|high)
+			}
+		}
+	}
+	// TCGETS, TIOCGWINSZ, FS_IOC_GETFLAGS, FIONREAD, BTRFS_IOC_INO_LOOKUP.
+	for _, req := range []uint64{0x5401, 0x5413, 0x80086601, 0x541b, 0xd0009412} {
+		if !allows(req) {
+			t.Errorf("ioctl %#x is refused, want it allowed", req)
+		}
+	}
+}

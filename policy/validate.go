@@ -231,7 +231,7 @@ func checkWorkspaceBytes(p *sandbox.Policy, ps *problems) {
 	case p.Workspace != sandbox.WorkspaceRW:
 		ps.add("limits.workspaceBytes", "bounds a workspace the call writes; workspace is %q (want rw, or drop the limit)", p.Workspace)
 	case p.Backend == sandbox.BackendLocal:
-		ps.add("limits.workspaceBytes", "the local backend runs calls with the service's own privileges, which a project quota does not bind; use a container backend")
+		ps.add("limits.workspaceBytes", "the local backend runs calls with the service's own privileges, which may lift the bound (a project quota does not bind them; a btrfs qgroup limit they may change); use a container backend")
 	}
 }
 

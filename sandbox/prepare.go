@@ -375,9 +375,9 @@ func resolveExisting(dir string) string {
 //     policy mounts the transcript (MakeSessionDir, which also refuses a
 //     directory a third user owns); a link anywhere in the chain is refused;
 //   - policy.limits.workspaceBytes, when set and the workspace is
-//     mounted read-write: the workspace is bounded with a project quota
-//     (quota.Limit); a file system that cannot enforce one refuses the
-//     call (ErrUnavailable);
+//     mounted read-write: the workspace is bounded with a btrfs qgroup
+//     limit or a project quota (quota.Limit); a workspace where neither
+//     can be enforced refuses the call (ErrUnavailable);
 //   - policy.mounts[i].source: no symbolic link in any component
 //     (ResolvePath); a read-write mount of a system directory is refused.
 //

@@ -7,10 +7,10 @@ import (
 )
 
 // limitWorkspace bounds the workspace ws of a call with plan pl under
-// policy p to p.Limits.WorkspaceBytes with a project quota, when the
-// policy sets the limit and the call may write the workspace. Where the
-// file system cannot enforce it the call is refused (ErrUnavailable):
-// a bound the policy demands is never dropped.
+// policy p to p.Limits.WorkspaceBytes (quota.Limit: a btrfs qgroup limit
+// or a project quota), when the policy sets the limit and the call may
+// write the workspace. Where it cannot be enforced the call is refused
+// (ErrUnavailable): a bound the policy demands is never dropped.
 func limitWorkspace(p Policy, pl Plan, ws string) error {
 	m, ok := pl.Mount(MountWorkspace)
 	if p.Limits.WorkspaceBytes <= 0 || !ok || !m.Writable {

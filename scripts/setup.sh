@@ -33,8 +33,10 @@ have systemd-socket-activate || need+=(systemd)
 # tmux drives the terminal test of exec -t (integration/pty_test.go).
 have tmux || need+=(tmux)
 # The workspace quota tests (sandbox/quota, integration/quota_test.go)
-# make an ext4 file system with project quotas on a loop device.
+# make ext4 (project quotas) and btrfs (qgroups) file systems on loop
+# devices.
 have mkfs.ext4 || need+=(e2fsprogs)
+have mkfs.btrfs && have btrfs || need+=(btrfs-progs)
 have losetup && have mount || need+=(mount)
 # npm installs dsh's own packages for the differential test (interop/dsh).
 have npm || need+=(npm)

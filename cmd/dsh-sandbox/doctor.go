@@ -31,7 +31,7 @@ func workspaceQuotaCheck(ws string) sandbox.Check {
 	if err := quota.Check(ws); err != nil {
 		return sandbox.Check{Name: "quota", Detail: fmt.Sprintf("limits.workspaceBytes cannot be enforced on --cwd: %v; calls of a policy that sets it are refused here", err)}
 	}
-	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s is on a file system that enforces project quotas: limits.workspaceBytes is enforced", ws)}
+	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s can be bounded (a btrfs subvolume with quota enabled, or project quotas): limits.workspaceBytes is enforced", ws)}
 }
 
 // doctors keeps the backends that have a doctor.
@@ -53,9 +53,10 @@ With --policy-file or --policy-dir (as serve takes them), the "credentials" entr
 that the value of each network.credentials entry of those policies can be read now (the
 service's variable is set, the operator-owned file is readable, the upstream CA file holds
 certificates), naming the source, never the value.
-The "workspace-quota" entry says whether --cwd's file system enforces project quotas, which
-a policy's limits.workspaceBytes needs (ext4 with the quota and project features, or XFS,
-mounted with prjquota); where it does not, calls of such a policy are refused.
+The "workspace-quota" entry says whether --cwd can be bounded, which a policy's
+limits.workspaceBytes needs: the root of a btrfs subvolume on a file system with quota enabled
+(btrfs quota enable), or a file system enforcing project quotas (ext4 with the quota and
+project features, or XFS, mounted with prjquota); where not, calls of such a policy are refused.
 Exits 125 when the default runtime (runc) is unusable.
 
 Example:

@@ -23,7 +23,7 @@ func narrowFlags() []cli.Flag {
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` of this call (e.g. 512Mi); at most the policy's"},
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU quota of this call in cores (e.g. 0.5); at most the policy's"},
 		&cli.Int64Flag{Name: "pids", Usage: "task limit of this call; at most the policy's"},
-		&cli.StringFlag{Name: "workspace-bytes", Usage: "bound the workspace to `SIZE` in all (e.g. 2Gi; project quotas); at most the policy's limits.workspaceBytes; a file system without project quotas refuses the call"},
+		&cli.StringFlag{Name: "workspace-bytes", Usage: "bound the workspace to `SIZE` in all (e.g. 2Gi; btrfs qgroups or project quotas); at most the policy's limits.workspaceBytes; a workspace where neither is enforced refuses the call"},
 		&cli.StringFlag{Name: "network", Usage: "network of this call: none, or loopback under a loopback policy"},
 		&cli.StringSliceFlag{Name: "mount", Usage: "bind mount `SRC:DST[:ro]` (repeatable); SRC must lie below one of the policy's mountRoots (read-write only under a rw root), resolve without links and hold no path the service trusts"},
 		&cli.StringFlag{Name: "env-file", Usage: "read ordinary environment from `FILE`: KEY=VALUE lines, # comments; DSH_* keys are dropped"},

@@ -1,11 +1,28 @@
-// Package quota bounds the bytes a directory tree may hold with the file
-// system's project quotas: the tree gets a project id (inherited by
-// everything created in it) and the project a hard block limit, which
-// the kernel enforces on every write of a process without
-// CAP_SYS_RESOURCE (EDQUOT). It works where the file system enforces
-// project quotas: ext4 made with the quota and project features, or
-// XFS, mounted with prjquota. Check says whether a directory's file
-// system does; Limit sets the limit. Both need root.
+// Package quota bounds the bytes a directory tree may hold, with one of
+// two mechanisms chosen by the directory's file system:
+//
+//   - btrfs: the directory must be the root of a subvolume and quota
+//     enabled on the file system by its operator (btrfs quota enable;
+//     this package never turns it on). The subvolume's qgroup (0/id)
+//     gets a limit on its referenced bytes: everything the subvolume
+//     holds, extents shared with a snapshot or reflinked copies
+//     included, so that the bound does not move when a snapshot
+//     elsewhere is deleted. The kernel reserves qgroup space at write
+//     time and fails a write that would pass the limit with EDQUOT, for
+//     every process, root included. A directory inside a subvolume that
+//     is not its root is refused: the limit would cover the subvolume's
+//     other data.
+//   - ext4 made with the quota and project features, or XFS, mounted
+//     with prjquota: the tree gets a project id (inherited by everything
+//     created in it) and the project a hard block limit, which the
+//     kernel enforces on every write of a process without
+//     CAP_SYS_RESOURCE (EDQUOT). Needs a kernel with CONFIG_QFMT_V2
+//     (ext4) or CONFIG_XFS_QUOTA.
+//
+// Any other file system, or one of these without its quota, is refused
+// with an error wrapping ErrUnsupported that says what is missing.
+// Check says whether a directory can be bounded; Limit sets the bound;
+// Get reads it. All need root.
 package quota
 
 import (
@@ -41,7 +58,7 @@ const (
 
 // ErrUnsupported is wrapped by the errors of Check and Limit when the
 // file system cannot enforce a project quota.
-var ErrUnsupported = errors.New("project quotas are not enforced here")
+var ErrUnsupported = errors.New("quotas are not enforced here")
 
 // fsxattr is struct fsxattr.
 type fsxattr struct {
@@ -67,15 +84,20 @@ func quotactlFD(fd int, cmd uint32, id uint32, addr unsafe.Pointer) error {
 	return nil
 }
 
-// Check reports whether the file system of dir enforces project quotas:
-// nil when it does, else an error wrapping ErrUnsupported that says
-// what is missing.
+// Check reports whether dir can be bounded: nil when it is the root of
+// a btrfs subvolume on a file system with quota enabled, or on a file
+// system that enforces project quotas; else an error wrapping
+// ErrUnsupported that says what is missing.
 func Check(dir string) error {
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	if btrfs {
+		_, _, err := btrfsCheck(fd, dir)
+		return err
+	}
 	return check(fd, dir)
 }
 
@@ -110,6 +132,19 @@ func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
 	return nil
 }
 
+// openFS opens dir (openDir) and says whether its file system is btrfs.
+func openFS(dir string) (fd int, btrfs bool, err error) {
+	fd, err = openDir(dir)
+	if err != nil {
+		return -1, false, err
+	}
+	if btrfs, err = isBtrfs(fd); err != nil {
+		unix.Close(fd)
+		return -1, false, fmt.Errorf("%s: %w", dir, err)
+	}
+	return fd, btrfs, nil
+}
+
 func openDir(dir string) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -121,15 +156,22 @@ func openDir(dir string) (int, error) {
 	return fd, nil
 }
 
-// Usage is a project's limit and what it holds, in bytes.
+// Usage is a bound's limit and what it holds, in bytes, and which
+// project (ext4, XFS) or qgroup (btrfs) carries it.
 type Usage struct {
-	Project    uint32
+	// Project is the project id on ext4 and XFS, 0 on btrfs.
+	Project uint32
+	// Qgroup is the subvolume id of the btrfs qgroup 0/Qgroup, 0 on
+	// ext4 and XFS.
+	Qgroup     uint64
 	LimitBytes int64
 	UsedBytes  int64
 }
 
 // Limit bounds the tree at dir (a directory, reached without following
-// links) to limit bytes in all: it gives dir a project id of its own
+// links) to limit bytes in all. On btrfs it sets the referenced-bytes
+// limit of the qgroup of the subvolume dir is the root of. Elsewhere it
+// gives dir a project id of its own
 // (its inode number, or the id it already carries with the inherit flag
 // from an earlier Limit) with the inherit flag, so that everything
 // created below it joins the project; the first time, it also gives the
@@ -143,11 +185,14 @@ func Limit(dir string, limit int64) (Usage, error) {
 	if limit <= 0 {
 		return Usage{}, fmt.Errorf("quota: limit %d bytes: want > 0", limit)
 	}
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer unix.Close(fd)
+	if btrfs {
+		return btrfsLimit(fd, dir, limit)
+	}
 	if err := check(fd, dir); err != nil {
 		return Usage{}, err
 	}
@@ -177,13 +222,21 @@ func Limit(dir string, limit int64) (Usage, error) {
 	return usage(fd, dir, id)
 }
 
-// Get returns the usage of the project dir belongs to.
+// Get returns the usage of the project dir belongs to, or on btrfs of
+// the qgroup of the subvolume dir is the root of.
 func Get(dir string) (Usage, error) {
-	fd, err := openDir(dir)
+	fd, btrfs, err := openFS(dir)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer unix.Close(fd)
+	if btrfs {
+		id, sub, err := btrfsCheck(fd, dir)
+		if err != nil {
+			return Usage{}, err
+		}
+		return btrfsUsage(sub, dir, id)
+	}
 	var x fsxattr
 	if err := ioctl(fd, ioctlGetXattr, unsafe.Pointer(&x)); err != nil {
 		return Usage{}, fmt.Errorf("%s: project id: %w", dir, err)

@@ -1,5 +1,6 @@
 // Package quotatest makes file systems for the tests of workspace
-// quotas: ext4 on a loop device, with or without project quotas.
+// quotas on loop devices: ext4, with or without project quotas, and
+// btrfs, with or without quota (qgroups).
 package quotatest
 
 import (
@@ -26,25 +27,75 @@ const ProjectQuotaMount = "prjquota"
 // the kernel refuses the mount, it returns "" and the mount's error.
 func LoopFS(t *testing.T, opts []string, mopts string) (string, error) {
 	t.Helper()
+	return loopMount(t, "mkfs.ext4", append([]string{"-q", "-F"}, opts...), 64<<20, mopts)
+}
+
+// Btrfs makes a btrfs file system of 256 MiB (sparse) on a loop device
+// like LoopFS, with quota enabled (EnableBtrfsQuota) when quota is
+// true, and returns its mount point; everything is unmounted and
+// removed when the test ends.
+func Btrfs(t *testing.T, quota bool) string {
+	t.Helper()
+	needTools(t, "mkfs.btrfs", "btrfs")
+	mnt, err := loopMount(t, "mkfs.btrfs", []string{"-q", "-f"}, 256<<20, "")
+	if err != nil {
+		t.Fatalf("mount of a btrfs on a loop device: %v", err)
+	}
+	if quota {
+		EnableBtrfsQuota(t, mnt)
+	}
+	return mnt
+}
+
+// EnableBtrfsQuota enables quota on the btrfs at mnt as an operator
+// would: btrfs quota enable, then btrfs quota rescan -w, which waits
+// for the first accounting to finish (until then the accounting is
+// inconsistent and package quota refuses the file system).
+func EnableBtrfsQuota(t *testing.T, mnt string) {
+	t.Helper()
+	for _, args := range [][]string{{"quota", "enable", mnt}, {"quota", "rescan", "-w", mnt}} {
+		if out, err := exec.Command("btrfs", args...).CombinedOutput(); err != nil {
+			t.Fatalf("btrfs %v: %v %s", args, err, out)
+		}
+	}
+}
+
+// Subvolume creates the btrfs subvolume path (btrfs subvolume create).
+func Subvolume(t *testing.T, path string) {
+	t.Helper()
+	if out, err := exec.Command("btrfs", "subvolume", "create", path).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs subvolume create %s: %v %s", path, err, out)
+	}
+}
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skipf("loop devices and quotas need root (this test runs as uid %d)", os.Geteuid())
 	}
-	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is missing (e2fsprogs, mount; scripts/setup.sh installs them): %v", tool, err)
+			t.Skipf("%s is missing (e2fsprogs, btrfs-progs, mount; scripts/setup.sh installs them): %v", tool, err)
 		}
 	}
+}
+
+// loopMount makes a file system with mkfs args on a sparse image of size
+// bytes in a temporary directory and mounts it with mopts.
+func loopMount(t *testing.T, mkfs string, args []string, size int64, mopts string) (string, error) {
+	t.Helper()
+	needTools(t, mkfs, "mount", "umount")
 	dir := t.TempDir()
 	img := filepath.Join(dir, "fs.img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, 64<<20); err != nil {
+	if err := os.Truncate(img, size); err != nil {
 		t.Fatal(err)
 	}
-	args := append(append([]string{"-q", "-F"}, opts...), img)
-	if out, err := exec.Command("mkfs.ext4", args...).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4 %v: %v %s", args, err, out)
+	args = append(args, img)
+	if out, err := exec.Command(mkfs, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v %s", mkfs, args, err, out)
 	}
 	mnt := filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
