@@ -292,8 +292,10 @@ func TestReapDeadOnlyWhenDead(t *testing.T) {
 	dead := "crashed-reapdead"
 	crashInstance(t, RuntimeRunc, state, dead, fmt.Sprintf("%d%d", 8200000, os.Getpid()))
 	rep, err := e.ReapDead(t.Context())
-	if err != nil || !slices.Contains(rep.Instances, dead) || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
-		t.Errorf("ReapDead() after a crash = %+v, %v; want instance %q with one container and one bundle", rep, err, dead)
+	// The stub ends the container when its instance dies (the lifeline),
+	// often before the reap: at most one container, and its bundle.
+	if err != nil || !slices.Contains(rep.Instances, dead) || len(rep.Containers) > 1 || len(rep.Bundles) != 1 {
+		t.Errorf("ReapDead() after a crash = %+v, %v; want instance %q with at most one container and one bundle", rep, err, dead)
 	}
 	if !strings.Contains(invocations(), "list") {
 		t.Errorf("ReapDead() after a crash did not list the runtime's containers: %q", invocations())
