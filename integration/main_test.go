@@ -121,7 +121,8 @@ func run(t *testing.T, extraEnv []string, args ...string) result {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	return result{stdout.String(), stderr.String(), exitStatus(t, cmd.Run(), args)}
+	code := exitStatus(t, cmd.Run(), args) // before the buffers are read
+	return result{stdout.String(), stderr.String(), code}
 }
 
 // exitStatus is the exit status of a process whose Run or Wait returned
