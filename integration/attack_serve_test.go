@@ -232,7 +232,9 @@ func TestAttackServeWorkspaceScope(t *testing.T) {
 func TestAttackServeJobsRespectMaxConcurrent(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	sv := startServe(t, e, "--max-concurrent", "2", "--max-queue", "2")
+	// Without the warm pool: its prepared slots are containers that run
+	// no call, and this test counts the runtime's containers.
+	sv := startServe(t, e, "--max-concurrent", "2", "--max-queue", "2", "--pool=false")
 	ctx := context.Background()
 	type started struct{ session, id string }
 	var jobs []started
