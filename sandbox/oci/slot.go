@@ -290,7 +290,7 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,
 			Dir:      call.Workdir,
-			Deadline: call.Timeout + s.e.grace + stubSlack,
+			Deadline: stubDeadline(call.Timeout, s.e.grace),
 			Terminal: s.tty != nil,
 			Stdio:    s.tty == nil,
 		}).Encode()
@@ -498,4 +498,15 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 	// removes them. See prepareOOMAccounting.
 	x.OOMKilled = s.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
 	return x, nil
+}
+
+// stubDeadline is how long the stub lets the call run: its timeout plus
+// the kill grace and some slack, or, for a call without a deadline (a
+// background job under a policy that sets none), a century: the
+// lifeline still ends it with its supervisor.
+func stubDeadline(timeout, grace time.Duration) time.Duration {
+	if timeout <= 0 {
+		return 100 * 365 * 24 * time.Hour
+	}
+	return timeout + grace + stubSlack
 }
