@@ -89,11 +89,6 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	lock, err := lockDataDir(s.dataDir) // before any socket or file of the service is touched
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
 	maxStdin, err := policy.ParseSize(c.String("max-stdin"))
 	if err != nil || maxStdin <= 0 {
 		return usageError("--max-stdin: %q: want a positive size such as 1Gi or 64Mi", c.String("max-stdin"))
@@ -116,6 +111,19 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	var tokens []api.TokenClient
+	if f := c.String("token-file"); f != "" {
+		if tokens, err = api.ReadTokens(f); err != nil {
+			return usageError("--token-file: %v", err)
+		}
+	}
+	// After the flags are checked (a usage error is one, whoever holds
+	// the lock), before any socket or file of the service is touched.
+	lock, err := lockDataDir(s.dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	type bound struct {
 		l         net.Listener
 		tokens    []api.TokenClient
@@ -138,12 +146,6 @@ func runServe(c *cli.Context) error {
 	listens := c.StringSlice("listen")
 	if len(listens) == 0 && len(inherited) == 0 {
 		listens = []string{"unix://" + filepath.Join(s.home, "run", "sandbox.sock")}
-	}
-	var tokens []api.TokenClient
-	if f := c.String("token-file"); f != "" {
-		if tokens, err = api.ReadTokens(f); err != nil {
-			return usageError("--token-file: %v", err)
-		}
 	}
 	for i, b := range listeners {
 		if _, ok := b.l.(*net.TCPListener); !ok {
