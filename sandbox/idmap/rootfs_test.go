@@ -13,7 +13,7 @@ import (
 // destination's component is a symbolic link, and accepts links below a
 // tmpfs mount (hidden) and a rootfs of real directories.
 func TestCheckRootfs(t *testing.T) {
-	mounts := []specs.Mount{{Destination: "/dev", Type: "tmpfs"}, {Destination: "/proc", Type: "proc"}, {Destination: "/work/ws", Type: "bind"}}
+	mounts := []specs.Mount{{Destination: "/dev", Type: "tmpfs"}, {Destination: "/proc", Type: "proc"}, {Destination: "/srv/ws", Type: "bind"}}
 	for _, c := range []struct {
 		name, link, target string
 		refused            bool
@@ -21,14 +21,14 @@ func TestCheckRootfs(t *testing.T) {
 		{"clean", "", "", false},
 		{"dev", "dev", "/tmp", true},
 		{"proc", "proc", "/tmp", true},
-		{"bind parent", "work", "/etc", true},
+		{"bind parent", "srv", "/etc", true},
 		{"relative dev", "dev", "../../..", true},
 		{"dev/null below the /dev tmpfs", "dev/null", "/proc/sys/kernel/core_pattern", false},
 		{"elsewhere", "opt", "/etc", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
-			for _, d := range []string{"dev", "proc", "sys", "work/ws", "opt"} {
+			for _, d := range []string{"dev", "proc", "sys", "srv/ws", "opt"} {
 				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 					t.Fatal(err)
 				}
