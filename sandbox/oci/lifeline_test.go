@@ -35,6 +35,17 @@ func gone(marker string, within time.Duration) (time.Duration, []string) {
 	}
 }
 
+// visible waits up to within for a host process to carry marker in its
+// command line.
+func visible(marker string, within time.Duration) bool {
+	for t0 := time.Now(); time.Since(t0) < within; time.Sleep(5 * time.Millisecond) {
+		if len(hostProcsWith(marker)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // reapDead removes what a dead helper instance left on state.
 func reapDead(t *testing.T, rt, state string) {
 	t.Helper()
@@ -64,7 +75,8 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 			state := testStateDir(t)
 			marker := fmt.Sprintf("%d%d", 8200000, os.Getpid())
 			cmd, out := startHelper(t, rt, state, "lifeline-"+rt, marker, "", 0)
-			if left := hostProcsWith(marker); len(left) == 0 {
+			// "started" is printed before the shell has forked the sleep.
+			if !visible(marker, 10*time.Second) {
 				t.Fatal("the call's sleep is not visible on the host before the kill: the check below would prove nothing")
 			}
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
