@@ -73,7 +73,7 @@ func newPoolMetrics() *poolMetrics {
 		}, []string{"outcome"}),
 		destroyed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dsh_sandbox_pool_destroyed_total",
-			Help: "Containers the warm pool tore down, by reason (used, expired, dead, closed).",
+			Help: "Containers the warm pool tore down, by reason (used, expired, dead, closed, evicted).",
 		}, []string{"reason"}),
 		handout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dsh_sandbox_pool_handout_seconds",
