@@ -180,6 +180,7 @@ type Pool[S Slot] struct {
 	keys      map[string]*keyState[S]
 	ready     int // slots ready, all keys
 	preparing int // prepares running, all keys
+	tearing   int // background teardowns started and not finished
 	swept     time.Time
 }
 
@@ -191,8 +192,8 @@ type keyState[S Slot] struct {
 	// wake is closed (and replaced) whenever a prepare of the key ends.
 	awaiting int
 	wake     chan struct{}
-	failures  int
-	retryAt   time.Time
+	failures int
+	retryAt  time.Time
 }
 
 type entry[S Slot] struct {
@@ -394,6 +395,7 @@ func (p *Pool[S]) evict(key string) bool {
 	}
 	e := p.popLocked(vs)
 	p.wg.Add(1)
+	p.tearing++
 	go func() {
 		defer p.wg.Done()
 		p.closeInTurn(victim, e.slot, Evicted)
@@ -506,6 +508,7 @@ func (p *Pool[S]) destroy(key string, s S, why Reason) {
 		return
 	}
 	p.wg.Add(1)
+	p.tearing++
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
@@ -513,11 +516,53 @@ func (p *Pool[S]) destroy(key string, s S, why Reason) {
 	}()
 }
 
-// closeInTurn closes s once fewer than Options.Teardowns closes run.
+// closeInTurn closes s once fewer than Options.Teardowns closes run; it
+// is a background teardown counted in p.tearing.
 func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
 	p.teardown <- struct{}{}
 	defer func() { <-p.teardown }()
 	p.closeSlot(key, s, why)
+	p.mu.Lock()
+	p.tearing--
+	p.mu.Unlock()
+}
+
+// Drain destroys every ready slot (reason Closed), also those whose
+// prepare was running, and waits until no prepare or background teardown
+// runs, or ctx is done; unlike Close, the pool keeps serving. It is for a
+// quiescent moment — a test counting what is left on the host, an
+// operator's reap — when nothing of the pool may remain: a Refill during
+// Drain may leave a slot ready after it returns.
+func (p *Pool[S]) Drain(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		var ready []*entry[S]
+		var keys []string
+		for k, ks := range p.keys {
+			for _, e := range ks.ready {
+				e.timer.Stop()
+				ready = append(ready, e)
+				keys = append(keys, k)
+			}
+			ks.ready = nil
+		}
+		p.ready = 0
+		busy := p.preparing + p.tearing
+		p.mu.Unlock()
+		for i, e := range ready {
+			p.closeSlot(keys[i], e.slot, Closed)
+		}
+		if len(ready) == 0 && busy == 0 {
+			return nil
+		}
+		if len(ready) == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 }
 
 func (p *Pool[S]) closeSlot(key string, s S, why Reason) error {

@@ -637,3 +637,41 @@ func TestAwaitGivesUp(t *testing.T) {
 		t.Errorf("awaiting = %d after every Await returned, want 0", n)
 	}
 }
+
+// TestDrain: Drain destroys ready slots and those still preparing, waits
+// for background teardowns, and leaves a pool that still serves.
+func TestDrain(t *testing.T) {
+	f := &factory{t: t, gate: make(chan struct{})}
+	p := New(f.prepare, Options{})
+	defer closePool(t, p)
+	p.Refill("a")
+	p.Refill("b")
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		close(f.gate)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("Drain = %v", err)
+	}
+	if got := p.Size(); got.Ready != 0 || got.Preparing != 0 {
+		t.Errorf("Size after Drain = %+v, want nothing ready or preparing", got)
+	}
+	if made, closed := f.made.Load(), f.closed.Load(); made != 2 || closed != 2 {
+		t.Errorf("made %d, closed %d slots; want 2 and 2", made, closed)
+	}
+	p.Refill("a")
+	eventually(t, "a slot ready after Drain", func() bool { return p.Size().Ready == 1 })
+	s, ok := p.Take("a")
+	if !ok {
+		t.Fatal("Take after Drain and Refill = miss")
+	}
+	p.Release("a", s)
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("second Drain = %v", err)
+	}
+	if made, closed := f.made.Load(), f.closed.Load(); closed != made {
+		t.Errorf("after the released slot's teardown: made %d, closed %d", made, closed)
+	}
+}
