@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -34,7 +36,10 @@ connections. Four series, one after the other:
   concurrent       --clients clients, each its own session, --n calls in all
 
 Each series reports p50, p95, p99, min and max, and how many calls came from the warm
-pool (the result's timings.pool); the concurrent series also calls per second. The
+pool (the result's timings.pool); the concurrent series also calls per second. With
+--server-pid, each series also reports the CPU time the service spent per call, its runtime
+processes and containers included (measured 1 s after the series' last call, so that
+background teardowns count). The
 first call of each series warms up and is not counted. The sessions' working directory is a
 temporary directory made here (the service must accept it as a workspace: see
 --workspace-roots of serve). Never fails on a slow result.
@@ -49,6 +54,7 @@ Example:
 			&cli.IntFlag{Name: "n", Value: 200, Usage: "calls per series"},
 			&cli.IntFlag{Name: "clients", Value: 16, Usage: "clients of the concurrent series"},
 			&cli.DurationFlag{Name: "pause", Value: 100 * time.Millisecond, Usage: "time between the paced series' calls"},
+			&cli.IntFlag{Name: "server-pid", Usage: "the service's `PID` on this machine: each series then reports the CPU time per call of the service and its runtimes (from /proc/PID/stat, children included)"},
 			jsonFlag,
 		},
 		Action: runBenchService,
@@ -57,17 +63,18 @@ Example:
 
 // serviceRow is one series of bench service.
 type serviceRow struct {
-	Name        string  `json:"name"`
-	N           int     `json:"n"`
-	P50Ms       float64 `json:"p50Ms"`
-	P95Ms       float64 `json:"p95Ms"`
-	P99Ms       float64 `json:"p99Ms"`
-	MinMs       float64 `json:"minMs"`
-	MaxMs       float64 `json:"maxMs"`
-	PoolHits    int     `json:"poolHits"`
-	PoolMisses  int     `json:"poolMisses"`
-	CallsPerSec float64 `json:"callsPerSec,omitempty"`
-	Error       string  `json:"error,omitempty"`
+	Name         string  `json:"name"`
+	N            int     `json:"n"`
+	P50Ms        float64 `json:"p50Ms"`
+	P95Ms        float64 `json:"p95Ms"`
+	P99Ms        float64 `json:"p99Ms"`
+	MinMs        float64 `json:"minMs"`
+	MaxMs        float64 `json:"maxMs"`
+	PoolHits     int     `json:"poolHits"`
+	PoolMisses   int     `json:"poolMisses"`
+	CallsPerSec  float64 `json:"callsPerSec,omitempty"`
+	CPUMsPerCall float64 `json:"cpuMsPerCall,omitempty"`
+	Error        string  `json:"error,omitempty"`
 }
 
 func runBenchService(c *cli.Context) error {
@@ -101,7 +108,12 @@ func runBenchService(c *cli.Context) error {
 	if err := os.Chmod(work, 0o755); err != nil {
 		return err
 	}
-	b := &serviceBench{cl: cl, policy: c.String("policy"), cwd: work, run: newID()}
+	b := &serviceBench{cl: cl, policy: c.String("policy"), cwd: work, run: newID(), pid: c.Int("server-pid")}
+	if b.pid != 0 {
+		if _, err := processCPU(b.pid); err != nil {
+			return usageError("--server-pid: %v", err)
+		}
+	}
 
 	var rows []serviceRow
 	one := b.sessionID("sequential")
@@ -122,10 +134,10 @@ func runBenchService(c *cli.Context) error {
 		}{rows})
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "series\tp50 ms\tp95 ms\tp99 ms\tmin ms\tmax ms\tpool hits\tmisses\tcalls/s\tn\t")
+	fmt.Fprintln(tw, "series\tp50 ms\tp95 ms\tp99 ms\tmin ms\tmax ms\tpool hits\tmisses\tcalls/s\tcpu ms/call\tn\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t%d\t\n", r.Name, r.P50Ms, r.P95Ms, r.P99Ms,
-			r.MinMs, r.MaxMs, r.PoolHits, r.PoolMisses, optional(r.CallsPerSec, "%.1f"), r.N)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t%s\t%d\t\n", r.Name, r.P50Ms, r.P95Ms, r.P99Ms,
+			r.MinMs, r.MaxMs, r.PoolHits, r.PoolMisses, optional(r.CallsPerSec, "%.1f"), optional(r.CPUMsPerCall, "%.1f"), r.N)
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -142,7 +154,39 @@ type serviceBench struct {
 	policy string
 	cwd    string
 	run    string // this run's id, in every session id
+	pid    int    // the service's pid; 0: CPU time not measured
 }
+
+// processCPU is the CPU time of process pid and of its children it has
+// waited for (utime, stime, cutime, cstime of /proc/PID/stat).
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count from its ")".
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	var ticks int64
+	for _, v := range f[11:15] { // fields 14–17
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
 
 func newID() string {
 	var b [6]byte
@@ -187,6 +231,10 @@ func (b *serviceBench) series(ctx context.Context, name string, n, clients int, 
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	var cpu0 time.Duration
+	if b.pid != 0 {
+		cpu0, _ = processCPU(b.pid)
+	}
 	start := time.Now()
 	for range clients {
 		wg.Add(1)
@@ -228,6 +276,12 @@ func (b *serviceBench) series(ctx context.Context, name string, n, clients int, 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if b.pid != 0 {
+		time.Sleep(time.Second)
+		if cpu1, err := processCPU(b.pid); err == nil && len(samples) > 0 {
+			row.CPUMsPerCall = ms(cpu1-cpu0) / float64(len(samples))
+		}
+	}
 	if firstErr != nil {
 		row.Error = firstErr.Error()
 	}
