@@ -279,7 +279,9 @@ func (p *proxy) carriesPlaceholder(req *http.Request) string {
 
 // intercept serves a CONNECT tunnel to the bound host of cred: it
 // terminates the call's TLS with the call CA's leaf for the host, reads
-// HTTP/1.1 requests (headers bounded as the proxy's own), adds the
+// HTTP/1.1 requests (headers bounded as the proxy's own; keep-alive
+// and pipelining served in order; HTTP/2 and connection upgrades
+// refused, see refuseBound), adds the
 // credential to those for the bound host and sends them over TLS,
 // verified against the host's trust store (or Options.UpstreamCAs), to
 // the address the rules allow; answers go back as they come, with the
@@ -324,6 +326,11 @@ func (p *proxy) intercept(client net.Conn, cred *Credential) {
 // writes the answer; false ends the connection.
 func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostport string) bool {
 	defer req.Body.Close()
+	if status, reason := refuseBound(req); status != 0 {
+		p.record(sandbox.Connection{Host: cred.Host, Port: cred.port(), Verdict: Denied, Reason: "credential " + strconv.Quote(cred.Name) + ": " + reason})
+		writeError(w, status, "egress: "+cred.Host+": "+reason)
+		return false
+	}
 	reqHost, _, _ := strings.Cut(req.Host, ":")
 	injected := false
 	if reqHost == "" || strings.EqualFold(reqHost, cred.Host) {
@@ -350,7 +357,7 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 	if err != nil {
 		msg := "egress: " + cred.Host + ": " + err.Error()
 		msg = strings.ReplaceAll(msg, cred.Value, cred.Placeholder)
-		fmt.Fprintf(w, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		writeError(w, http.StatusBadGateway, msg)
 		return false
 	}
 	defer resp.Body.Close()
@@ -371,6 +378,33 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 		return false
 	}
 	return !resp.Close
+}
+
+// writeError answers a request of a terminated tunnel with status and
+// msg, closing the connection.
+func writeError(w io.Writer, status int, msg string) {
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", status, http.StatusText(status), len(msg), msg)
+}
+
+// refuseBound says why a request read from a terminated tunnel is not
+// forwarded, with the status of the answer, or 0: HTTP/2 spoken without ALPN
+// (the proxy negotiates http/1.1 only) and connection upgrades
+// (WebSocket, h2c), after which the proxy could no longer take an
+// echoed secret out of what the upstream sends.
+func refuseBound(req *http.Request) (int, string) {
+	if req.ProtoMajor != 1 {
+		return http.StatusHTTPVersionNotSupported, clip(req.Proto) + " is not served on a host with a credential (http/1.1 only)"
+	}
+	upgrade := req.Header.Get("Upgrade") != ""
+	for _, v := range req.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			upgrade = upgrade || strings.EqualFold(strings.TrimSpace(tok), "upgrade")
+		}
+	}
+	if upgrade {
+		return http.StatusNotImplemented, "connection upgrade (" + clip(req.Header.Get("Upgrade")) + ") refused on a host with a credential: the proxy could not keep the secret out of the upgraded stream"
+	}
+	return 0, ""
 }
 
 // scrubber replaces secret by with in what it reads, also across reads.

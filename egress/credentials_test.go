@@ -363,3 +363,187 @@ func TestCredentialBodilessAnswers(t *testing.T) {
 		}
 	}
 }
+
+// boundTLS opens a CONNECT tunnel to the bound host and a TLS session
+// over it that offers protos by ALPN, trusting the call's CA.
+func boundTLS(t *testing.T, c *Call, u *upstreams, protos ...string) (*tls.Conn, error) {
+	t.Helper()
+	conn, br, code := connect(t, c, boundHost+":443")
+	if code != http.StatusOK {
+		conn.Close()
+		t.Fatalf("CONNECT %s = %d, want 200", boundHost, code)
+	}
+	roots := u.ca.Clone()
+	roots.AppendCertsFromPEM(c.CACertPEM())
+	tc := tls.Client(bufConn{Conn: conn, r: br}, &tls.Config{ServerName: boundHost, RootCAs: roots, NextProtos: protos})
+	_ = tc.SetDeadline(time.Now().Add(time.Minute))
+	if err := tc.Handshake(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { tc.Close() })
+	return tc, nil
+}
+
+// TestCredentialKeepAlive sends several requests over one terminated
+// tunnel, one after the other and pipelined: each request for the bound
+// host gets the secret, the one naming another host in between gets
+// nothing, and no answer carries the secret back.
+func TestCredentialKeepAlive(t *testing.T) {
+	n := newTestNets(t)
+	u := newUpstreams(t, n)
+	ph, _ := NewPlaceholder("gh")
+	c := startCredCall(t, n, u, ph)
+	defer c.Close()
+	tc, err := boundTLS(t, c, u, "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(tc)
+	send := func(host, auth string) {
+		t.Helper()
+		h := ""
+		if auth != "" {
+			h = "Authorization: " + auth + "\r\n"
+		}
+		if _, err := fmt.Fprintf(tc, "GET /k HTTP/1.1\r\nHost: %s\r\n%s\r\n", host, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading an answer on the kept-alive tunnel: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Close || strings.Contains(string(body)+fmt.Sprint(resp.Header), secret) {
+			t.Errorf("answer %d %q (close %v): want the connection kept and no secret", resp.StatusCode, body, resp.Close)
+		}
+	}
+	before := len(u.got(boundHost))
+	send(boundHost, "Bearer "+ph)
+	read()
+	send(otherHost, "Bearer "+ph)
+	read()
+	send(boundHost, "")
+	read()
+	// Pipelined: three requests written before any answer is read.
+	send(boundHost, "Bearer "+ph)
+	send(otherHost, "")
+	send(boundHost+":443", "Bearer "+ph)
+	read()
+	read()
+	read()
+	want := []string{"Bearer " + secret, "Bearer " + ph, "Bearer " + secret, "Bearer " + secret, "", "Bearer " + secret}
+	if got := u.got(boundHost)[before:]; !slices.Equal(got, want) {
+		t.Errorf("the bound host received %q over one kept-alive tunnel, want %q", got, want)
+	}
+	if got := u.got(otherHost); len(got) != 0 {
+		t.Errorf("another host received %q through the bound host's tunnel, want nothing", got)
+	}
+}
+
+// TestCredentialALPN: the proxy's TLS for a bound host speaks
+// http/1.1 only. A client offering h2 and http/1.1 gets http/1.1 and
+// the request works; one offering only h2 fails its handshake; HTTP/2
+// spoken anyway (prior knowledge) is refused. Neither of the last two
+// reaches the upstream.
+func TestCredentialALPN(t *testing.T) {
+	n := newTestNets(t)
+	u := newUpstreams(t, n)
+	ph, _ := NewPlaceholder("gh")
+	c := startCredCall(t, n, u, ph)
+	defer c.Close()
+	tc, err := boundTLS(t, c, u, "h2", "http/1.1")
+	if err != nil {
+		t.Fatalf("handshake offering h2 and http/1.1: %v", err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Errorf("negotiated %q, want http/1.1", p)
+	}
+	fmt.Fprintf(tc, "GET /a HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", boundHost, ph)
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request after negotiating http/1.1: %v %v", resp, err)
+	}
+	if got := u.got(boundHost); !slices.Equal(got, []string{"Bearer " + secret}) {
+		t.Errorf("the bound host received %q, want the secret once", got)
+	}
+
+	if _, err := boundTLS(t, c, u, "h2"); err == nil {
+		t.Errorf("a handshake offering only h2 succeeded, want it refused")
+	}
+
+	tc, err = boundTLS(t, c, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client preface, then a SETTINGS frame.
+	io.WriteString(tc, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != http.StatusHTTPVersionNotSupported {
+		t.Errorf("HTTP/2 with prior knowledge: %v %v, want 505", resp, err)
+	}
+	if got := u.got(boundHost); len(got) != 1 {
+		t.Errorf("the bound host received %q, want only the first request", got)
+	}
+}
+
+// TestCredentialUpgradeRefused: a connection upgrade (WebSocket, h2c)
+// to the bound host is refused (once switched, the proxy could no
+// longer keep an echoed secret from the call) and recorded; the
+// upstream, which would switch, gets no request, and the tunnel serves
+// a plain request afterwards.
+func TestCredentialUpgradeRefused(t *testing.T) {
+	n := newTestNets(t)
+	u := newUpstreams(t, n)
+	ph, _ := NewPlaceholder("gh")
+	c := startCredCall(t, n, u, ph)
+	for _, up := range []string{"websocket", "h2c"} {
+		tc, err := boundTLS(t, c, u, "http/1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(tc)
+		fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n"+
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", boundHost, ph, up)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("upgrade to %s: %v", up, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "upgrade") {
+			t.Errorf("upgrade to %s = %d %q, want 501 naming the upgrade", up, resp.StatusCode, body)
+		}
+	}
+	if got := u.got(boundHost); len(got) != 0 {
+		t.Errorf("the bound host received %q for refused upgrades, want nothing", got)
+	}
+	// The legitimate variant: a plain request on a new tunnel.
+	tc, err := boundTLS(t, c, u, "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(tc, "GET /plain HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", boundHost)
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a plain request after the refusals: %v %v", resp, err)
+	}
+	if got := u.got(boundHost); !slices.Equal(got, []string{"Bearer " + secret}) {
+		t.Errorf("the bound host received %q, want the secret once", got)
+	}
+	recs := c.Close()
+	refused := 0
+	for _, r := range recs {
+		if r.Verdict == Denied && strings.Contains(r.Reason, "upgrade") {
+			refused++
+		}
+		if strings.Contains(fmt.Sprintf("%+v", r), secret) {
+			t.Errorf("a record holds the secret: %+v", r)
+		}
+	}
+	if refused != 2 {
+		t.Errorf("the record holds %d upgrade refusals, want 2: %+v", refused, recs)
+	}
+}
