@@ -87,9 +87,9 @@ func (c *Credential) headerValue(v string) string {
 
 // inject puts the credential into req, whose host is the bound one:
 // without the header it adds it; a header holding the placeholder (as
-// is, or inside Basic credentials, which git sends) gets the value in
-// its place; a header holding anything else (another credential) is
-// left alone. It reports whether it added the value.
+// is, or inside Basic credentials, scheme in any case, which git sends)
+// gets the value in its place; a header holding anything else (another
+// credential) is left alone. It reports whether it added the value.
 func (c *Credential) inject(req *http.Request) bool {
 	vs := req.Header.Values(c.Header)
 	if len(vs) == 0 {
@@ -104,10 +104,10 @@ func (c *Credential) inject(req *http.Request) bool {
 			out[i], done = strings.ReplaceAll(v, c.Placeholder, c.Value), true
 			continue
 		}
-		if enc, ok := strings.CutPrefix(v, "Basic "); ok {
+		if scheme, enc, _ := strings.Cut(v, " "); strings.EqualFold(scheme, "Basic") {
 			if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc)); err == nil && bytes.Contains(dec, []byte(c.Placeholder)) {
 				dec = bytes.ReplaceAll(dec, []byte(c.Placeholder), []byte(c.Value))
-				out[i], done = "Basic "+base64.StdEncoding.EncodeToString(dec), true
+				out[i], done = scheme+" "+base64.StdEncoding.EncodeToString(dec), true
 			}
 		}
 	}

@@ -152,7 +152,8 @@ func TestCredentialInjection(t *testing.T) {
 	}{
 		{"https://" + boundHost + "/user", "Bearer " + ph, boundHost, "Bearer " + secret},
 		{"https://" + boundHost + "/user", "", boundHost, "Bearer " + secret},
-		{"https://" + boundHost + "/repo.git/info/refs", basic("x-access-token", ph), boundHost, basic("x-access-token", secret)}, // git
+		{"https://" + boundHost + "/repo.git/info/refs", basic("x-access-token", ph), boundHost, basic("x-access-token", secret)},                                                       // git
+		{"https://" + boundHost + "/repo.git/info/refs", "basic " + basic("x-access-token", ph)[len("Basic "):], boundHost, "basic " + basic("x-access-token", secret)[len("Basic "):]}, // actions/checkout's extraheader
 		{"https://" + boundHost + "/user", "Bearer another-credential", boundHost, "Bearer another-credential"},
 		{"https://" + otherHost + "/steal", "Bearer " + ph, otherHost, "Bearer " + ph},
 		{"https://" + otherHost + "/steal?t=" + ph, "", otherHost, ""},
