@@ -91,3 +91,27 @@ func TestParseCredentialsRefused(t *testing.T) {
 		t.Errorf("Parse(a valid credential) = %v", err)
 	}
 }
+
+// TestCredentialsBackends: a policy with a credential is accepted on
+// the backends that inject them (oci, containerd) and refused on every
+// other, naming network.credentials, the backend and why.
+func TestCredentialsBackends(t *testing.T) {
+	for _, b := range sandbox.Backends {
+		doc := "backend: " + string(b) + "\nnetwork:\n  mode: allowlist\n  allow: [api.github.com]\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]"
+		p, err := Parse([]byte(doc))
+		if b == sandbox.BackendOCI || b == sandbox.BackendContainerd {
+			if err != nil || len(p.Credentials) != 1 {
+				t.Errorf("backend %s: Parse = %v, want the credential accepted", b, err)
+			}
+			continue
+		}
+		why := noCredentials(b)
+		if b == sandbox.BackendDocker && !strings.Contains(why, "after the engine created the container") {
+			t.Errorf("docker's refusal does not say why: %q", why)
+		}
+		want := "network.credentials: backend " + string(b) + " cannot inject credentials: " + why + "; use backend oci or containerd"
+		if err == nil || !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("backend %s: Parse = %v, want an invalid-argument error containing %q", b, err, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -79,6 +80,11 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 	}
 	if _, err := egress.ParseRules(p.NetworkAllow, p.NetworkDeny); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network.%v", err)
+	}
+	if len(p.Credentials) > 0 {
+		// Policy validation refuses this too; a policy built in code
+		// reaches here, and must not run without its credentials.
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network.credentials: this backend cannot inject credentials: %s; use backend oci or containerd", policy.DockerNoCredentials)
 	}
 	files := filepath.Join(e.opts.StateDir, "egress")
 	if err := egress.WriteFiles(files); err != nil {

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -143,6 +144,37 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("startEgress(runsc) = %v, want an error naming runsc", err)
 	}
+}
+
+// TestEgressCredentialsRefused: a policy with a credential (built in
+// code, past policy validation, which refuses it too) is refused before
+// anything is created, naming network.credentials and why; the same
+// policy without it starts its egress network.
+func TestEgressCredentialsRefused(t *testing.T) {
+	requireRoot(t)
+	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i1"}
+	p := egressPolicy(t)
+	p.Credentials = []sandbox.Credential{{Name: "gh", Host: "web.test", Port: 443, Header: "Authorization", Format: "Bearer {}", ValueEnv: "GH_TOKEN"}}
+	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init"}}
+	hc := &container.HostConfig{}
+	_, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c1"}, "n", cfg, hc)
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "network.credentials") || !strings.Contains(err.Error(), "after the engine created the container") {
+		t.Errorf("startEgress(credentials) = %v, want an invalid-argument error naming network.credentials and why", err)
+	}
+	if len(hc.Mounts) > 0 || len(cfg.Cmd) != 3 {
+		t.Errorf("the refused call changed the container's configuration: %+v %+v", cfg.Cmd, hc.Mounts)
+	}
+	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "*", "*")); len(m) > 0 {
+		t.Errorf("the refused call left %v", m)
+	}
+	p.Credentials = nil
+	ce, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c2"}, "n", cfg, hc)
+	if err != nil {
+		t.Fatalf("startEgress(without credentials) = %v", err)
+	}
+	res := &sandbox.Result{}
+	var runErr error
+	ce.end(&res, &runErr)
 }
 
 // TestEgressConfigAndEnd checks what startEgress changes in a container's
