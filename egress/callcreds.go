@@ -31,32 +31,49 @@ const maxCAFile = 4 << 20
 // sandbox.ErrInvalid.
 func CallCredentials(cs []sandbox.Credential, getenv func(string) (string, bool)) (creds []Credential, env []string, err error) {
 	for i, c := range cs {
-		v, err := sandbox.CredentialValue(c, getenv)
+		cred, err := readCredential(c, getenv)
 		if err != nil {
-			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d]: %v", i, err)
+			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d]: %w", i, err)
 		}
-		ph, err := NewPlaceholder(c.Name)
-		if err != nil {
+		if cred.Placeholder, err = NewPlaceholder(c.Name); err != nil {
 			return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "egress: placeholder: %w", err)
-		}
-		cred := Credential{Name: c.Name, Host: c.Host, Port: c.Port, Header: c.Header, Format: c.Format, Value: v, Placeholder: ph}
-		if c.UpstreamCAFile != "" {
-			pem, err := safefile.Read(c.UpstreamCAFile, safefile.Options{MaxBytes: maxCAFile, OperatorOwned: true})
-			if err != nil {
-				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %v", i, err)
-			}
-			cred.Roots = x509.NewCertPool()
-			if !cred.Roots.AppendCertsFromPEM(pem) {
-				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %s holds no PEM certificate", i, c.UpstreamCAFile)
-			}
 		}
 		creds = append(creds, cred)
 		if c.Variable != "" {
-			env = append(env, c.Variable+"="+ph)
+			env = append(env, c.Variable+"="+cred.Placeholder)
 		}
 	}
 	slices.Sort(env)
 	return creds, env, nil
+}
+
+// CheckCredentialSource reads c's value and upstream CA as a call would
+// (doctor): the error names the credential and its source, never the
+// value.
+func CheckCredentialSource(c sandbox.Credential, getenv func(string) (string, bool)) error {
+	_, err := readCredential(c, getenv)
+	return err
+}
+
+// readCredential reads c's value and upstream CA now; the placeholder
+// is left to the caller.
+func readCredential(c sandbox.Credential, getenv func(string) (string, bool)) (Credential, error) {
+	v, err := sandbox.CredentialValue(c, getenv)
+	if err != nil {
+		return Credential{}, err
+	}
+	cred := Credential{Name: c.Name, Host: c.Host, Port: c.Port, Header: c.Header, Format: c.Format, Value: v}
+	if c.UpstreamCAFile != "" {
+		pem, err := safefile.Read(c.UpstreamCAFile, safefile.Options{MaxBytes: maxCAFile, OperatorOwned: true})
+		if err != nil {
+			return Credential{}, fmt.Errorf("credential %q: upstreamCA: %v", c.Name, err)
+		}
+		cred.Roots = x509.NewCertPool()
+		if !cred.Roots.AppendCertsFromPEM(pem) {
+			return Credential{}, fmt.Errorf("credential %q: upstreamCA: %s holds no PEM certificate", c.Name, c.UpstreamCAFile)
+		}
+	}
+	return cred, nil
 }
 
 // CAEnv are the variables that point a call's TLS clients at its CA
