@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	xproxy "golang.org/x/net/proxy"
 )
 
 const (
@@ -37,6 +38,13 @@ type upstreams struct {
 	ca   *x509.CertPool
 	mu   sync.Mutex
 	seen map[string][]string // host -> Authorization headers received
+	last map[string]string   // host -> the last request body received
+}
+
+func (u *upstreams) body(host string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.last[host]
 }
 
 func (u *upstreams) got(host string) []string {
@@ -51,7 +59,7 @@ func newUpstreams(t testing.TB, n *testNets) *upstreams {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstreams{ca: x509.NewCertPool(), seen: map[string][]string{}}
+	u := &upstreams{ca: x509.NewCertPool(), seen: map[string][]string{}, last: map[string]string{}}
 	u.ca.AppendCertsFromPEM(ca.certPEM)
 	for addr, host := range map[string]string{public4: boundHost, public6: otherHost} {
 		ln, err := listenIn(n.net, net.JoinHostPort(addr, "443"))
@@ -61,8 +69,10 @@ func newUpstreams(t testing.TB, n *testNets) *upstreams {
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				a := r.Header.Get("Authorization")
+				body, _ := io.ReadAll(r.Body)
 				u.mu.Lock()
 				u.seen[host] = append(u.seen[host], a)
+				u.last[host] = string(body)
 				u.mu.Unlock()
 				w.Header().Set("X-Echo", a)
 				fmt.Fprintf(w, "%s got %q", host, a)
@@ -113,8 +123,9 @@ func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) 
 
 // TestCredentialInjection: the bound host gets the real token, over
 // TLS the proxy terminates with the call's CA and re-encrypts verified
-// against the upstream's CA; another host, the bound host's address or
-// another name for it get only the placeholder; a request naming
+// against the upstream's CA; another host (the placeholder in a header,
+// the URL or the body), the bound host's address, another name for it
+// or SOCKS5 to it get only the placeholder; a request naming
 // another credential gets nothing extra; what the upstream echoes comes
 // back with the placeholder; the record says how often the credential
 // was used and never holds the secret.
@@ -193,8 +204,41 @@ func TestCredentialInjection(t *testing.T) {
 			t.Errorf("CONNECT %s: the answer holds the secret: %q", target, body)
 		}
 	}
-	if seen := u.got(boundHost)[before:]; len(seen) != 2 || seen[0] != "Bearer "+ph || seen[1] != "Bearer "+ph {
-		t.Errorf("through the address and the alias the bound host received %q, want the placeholder twice", seen)
+	// SOCKS5 to the bound host: a tunnel too, never terminated.
+	err = inNamespace(t, c.NamespacePath(), func() error {
+		d, err := xproxy.SOCKS5("tcp", SOCKSAddr, nil, xproxy.Direct)
+		if err != nil {
+			return err
+		}
+		conn, err := d.Dial("tcp", boundHost+":443")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tc := tls.Client(conn, &tls.Config{ServerName: boundHost, RootCAs: u.ca})
+		fmt.Fprintf(tc, "GET /x HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", boundHost, ph)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("GET through SOCKS5 to %s: %v", boundHost, err)
+	}
+	if seen := u.got(boundHost)[before:]; len(seen) != 3 || seen[0] != "Bearer "+ph || seen[1] != "Bearer "+ph || seen[2] != "Bearer "+ph {
+		t.Errorf("through the address, the alias and SOCKS5 the bound host received %q, want the placeholder three times", seen)
+	}
+
+	// The placeholder in a body to another host stays the placeholder.
+	resp, err := cl.Post("https://"+otherHost+"/upload", "text/plain", strings.NewReader("token="+ph))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if b := u.body(otherHost); b != "token="+ph {
+		t.Errorf("another host received the body %q, want the placeholder unchanged", b)
 	}
 
 	// A request inside the bound tunnel for another host gets nothing.
@@ -233,7 +277,7 @@ func TestCredentialInjection(t *testing.T) {
 	}
 
 	// Plain HTTP with the placeholder: refused, recorded.
-	resp, err := cl.Get("http://" + otherHost + "/?t=" + ph)
+	resp, err = cl.Get("http://" + otherHost + "/?t=" + ph)
 	if err != nil {
 		t.Fatal(err)
 	}
