@@ -366,7 +366,11 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 			resp.Header[k][i] = strings.ReplaceAll(v, cred.Value, cred.Placeholder)
 		}
 	}
-	resp.Body = &scrubber{r: resp.Body, secret: []byte(cred.Value), with: []byte(cred.Placeholder)}
+	// The answer is written through a buffer, flushed before every read
+	// of the body that may wait for the upstream: few TLS records, and a
+	// streamed answer still reaches the call as it comes.
+	bw := bufio.NewWriterSize(w, 32<<10)
+	resp.Body = flushFirst{r: &scrubber{r: resp.Body, secret: []byte(cred.Value), with: []byte(cred.Placeholder)}, w: bw}
 	hasBody := req.Method != http.MethodHead && resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
 	if hasBody && resp.Header.Get("Content-Encoding") == "" {
 		resp.ContentLength = -1 // the placeholder's length may differ from the secret's
@@ -374,11 +378,26 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 		resp.TransferEncoding = []string{"chunked"}
 	}
 	resp.Close = resp.Close || req.Close
-	if err := resp.Write(w); err != nil {
+	if err := resp.Write(bw); err != nil || bw.Flush() != nil {
 		return false
 	}
 	return !resp.Close
 }
+
+// flushFirst is a body that flushes w before each read.
+type flushFirst struct {
+	r io.ReadCloser
+	w *bufio.Writer
+}
+
+func (f flushFirst) Read(b []byte) (int, error) {
+	if err := f.w.Flush(); err != nil {
+		return 0, err
+	}
+	return f.r.Read(b)
+}
+
+func (f flushFirst) Close() error { return f.r.Close() }
 
 // writeError answers a request of a terminated tunnel with status and
 // msg, closing the connection.
@@ -438,10 +457,9 @@ func (s *scrubber) Read(b []byte) (int, error) {
 			s.eof = true
 		}
 		s.pending = bytes.ReplaceAll(s.pending, s.secret, s.with)
-		// Keep back what could be the start of the secret.
-		keep := min(len(s.pending), max(len(s.secret)-1, 0))
-		if s.eof {
-			keep = 0
+		keep := 0
+		if !s.eof {
+			keep = s.partial()
 		}
 		s.out = append(s.out[:0], s.pending[:len(s.pending)-keep]...)
 		s.pending = append(s.pending[:0], s.pending[len(s.pending)-keep:]...)
@@ -449,6 +467,23 @@ func (s *scrubber) Read(b []byte) (int, error) {
 	n := copy(b, s.out)
 	s.out = s.out[n:]
 	return n, nil
+}
+
+// partial is how many bytes at the end of pending could start the
+// secret and must wait for the next read: the longest end of pending
+// that is a beginning of the secret (so a streamed answer is not held
+// back otherwise), or, for a secret over 1 KiB, its length less one.
+func (s *scrubber) partial() int {
+	n := min(len(s.pending), max(len(s.secret)-1, 0))
+	if len(s.secret) > 1<<10 {
+		return n
+	}
+	for k := n; k > 0; k-- {
+		if bytes.Equal(s.pending[len(s.pending)-k:], s.secret[:k]) {
+			return k
+		}
+	}
+	return 0
 }
 
 func (s *scrubber) Close() error {
