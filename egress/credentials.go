@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -183,16 +184,13 @@ func newCallCA(hosts []string) (*callCA, error) {
 	return ca, nil
 }
 
-// bind checks the credentials and makes the call's CA and the transport
-// of terminated tunnels; an error wraps sandbox.ErrInvalid and names the
-// credential, never its value.
-func (p *proxy) bind(creds []Credential, roots *x509.CertPool) error {
-	if len(creds) == 0 {
-		return nil
-	}
-	var hosts []string
+// checkCredentials checks the credentials of a call; an error wraps
+// sandbox.ErrInvalid and names the credential, never its value. Host
+// names come out lower case, without a final dot.
+func checkCredentials(creds []Credential) error {
 	seen := map[string]bool{}
-	for i, c := range creds {
+	for i := range creds {
+		c := &creds[i]
 		c.Host = strings.ToLower(strings.TrimSuffix(c.Host, "."))
 		bad := ""
 		switch {
@@ -217,19 +215,46 @@ func (p *proxy) bind(creds []Credential, roots *x509.CertPool) error {
 			return sandbox.Errorf(sandbox.ErrInvalid, "egress: credentials[%d] (%s): %s", i, c.Name, bad)
 		}
 		seen[key] = true
+	}
+	return nil
+}
+
+// credentialHosts are the hosts of creds, in order.
+func credentialHosts(creds []Credential) []string {
+	hosts := make([]string, 0, len(creds))
+	for _, c := range creds {
 		hosts = append(hosts, c.Host)
-		p.creds = append(p.creds, c)
 	}
-	ca, err := newCallCA(hosts)
-	if err != nil {
-		return sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
+	return hosts
+}
+
+// bind takes the call's credentials (opts.Binding's, else
+// opts.Credentials, checked and given a CA here) and makes the
+// transport of terminated tunnels.
+func (p *proxy) bind(opts Options) error {
+	creds, ca := opts.Credentials, (*callCA)(nil)
+	if opts.Binding != nil {
+		creds, ca = opts.Binding.creds, opts.Binding.ca
 	}
-	p.ca = ca
+	if len(creds) == 0 {
+		return nil
+	}
+	creds = slices.Clone(creds)
+	if err := checkCredentials(creds); err != nil {
+		return err
+	}
+	if ca == nil {
+		var err error
+		if ca, err = newCallCA(credentialHosts(creds)); err != nil {
+			return sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
+		}
+	}
+	p.creds, p.ca = creds, ca
 	p.credTransports = map[string]*http.Transport{}
 	for _, c := range p.creds {
 		r := c.Roots
 		if r == nil {
-			r = roots
+			r = opts.UpstreamCAs
 		}
 		p.credTransports[c.Name] = p.newCredTransport(r)
 	}
