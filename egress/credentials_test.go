@@ -122,6 +122,22 @@ func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) 
 	return c
 }
 
+// newCredTest makes the test networks, the upstreams and a call whose
+// credential "gh" is bound to boundHost with placeholder ph; the call
+// is closed when the test ends.
+func newCredTest(t testing.TB) (u *upstreams, ph string, c *Call) {
+	t.Helper()
+	n := newTestNets(t)
+	u = newUpstreams(t, n)
+	ph, err := NewPlaceholder("gh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = startCredCall(t, n, u, ph)
+	t.Cleanup(func() { c.Close() })
+	return u, ph, c
+}
+
 // TestCredentialInjection: the bound host gets the real token, over
 // TLS the proxy terminates with the call's CA and re-encrypts verified
 // against the upstream's CA; another host (the placeholder in a header,
@@ -131,14 +147,8 @@ func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) 
 // back with the placeholder; the record says how often the credential
 // was used and never holds the secret.
 func TestCredentialInjection(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, err := NewPlaceholder("gh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	u, ph, c := newCredTest(t)
+	var err error
 	cl := callClient(t, c, u.ca)
 	get := func(target, auth string) (string, http.Header) {
 		t.Helper()
@@ -414,11 +424,7 @@ func TestScrubber(t *testing.T) {
 // TestCredentialBodilessAnswers: HEAD, 204 and 304 answers of the bound
 // host come back without a body, and the connection stays usable.
 func TestCredentialBodilessAnswers(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, _ := NewPlaceholder("gh")
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	u, _, c := newCredTest(t)
 	cl := callClient(t, c, u.ca)
 	for _, method := range []string{"HEAD", "GET", "HEAD", "GET"} {
 		req, _ := http.NewRequest(method, "https://"+boundHost+"/x", nil)
@@ -460,11 +466,7 @@ func boundTLS(t *testing.T, c *Call, u *upstreams, protos ...string) (*tls.Conn,
 // host gets the secret, the one naming another host in between gets
 // nothing, and no answer carries the secret back.
 func TestCredentialKeepAlive(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, _ := NewPlaceholder("gh")
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	u, ph, c := newCredTest(t)
 	tc, err := boundTLS(t, c, u, "http/1.1")
 	if err != nil {
 		t.Fatal(err)
@@ -521,11 +523,7 @@ func TestCredentialKeepAlive(t *testing.T) {
 // spoken anyway (prior knowledge) is refused. Neither of the last two
 // reaches the upstream.
 func TestCredentialALPN(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, _ := NewPlaceholder("gh")
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	u, ph, c := newCredTest(t)
 	tc, err := boundTLS(t, c, u, "h2", "http/1.1")
 	if err != nil {
 		t.Fatalf("handshake offering h2 and http/1.1: %v", err)
@@ -566,10 +564,7 @@ func TestCredentialALPN(t *testing.T) {
 // upstream, which would switch, gets no request, and the tunnel serves
 // a plain request afterwards.
 func TestCredentialUpgradeRefused(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, _ := NewPlaceholder("gh")
-	c := startCredCall(t, n, u, ph)
+	u, ph, c := newCredTest(t)
 	for _, up := range []string{"websocket", "h2c"} {
 		tc, err := boundTLS(t, c, u, "http/1.1")
 		if err != nil {

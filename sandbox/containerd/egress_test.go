@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // TestEgressAllowlist runs one call of network allowlist in the busybox
@@ -87,12 +87,7 @@ func TestEgressCredentials(t *testing.T) {
 		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
 		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
-		Getenv: func(name string) (string, bool) {
-			if name == "TEST_BOUND_SECRET" {
-				return fixtures.BoundSecret, true
-			}
-			return "", false
-		},
+		Getenv:  fixtures.BoundGetenv,
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -105,25 +100,14 @@ func TestEgressCredentials(t *testing.T) {
 	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
 		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
 	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	p := testPolicy(t)
 	p.Image = fixtures.EgressImage
 	p.Network, p.NetworkAllow = policy.NetworkAllowlist, []string{fixtures.BoundHostName}
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
+	p.Credentials = []sandbox.Credential{sandboxtest.BoundCredential(t, bh)}
 	if p, err = policy.Normalize(p); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	res, err := e.Run(ctx, &sandbox.Request{Command: fixtures.ProbeShell + fixtures.BoundProbes, Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: p})
-	if err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+	sandboxtest.RunBoundProbes(t, e, bh, p)
 	if l := leftovers(t, e); len(l) > 0 {
 		t.Errorf("left behind: %v", l)
 	}

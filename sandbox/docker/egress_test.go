@@ -22,6 +22,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // newEgressExecutor is newTestExecutor whose egress proxies reach the
@@ -230,9 +231,7 @@ func TestEgressCredentials(t *testing.T) {
 		StateDir: t.TempDir(),
 		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 		Network:  egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
-		Getenv: func(name string) (string, bool) {
-			return fixtures.BoundSecret, name == "TEST_BOUND_SECRET"
-		},
+		Getenv:   fixtures.BoundGetenv,
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -241,25 +240,14 @@ func TestEgressCredentials(t *testing.T) {
 	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
 		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
 	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	p := egressPolicy(t)
 	p.NetworkAllow = []string{fixtures.BoundHostName}
 	p.NetworkDeny = nil
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
+	p.Credentials = []sandbox.Credential{sandboxtest.BoundCredential(t, bh)}
 	if p, err = policy.Normalize(p); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	res, err := e.Run(ctx, &sandbox.Request{Command: fixtures.ProbeShell + fixtures.BoundProbes, Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: p})
-	if err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+	sandboxtest.RunBoundProbes(t, e, bh, p)
 	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "*", caPrefix+"*")); len(m) > 0 {
 		t.Errorf("the call's CA bundle is left behind: %v", m)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,6 +17,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // internet is the made-up outside world of the tests, as an
@@ -188,6 +188,25 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	}
 }
 
+// boundExecutor is a runc executor whose egress proxies reach bh only
+// and whose service environment holds fixtures.BoundSecret, and a
+// policy that binds it to bh as credential "bound" (variable
+// BOUND_TOKEN, bh's CA as the upstream CA).
+func boundExecutor(t *testing.T, bh *fixtures.BoundHost) (*Executor, sandbox.Policy) {
+	t.Helper()
+	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
+	e.getenv = fixtures.BoundGetenv
+	p := testPolicy(t, RuntimeRunc)
+	p.Network = policy.NetworkAllowlist
+	p.NetworkAllow = []string{fixtures.BoundHostName}
+	p.Credentials = []sandbox.Credential{sandboxtest.BoundCredential(t, bh)}
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, p
+}
+
 // TestEgressCredentials runs a call whose policy binds a credential to
 // fixtures.BoundHostName (an HTTPS server of the test, whose own CA is
 // the policy's upstream CA): curl in the call, with the placeholder its
@@ -197,26 +216,7 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 // credential was used; the call's CA bundle is removed afterwards.
 func TestEgressCredentials(t *testing.T) {
 	bh := fixtures.NewBoundHost(t)
-	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
-	e.getenv = func(name string) (string, bool) {
-		if name == "TEST_BOUND_SECRET" {
-			return fixtures.BoundSecret, true
-		}
-		return "", false
-	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := testPolicy(t, RuntimeRunc)
-	p.Network = policy.NetworkAllowlist
-	p.NetworkAllow = []string{fixtures.BoundHostName}
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
-	p, err := policy.Normalize(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, p := boundExecutor(t, bh)
 	res, err := e.Run(context.Background(), &sandbox.Request{
 		Command: fixtures.ProbeShell + fixtures.BoundProbes,
 		Session: sandbox.Session{ID: "s", Cwd: t.TempDir(), TranscriptDir: filepath.Join(t.TempDir(), "tr")},
@@ -245,26 +245,7 @@ func TestEgressCredentials(t *testing.T) {
 // its repository; neither output nor record holds the secret.
 func TestEgressCredentialsGit(t *testing.T) {
 	bh, repo := fixtures.NewBoundGitHost(t)
-	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
-	e.getenv = func(name string) (string, bool) {
-		if name == "TEST_BOUND_SECRET" {
-			return fixtures.BoundSecret, true
-		}
-		return "", false
-	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := testPolicy(t, RuntimeRunc)
-	p.Network = policy.NetworkAllowlist
-	p.NetworkAllow = []string{fixtures.BoundHostName}
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
-	p, err := policy.Normalize(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, p := boundExecutor(t, bh)
 	const url = "https://" + fixtures.BoundHostName + fixtures.BoundGitRepo
 	cmd := `set -e
 export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0
