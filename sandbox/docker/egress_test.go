@@ -22,7 +22,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // newEgressExecutor is newTestExecutor whose egress proxies reach the
@@ -243,11 +242,18 @@ func TestEgressCredentials(t *testing.T) {
 	p := egressPolicy(t)
 	p.NetworkAllow = []string{fixtures.BoundHostName}
 	p.NetworkDeny = nil
-	p.Credentials = []sandbox.Credential{sandboxtest.BoundCredential(t, bh)}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: fixtures.BoundSecretEnv, UpstreamCAFile: bh.CAFile(t)}}
 	if p, err = policy.Normalize(p); err != nil {
 		t.Fatal(err)
 	}
-	sandboxtest.RunBoundProbes(t, e, bh, p)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := e.Run(ctx, &sandbox.Request{Command: fixtures.ProbeShell + fixtures.BoundProbes, Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: p})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
 	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "*", caPrefix+"*")); len(m) > 0 {
 		t.Errorf("the call's CA bundle is left behind: %v", m)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // internet is the made-up outside world of the tests, as an
@@ -199,7 +198,8 @@ func boundExecutor(t *testing.T, bh *fixtures.BoundHost) (*Executor, sandbox.Pol
 	p := testPolicy(t, RuntimeRunc)
 	p.Network = policy.NetworkAllowlist
 	p.NetworkAllow = []string{fixtures.BoundHostName}
-	p.Credentials = []sandbox.Credential{sandboxtest.BoundCredential(t, bh)}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: fixtures.BoundSecretEnv, UpstreamCAFile: bh.CAFile(t)}}
 	p, err := policy.Normalize(p)
 	if err != nil {
 		t.Fatal(err)
