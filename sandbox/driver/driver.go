@@ -106,9 +106,10 @@ type Warm[S any] interface {
 	// Take returns a prepared slot that fits call exactly (everything
 	// the slot fixed is what call would have fixed), with the cleanup
 	// stack that undoes it, and sandbox.PoolHit; else no slot and
-	// sandbox.PoolMiss, or "" when call is not one the pool serves. The
-	// slot is the caller's alone.
-	Take(call *Call, state S) (slot Slot, undo *Cleanup, pool string)
+	// sandbox.PoolMiss, or "" when call is not one the pool serves. It
+	// may wait, within ctx, for a slot already being prepared. The slot
+	// is the caller's alone.
+	Take(ctx context.Context, call *Call, state S) (slot Slot, undo *Cleanup, pool string)
 	// Started says call was bound and runs: the backend may prepare a
 	// slot for the session's next call.
 	Started(call *Call, state S)
@@ -329,7 +330,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	var slot Slot
 	if warm != nil {
 		var undo *Cleanup
-		slot, undo, res.Timings.Pool = warm.Take(call, state)
+		slot, undo, res.Timings.Pool = warm.Take(ctx, call, state)
 		if slot != nil {
 			call.Cleanup.Merge(undo)
 		}

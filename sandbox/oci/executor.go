@@ -197,6 +197,14 @@ func (e *Executor) Instance() string { return e.instance }
 // with runc or crun).
 func (e *Executor) Pooled() bool { return e.warm != nil }
 
+// PoolSize is the size of the executor's warm pool; zero without one.
+func (e *Executor) PoolSize() pool.Size {
+	if e.warm == nil {
+		return pool.Size{}
+	}
+	return e.warm.pool.Size()
+}
+
 // Runtime returns the runtime name ("runc", "crun" or "runsc").
 func (e *Executor) Runtime() string { return e.rt.name }
 

@@ -97,14 +97,15 @@ func template(req *sandbox.Request) *sandbox.Request {
 	}
 }
 
-// Take hands out a slot prepared for calls like call's.
-func (r *runner) Take(call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup, string) {
+// Take hands out a slot prepared for calls like call's, waiting for one
+// whose prepare already runs (pool.Pool.Await).
+func (r *runner) Take(ctx context.Context, call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup, string) {
 	e := (*Executor)(r)
 	key := e.poolKey(call.Request)
 	if key == "" {
 		return nil, nil, ""
 	}
-	w, ok := e.warm.pool.Take(key)
+	w, ok := e.warm.pool.Await(ctx, key)
 	if !ok {
 		return nil, nil, sandbox.PoolMiss
 	}
