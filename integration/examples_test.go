@@ -35,7 +35,8 @@ type example struct {
 	// replaced by the id of a running call that `calls` lists).
 	how string
 	// ready, for a background command: what shows it is ready, a path
-	// (~/ for the home) that appears or tcp:HOST:PORT that accepts.
+	// (~/ for the home) that appears, tcp:HOST:PORT that accepts, or
+	// log:TEXT that its output holds.
 	ready string
 	// instead is what the test runs in the command's place, for a
 	// command that needs what a test machine lacks (systemd as pid 1):
@@ -75,7 +76,7 @@ var readmeExamples = map[string]example{
 	`dsh-sandbox locate --session-id s1 --cwd ~/proj`:                     {want: "/s1/session.jsonl.zstd"},
 	`dsh-sandbox env show --session-id s1`:                                {want: "DSH_SHELL=1"},
 	`dsh-sandbox policy check workspace-write`:                            {want: "policy workspace-write"},
-	`dsh-sandbox serve`: {how: "background", ready: "~/.dsh/run/sandbox.sock", want: `"message":"stopped"`},
+	`dsh-sandbox serve`: {how: "background", ready: `log:"message":"serving"`, want: `"message":"stopped"`},
 	`dsh-sandbox exec --server unix://$HOME/.dsh/run/sandbox.sock -- 'id'`:   {want: "uid=0(root)"},
 	`dsh-sandbox exec --detach -- 'sleep 30; echo done'`:                     {want: "bash-", capture: `bash-[0-9a-f]+`},
 	`dsh-sandbox jobs; dsh-sandbox jobs output ID; dsh-sandbox jobs kill ID`: {placeholder: "ID", want: "killed bash-"},
@@ -423,7 +424,25 @@ exec sleep 86400
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
+	ns := fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid)
 	t.Cleanup(func() {
+		// Every process still in the namespace was started there by
+		// the file's commands (a daemon that left its process group):
+		// it goes too, and with the last of them the namespace and its
+		// mounts.
+		if id, err := os.Readlink(ns); err == nil {
+			if self, _ := os.Readlink("/proc/self/ns/mnt"); id != self {
+				procs, _ := filepath.Glob("/proc/[0-9]*/ns/mnt")
+				for _, p := range procs {
+					if l, err := os.Readlink(p); err == nil && l == id {
+						var pid int
+						if _, err := fmt.Sscanf(p, "/proc/%d/ns/mnt", &pid); err == nil && pid != holder.Process.Pid {
+							_ = syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				}
+			}
+		}
 		_ = holder.Process.Kill()
 		_ = holder.Wait()
 	})
@@ -578,6 +597,9 @@ func readAll(t *testing.T, f *os.File) string {
 	return string(data)
 }
 
+// exampleTimeout bounds one command of a file.
+const exampleTimeout = 10 * time.Minute
+
 // run runs c to its end.
 func (s *exampleShell) run(c string) result {
 	s.t.Helper()
@@ -599,7 +621,14 @@ func (s *exampleShell) runInput(c, stdin string) result {
 		s.t.Fatal(err)
 	}
 	s.track(cmd.Process.Pid)
-	code := exitStatus(s.t, cmd.Wait(), c)
+	// A generous bound, so that a command that hangs fails the test
+	// instead of holding the whole suite until its timeout.
+	timer := time.AfterFunc(exampleTimeout, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err := cmd.Wait()
+	if !timer.Stop() {
+		s.t.Errorf("%s: %s did not end within %s; killed", s.doc, c, exampleTimeout)
+	}
+	code := exitStatus(s.t, err, c)
 	return result{readAll(s.t, out), readAll(s.t, errf), code}
 }
 
@@ -634,6 +663,12 @@ type backgroundCommand struct {
 // until ex.ready holds.
 func (s *exampleShell) start(c string, ex example) *backgroundCommand {
 	s.t.Helper()
+	if addr, found := strings.CutPrefix(ex.ready, "tcp:"); found {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			s.t.Fatalf("%s: %s is taken by a process the test did not start; %s needs it", s.doc, addr, c)
+		}
+	}
 	// A compound command execs its last part itself.
 	if !strings.Contains(c, "&&") {
 		c = "exec " + c
@@ -656,6 +691,9 @@ func (s *exampleShell) start(c string, ex example) *backgroundCommand {
 				conn.Close()
 			}
 			return err == nil
+		}
+		if text, found := strings.CutPrefix(ex.ready, "log:"); found {
+			return strings.Contains(readAll(s.t, out)+readAll(s.t, errf), text)
 		}
 		p := ex.ready
 		if rest, found := strings.CutPrefix(p, "~/"); found {
@@ -781,7 +819,7 @@ var (
 		`install -d -m 0700 /etc/dsh-sandbox`:                                                                    {stops: true},
 		`head -c 32 /dev/urandom | base64 > /etc/dsh-sandbox/audit.key && chmod 0400 /etc/dsh-sandbox/audit.key`: {},
 		`dsh-sandbox serve --audit-key /etc/dsh-sandbox/audit.key --audit-checkpoint /var/lib/dsh-sandbox-checkpoint/audit.checkpoint`: {
-			how: "background", ready: "~/.dsh/run/sandbox.sock", want: "SIGHUP: audit log reopened"},
+			how: "background", ready: `log:"message":"serving"`, want: "SIGHUP: audit log reopened"},
 		`dsh-sandbox audit verify --key /etc/dsh-sandbox/audit.key --checkpoint /var/lib/dsh-sandbox-checkpoint/audit.checkpoint /var/lib/dsh-sandbox/audit.jsonl`: {want: "macs:"},
 		`mv /var/log/dsh-sandbox/audit.jsonl /var/log/dsh-sandbox/audit.jsonl.1`:                                                                                   {},
 		`systemctl reload dsh-sandbox`: {
@@ -807,7 +845,7 @@ var (
 		`printf 'name: strict\nworkspace: ro\nlimits: {memory: 256Mi, pids: 64}\n' > /etc/dsh-sandbox/strict.yaml`: {},
 		`dsh-sandbox exec --policy read-only -- ls`:                                                                {},
 		`dsh-sandbox exec --policy /etc/dsh-sandbox/strict.yaml -- ls`:                                             {},
-		`dsh-sandbox serve --policy-file /etc/dsh-sandbox/strict.yaml`:                                             {how: "background", ready: "~/.dsh/run/sandbox.sock", want: `"message":"stopped"`},
+		`dsh-sandbox serve --policy-file /etc/dsh-sandbox/strict.yaml`:                                             {how: "background", ready: `log:"message":"serving"`, want: `"message":"stopped"`},
 		`dsh-sandbox policy check /etc/dsh-sandbox/strict.yaml`:                                                    {want: "policy strict"},
 	}
 	poolExamples = map[string]example{
