@@ -87,7 +87,7 @@ var readmeExamples = map[string]example{
 	`dsh-sandbox exec -t -- bash`:             {how: "tty", code: 3, want: "42"},
 	`dsh-sandbox exec --memory 256Mi --pids 64 --timeout 30s --env-file ci.env -- 'make test'`:                                          {want: "hello, tests pass"},
 	`dsh-sandbox exec --policy ~/data.yaml --mount ~/datasets/x:/data:ro -- 'ls /data'`:                                                 {want: "train.csv"},
-	`dsh-sandbox --config /etc/dsh-sandbox/config.yaml serve`:                                                                           {listed: "the file lies in /etc, which the test never writes; TestContribConfigServesAndExecs serves contrib/dsh-sandbox.yaml, the example it names"},
+	`dsh-sandbox --config /etc/dsh-sandbox/config.yaml serve`:                                                                           {listed: "the file lies in /etc, which the test writes only on a host of its own, where the docker and containerd examples cannot run; docs/operations.md runs this command there with the file it shows, and TestContribConfigServesAndExecs serves contrib/dsh-sandbox.yaml"},
 	`dsh-sandbox images build --name busybox:1 --add bash --add jq`:                                                                     {want: "imported busybox:1 into oci"},
 	`dsh-sandbox images import --name busybox:1 --backend docker ~/busybox.tar`:                                                         {want: "imported busybox:1 into docker"},
 	`dsh-sandbox images list --backend docker`:                                                                                          {want: "busybox:1 "},
@@ -105,7 +105,7 @@ type exampleDoc struct {
 	file string
 	// ownHost: the commands run as root on a host of their own, a mount
 	// namespace in which /etc and /usr/local/bin are copies on write and
-	// /run, /var/lib, /var/log and /srv start empty: an operator's
+	// /run, /var/lib, /var/log, /srv and /home start empty: an operator's
 	// commands run as written without touching this machine.
 	ownHost bool
 	// checkout: the commands start in the repository's checkout (they
@@ -399,8 +399,8 @@ func requireDaemonEnv(t *testing.T) {
 
 // ownHost starts a process holding a mount namespace in which base is a
 // fresh tmpfs (with base/home in it), /etc and /usr/local/bin are
-// overlays whose writes land there, and /run, /var/lib, /var/log and
-// /srv are empty tmpfs; it returns the nsenter command line that runs a
+// overlays whose writes land there, and /run, /var/lib, /var/log, /srv
+// and /home are empty tmpfs; it returns the nsenter command line that runs a
 // command in it. The namespace ends with the holder, at cleanup.
 func ownHost(t *testing.T, base string) []string {
 	t.Helper()
@@ -410,7 +410,7 @@ mkdir -m 0755 "$1/home"
 mkdir "$1/.etc" "$1/.etc-work" "$1/.bin" "$1/.bin-work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/.etc,workdir=$1/.etc-work" /etc
 mount -t overlay overlay -o "lowerdir=/usr/local/bin,upperdir=$1/.bin,workdir=$1/.bin-work" /usr/local/bin
-for d in /run /var/lib /var/log /srv; do mount -t tmpfs -o mode=0755 examples "$d"; done
+for d in /run /var/lib /var/log /srv /home; do mount -t tmpfs -o mode=0755 examples "$d"; done
 echo ready
 exec sleep 86400
 `
@@ -814,8 +814,14 @@ var (
 			instead: "mkdir -p -m 0700 /run/dsh /var/log/dsh-sandbox && exec systemd-socket-activate -l /run/dsh/sandbox.sock /usr/local/bin/dsh-sandbox serve --data-dir /var/lib/dsh-sandbox --state-dir /run/dsh-sandbox --audit-log /var/log/dsh-sandbox/audit.jsonl --log-level info",
 			how:     "background", ready: "/run/dsh/sandbox.sock", want: `"message":"stopped"`},
 		`dsh-sandbox exec --server unix:///run/dsh/sandbox.sock -- id`: {want: "uid="},
+		// Configuration.
+		`file /etc/dsh-sandbox/config.yaml`:                                                                             {stops: true},
+		`install -d -m 0755 /home/agent/work /etc/dsh-sandbox/policies && cd /home/agent/work`:                          {},
+		`dsh-sandbox --config /etc/dsh-sandbox/config.yaml exec -- 'echo configured'`:                                   {want: "configured\n"},
+		`dsh-sandbox --config /etc/dsh-sandbox/config.yaml serve`:                                                       {how: "background", ready: `log:"message":"serving"`, want: `"message":"stopped"`},
+		`dsh-sandbox --config /etc/dsh-sandbox/config.yaml exec --server unix:///run/dsh/sandbox.sock -- 'echo served'`: {want: "served\n"},
 		// The audit log.
-		`dsh-sandbox audit verify /var/log/dsh-sandbox/audit.jsonl`:                                              {want: "ok: 1 records"},
+		`dsh-sandbox audit verify /var/log/dsh-sandbox/audit.jsonl`:                                              {want: "ok: 2 records"},
 		`install -d -m 0700 /etc/dsh-sandbox`:                                                                    {stops: true},
 		`head -c 32 /dev/urandom | base64 > /etc/dsh-sandbox/audit.key && chmod 0400 /etc/dsh-sandbox/audit.key`: {},
 		`dsh-sandbox serve --audit-key /etc/dsh-sandbox/audit.key --audit-checkpoint /var/lib/dsh-sandbox-checkpoint/audit.checkpoint`: {
