@@ -117,7 +117,7 @@ type Warm[S any] interface {
 	// cleanup stack), to run it after Run returned, off the caller's
 	// path; it reports whether it did. It must not for a call whose
 	// teardown can still change its result (Call.Fail, Result.Egress).
-	Release(call *Call, teardown *Cleanup) bool
+	Release(call *Call, state S, teardown *Cleanup) bool
 }
 
 // PrepareSlot prepares, ahead of its call, a slot for a call like req:
@@ -307,7 +307,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	// context the caller's cancellation does not reach.
 	bg := context.WithoutCancel(ctx)
 	defer func() {
-		if warm != nil && warm.Release(call, call.Cleanup.Release()) {
+		if warm != nil && warm.Release(call, state, call.Cleanup.Release()) {
 			return
 		}
 		t := time.Now()
