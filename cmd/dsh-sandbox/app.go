@@ -87,20 +87,22 @@ Examples:
 	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
 	app.Action = unknownCommand(func() []*cli.Command { return app.Commands })
 	for _, c := range app.Commands {
+		addGlobalFlags(c) // before setUsageErrors gives groups an Action
 		setUsageErrors(c)
-		addGlobalFlags(c)
 		requireFlags(c)
 		configurable(c)
 	}
 	return app
 }
 
-// addGlobalFlags lets every leaf command take the global flags after its
-// name too, as in `dsh-sandbox locate --sessions-root /r`.
+// addGlobalFlags lets every command that runs itself — a leaf, or one
+// with an Action of its own besides its subcommands (bench, bench service)
+// — take the global flags after its name too, as in `dsh-sandbox locate
+// --sessions-root /r`.
 // A leaf that defines a flag of the same name itself (hooks run --config)
 // keeps its own; the global one is then taken only before the command name.
 func addGlobalFlags(c *cli.Command) {
-	if len(c.Subcommands) == 0 {
+	if len(c.Subcommands) == 0 || c.Action != nil {
 		own := map[string]bool{}
 		for _, f := range c.Flags {
 			for _, n := range f.Names() {
