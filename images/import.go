@@ -97,7 +97,7 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 		return nil, fmt.Errorf("image store %s: %w", s.root, err)
 	}
 	rootfs := filepath.Join(imageDir, rootfsDir)
-	rec := record{Name: repo + ":" + tag, Imported: time.Now().UTC()}
+	rec := record{Name: refString(repo, tag), Imported: time.Now().UTC()}
 
 	format, err := detectFormat(archiveDir)
 	if err != nil {
