@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +137,14 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 		for _, sg := range signers {
 			event(PullEvent{Event: "verified", Digest: digest, Signer: sg})
 		}
+	}
+
+	// The store already has this content from this source (and, when
+	// keys are given, verified by them): nothing to fetch.
+	if old, err := s.load(repo, tag); err == nil && old.Digest == digest && old.Source == nr.Name() &&
+		!slices.ContainsFunc(signers, func(f string) bool { return !slices.Contains(old.Signers, f) }) {
+		event(PullEvent{Event: "stored", Digest: digest})
+		return old, nil
 	}
 
 	img, err := desc.Image()

@@ -391,9 +391,13 @@ type Stream struct {
 
 // Info says where a call ran.
 type Info struct {
-	Backend     string `json:"backend"`
-	Runtime     string `json:"runtime,omitempty"`
-	Image       string `json:"image"`
+	Backend string `json:"backend"`
+	Runtime string `json:"runtime,omitempty"`
+	Image   string `json:"image"`
+	// ImageDigest is the digest of the image the call ran (the manifest
+	// digest of a pulled or imported image, as images list shows it);
+	// empty for the host image and backends that do not know it.
+	ImageDigest string `json:"imageDigest,omitempty"`
 	Policy      string `json:"policy"`
 	ContainerID string `json:"containerId"`
 }
