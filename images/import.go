@@ -126,15 +126,23 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 			return nil, fmt.Errorf("image import %s (%s): %w", file, format, err)
 		}
 	}
-	if rec.Size, err = treeSize(rootfs); err != nil {
-		return nil, fmt.Errorf("image import %s: sizing root filesystem: %w", file, err)
+	return s.finish(ctx, imageDir, &rec, repo, tag, "image import "+file)
+}
+
+// finish sizes the root filesystem of the staged image directory
+// imageDir, writes its record rec, and publishes it as repo and tag;
+// what starts error messages.
+func (s *Store) finish(ctx context.Context, imageDir string, rec *record, repo, tag, what string) (*Image, error) {
+	var err error
+	if rec.Size, err = treeSize(filepath.Join(imageDir, rootfsDir)); err != nil {
+		return nil, fmt.Errorf("%s: sizing root filesystem: %w", what, err)
 	}
 	data, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("image import %s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := os.WriteFile(filepath.Join(imageDir, recordFile), append(data, '\n'), 0o600); err != nil {
-		return nil, fmt.Errorf("image import %s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -363,13 +371,7 @@ func unpackImage(ctx context.Context, img v1.Image, rootfs string, rec *record) 
 	if err != nil {
 		return fmt.Errorf("%w: image layers: %v", ErrInvalid, err)
 	}
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(rootfs, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(rootfs)
+	root, err := newRootfs(rootfs)
 	if err != nil {
 		return err
 	}
@@ -387,6 +389,18 @@ func unpackImage(ctx context.Context, img v1.Image, rootfs string, rec *record) 
 	rec.Env = withPath(cfg.Config.Env)
 	rec.Created = cfg.Created.UTC()
 	return nil
+}
+
+// newRootfs makes the directory rootfs (0755, whatever the umask) and
+// opens it for an extractor.
+func newRootfs(rootfs string) (*os.Root, error) {
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(rootfs)
 }
 
 func extractLayer(ctx context.Context, x *extractor, l v1.Layer) error {

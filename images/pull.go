@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -184,23 +183,7 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 	}
 	rec.Digest = digest
 	rec.Imported = time.Now().UTC()
-	if rec.Size, err = treeSize(rootfs); err != nil {
-		return nil, fmt.Errorf("image pull %s: sizing root filesystem: %w", canon, err)
-	}
-	data, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("image pull %s: %w", canon, err)
-	}
-	if err := os.WriteFile(filepath.Join(imageDir, recordFile), append(data, '\n'), 0o600); err != nil {
-		return nil, fmt.Errorf("image pull %s: %w", canon, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.publish(imageDir, repo, tag); err != nil {
-		return nil, err
-	}
-	out, err := s.load(repo, tag)
+	out, err := s.finish(ctx, imageDir, &rec, repo, tag, "image pull "+canon)
 	if err == nil {
 		event(PullEvent{Event: "stored", Digest: digest})
 	}
@@ -260,13 +243,7 @@ func unpackRemote(ctx context.Context, img v1.Image, layers []plannedLayer, root
 	if err != nil {
 		return fmt.Errorf("image configuration: %w", err)
 	}
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(rootfs, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(rootfs)
+	root, err := newRootfs(rootfs)
 	if err != nil {
 		return err
 	}

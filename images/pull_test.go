@@ -290,11 +290,9 @@ func TestPullSignatures(t *testing.T) {
 	regs := insecureRegs(t, reg, "")
 	repo := reg.Ref("tools")
 
-	signed := reg.Push(t, repo+":signed", fixtures.TestImage(t, map[string]string{"a": "signed"}))
-	reg.Sign(t, signer, repo, signed, signed)
-	unsigned := reg.Push(t, repo+":unsigned", fixtures.TestImage(t, map[string]string{"a": "unsigned"}))
-	byStranger := reg.Push(t, repo+":stranger", fixtures.TestImage(t, map[string]string{"a": "stranger"}))
-	reg.Sign(t, stranger, repo, byStranger, byStranger)
+	signed := reg.PushSigned(t, signer, repo, "signed", fixtures.TestImage(t, map[string]string{"a": "signed"}))
+	reg.PushSigned(t, nil, repo, "unsigned", fixtures.TestImage(t, map[string]string{"a": "unsigned"}))
+	reg.PushSigned(t, stranger, repo, "stranger", fixtures.TestImage(t, map[string]string{"a": "stranger"}))
 	// A valid signature of another image, stored for this one.
 	moved := reg.Push(t, repo+":moved", fixtures.TestImage(t, map[string]string{"a": "moved"}))
 	reg.Sign(t, signer, repo, moved, signed)
@@ -319,7 +317,6 @@ func TestPullSignatures(t *testing.T) {
 		}
 		assertNothingStored(t, st)
 	}
-	_ = unsigned
 
 	st, _ := OpenStore(t.TempDir())
 	var verified []PullEvent

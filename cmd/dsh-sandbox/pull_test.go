@@ -104,12 +104,9 @@ func TestPullingExecutorRefusesBeforeRunning(t *testing.T) {
 	signer := fixtures.NewSigner(t, dir, "release")
 	stranger := fixtures.NewSigner(t, dir, "stranger")
 	repo := reg.Ref("tools")
-	signed := reg.Push(t, repo+":signed", fixtures.TestImage(t, map[string]string{"a": "1"}))
-	reg.Sign(t, signer, repo, signed, signed)
-	unsigned := reg.Push(t, repo+":unsigned", fixtures.TestImage(t, map[string]string{"a": "2"}))
-	badsig := reg.Push(t, repo+":badsig", fixtures.TestImage(t, map[string]string{"a": "3"}))
-	reg.Sign(t, stranger, repo, badsig, badsig)
-	_ = unsigned
+	signed := reg.PushSigned(t, signer, repo, "signed", fixtures.TestImage(t, map[string]string{"a": "1"}))
+	reg.PushSigned(t, nil, repo, "unsigned", fixtures.TestImage(t, map[string]string{"a": "2"}))
+	reg.PushSigned(t, stranger, repo, "badsig", fixtures.TestImage(t, map[string]string{"a": "3"}))
 
 	st, err := images.OpenStore(filepath.Join(dir, "images"))
 	if err != nil {
