@@ -77,11 +77,11 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 		total = fi.Size()
 	}
 
-	staging, err := os.MkdirTemp(filepath.Join(s.root, tmpDir), "import-")
+	staging, release, err := s.stage("import-")
 	if err != nil {
-		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+		return nil, err
 	}
-	defer removeTree(staging)
+	defer release()
 
 	// Pass 1: unpack the input as it comes, hashing and counting it.
 	archiveDir := filepath.Join(staging, "archive")

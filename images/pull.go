@@ -165,11 +165,11 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 		}
 	}
 
-	staging, err := os.MkdirTemp(filepath.Join(s.root, tmpDir), "pull-")
+	staging, release, err := s.stage("pull-")
 	if err != nil {
-		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+		return nil, err
 	}
-	defer removeTree(staging)
+	defer release()
 	imageDir := filepath.Join(staging, "image")
 	if err := os.Mkdir(imageDir, 0o700); err != nil {
 		return nil, fmt.Errorf("image store %s: %w", s.root, err)

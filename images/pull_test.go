@@ -376,3 +376,33 @@ func TestCanonicalReference(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+func TestReapStagingLeavesLiveOnes(t *testing.T) {
+	st, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a killed pull left: a staging directory nobody holds.
+	dead := filepath.Join(st.Root(), tmpDir, "pull-dead")
+	if err := os.MkdirAll(filepath.Join(dead, "image", "rootfs", "usr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	live, release, err := st.stage("pull-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := st.ReapStaging()
+	if err != nil || !slices.Equal(removed, []string{dead}) {
+		t.Errorf("ReapStaging = %v, %v; want only %s", removed, err, dead)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the live pull's staging directory was removed: %v", err)
+	}
+	release()
+	if _, err := os.Stat(live); err == nil {
+		t.Error("release left the staging directory")
+	}
+	if removed, err := st.ReapStaging(); err != nil || len(removed) != 0 {
+		t.Errorf("second ReapStaging = %v, %v; want nothing", removed, err)
+	}
+}

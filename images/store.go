@@ -338,6 +338,61 @@ func dirTag(dir string) (string, bool) {
 	return dir, validTag(dir)
 }
 
+// stage makes a staging directory for an import or pull (prefix names
+// it) and holds an exclusive flock on it until release, so that
+// [Store.ReapStaging] of another process leaves it alone while this one
+// lives; release also removes it.
+func (s *Store) stage(prefix string) (dir string, release func(), err error) {
+	dir, err = os.MkdirTemp(filepath.Join(s.root, tmpDir), prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	f, err := os.Open(dir)
+	if err == nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		_ = removeTree(dir)
+		return "", nil, fmt.Errorf("image store %s: locking %s: %w", s.root, dir, err)
+	}
+	return dir, func() {
+		_ = removeTree(dir)
+		f.Close()
+	}, nil
+}
+
+// ReapStaging removes what imports and pulls of dead processes left in
+// the store's staging directory (a process that crashed or was killed
+// mid-pull), and images retired by a publish or removal that did not
+// finish; staging directories of live imports and pulls (their flock is
+// held) are left alone. It returns the paths removed.
+func (s *Store) ReapStaging() ([]string, error) {
+	dir := filepath.Join(s.root, tmpDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		busy := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+		if !busy {
+			if err := removeTree(p); err == nil {
+				removed = append(removed, p)
+			}
+		}
+		f.Close()
+	}
+	return removed, nil
+}
+
 // removeStale deletes entries of the temporary directory last modified
 // before cutoff. Errors are ignored: leftovers are retried next time.
 func (s *Store) removeStale(cutoff time.Time) {

@@ -238,14 +238,30 @@ func (p *pulling) Close() error {
 }
 
 func (p *pulling) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	return reapExecutor(ctx, p.Executor)
+	rep, err := reapExecutor(ctx, p.Executor)
+	return rep, errors.Join(err, reapStaging(p.store, &rep))
 }
 
 func (p *pulling) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
+	var rep sandbox.ReapReport
+	var err error
 	if r, ok := p.Executor.(backend.DeadReaper); ok {
-		return r.ReapDead(ctx)
+		rep, err = r.ReapDead(ctx)
+	} else {
+		rep, err = reapExecutor(ctx, p.Executor)
 	}
-	return reapExecutor(ctx, p.Executor)
+	return rep, errors.Join(err, reapStaging(p.store, &rep))
+}
+
+// reapStaging removes what dead imports and pulls left in the local image
+// store's staging directory, adding it to rep.Files.
+func reapStaging(st *images.Store, rep *sandbox.ReapReport) error {
+	removed, err := st.ReapStaging()
+	rep.Files = append(rep.Files, removed...)
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "image store: %v", err)
+	}
+	return nil
 }
 
 func imagesPullCommand() *cli.Command {

@@ -235,3 +235,48 @@ func mustFingerprint(t *testing.T, file string) string {
 	}
 	return k.Fingerprint
 }
+
+// TestReapRemovesDeadPullStaging: reap --backend oci removes what a
+// killed pull left in the image store, and nothing else of the store.
+func TestReapRemovesDeadPullStaging(t *testing.T) {
+	hooksNeedSandbox(t)
+	data := t.TempDir()
+	state := t.TempDir()
+	for _, p := range []string{filepath.Dir(state), state} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := images.OpenStore(filepath.Join(data, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := fixtures.StartRegistry(t)
+	reg.Push(t, reg.Ref("kept:1"), fixtures.TestImage(t, map[string]string{"a": "1"}))
+	if _, err := st.Pull(context.Background(), reg.Ref("kept:1"), images.PullOptions{Registries: mustRegistries(t, reg.Host)}); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(data, "images", ".tmp", "pull-killed")
+	if err := os.MkdirAll(filepath.Join(dead, "image", "rootfs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := run(t, "reap", "--backend", "oci", "--json", "--data-dir", data, "--state-dir", state)
+	if code != 0 || !strings.Contains(stdout, dead) {
+		t.Errorf("reap exited %d (%s): %s; want %s removed", code, stderr, stdout, dead)
+	}
+	if _, err := os.Stat(dead); err == nil {
+		t.Error("the dead pull's staging directory is still there")
+	}
+	if _, err := st.Get(reg.Ref("kept:1")); err != nil {
+		t.Errorf("reap removed a stored image: %v", err)
+	}
+}
+
+func mustRegistries(t *testing.T, insecure ...string) *images.Registries {
+	t.Helper()
+	r, err := images.LoadRegistries("", insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
