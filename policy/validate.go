@@ -132,7 +132,13 @@ func checkPull(p *sandbox.Policy, ps *problems) {
 			ps.add("verify.keys", "image %q is generated on this machine and carries no signature; name an image from a registry", p.Image)
 		case p.Backend == sandbox.BackendLocal:
 			ps.add("verify.keys", "backend local runs no image, so nothing can be verified")
+		case p.Backend != sandbox.BackendOCI:
+			// Fail closed: these backends would run the image unverified.
+			ps.add("verify.keys", "backend %s does not pull or verify images yet (only oci does); refusing rather than running an unverified image", p.Backend)
 		}
+	}
+	if p.Pull == sandbox.PullAlways && p.Backend != sandbox.BackendOCI && p.Backend != sandbox.BackendLocal {
+		ps.add("pull", "%q: backend %s does not pull images yet (only oci does); import the image into it", p.Pull, p.Backend)
 	}
 }
 
