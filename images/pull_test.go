@@ -406,3 +406,87 @@ func TestReapStagingLeavesLiveOnes(t *testing.T) {
 		t.Errorf("second ReapStaging = %v, %v; want nothing", removed, err)
 	}
 }
+
+// FuzzCanonicalReference: any input either fails with ErrInvalid or gives
+// a canonical reference that is its own canonical form and that a store
+// path can be made of.
+func FuzzCanonicalReference(f *testing.F) {
+	for _, s := range []string{"golang", "golang:1.26@sha256:" + strings.Repeat("a", 64), "127.0.0.1:5000/x/y@sha256:" + strings.Repeat("0", 64), "x@sha256:", "@", "a/../b", "host@sha256:" + strings.Repeat("1", 64)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		canon, err := CanonicalReference(ref)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("CanonicalReference(%q) = %v, not ErrInvalid", ref, err)
+			}
+			return
+		}
+		again, err := CanonicalReference(canon)
+		if err != nil || again != canon {
+			t.Fatalf("CanonicalReference(%q) = %q, whose canonical form is %q, %v", ref, canon, again, err)
+		}
+		repo, tag, err := splitName(canon, true)
+		if d := repoDir(repo); err != nil || strings.Contains(d+tagDir(tag), "/") || strings.Contains(tagDir(tag), ":") || d == "." || d == ".." {
+			t.Fatalf("%q: store path %q/%q, %v", canon, repoDir(repo), tagDir(tag), err)
+		}
+		if back, ok := dirTag(tagDir(tag)); !ok || back != tag {
+			t.Fatalf("%q: tag %q does not round-trip through its directory (%q, %v)", canon, tag, back, ok)
+		}
+	})
+}
+
+// FuzzLoadRegistries: any credentials file either loads or fails with
+// ErrInvalid, and an error never quotes the file's content.
+func FuzzLoadRegistries(f *testing.F) {
+	f.Add([]byte(`{"auths":{"r.example:5000":{"auth":"dTpw"}}}`))
+	f.Add([]byte(`{"auths":{"x":{"username":"u","password":"SECRETVALUE"}}}`))
+	f.Add([]byte(`{"credsStore":"x"}`))
+	f.Add([]byte(`SECRETVALUE`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(t.TempDir(), "config.json")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadRegistries(file, nil)
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("LoadRegistries = %v, not ErrInvalid", err)
+		}
+		if err != nil && bytes.Contains(data, []byte("SECRETVALUE")) && strings.Contains(err.Error(), "SECRETVALUE") {
+			t.Fatalf("the error quotes the file: %v", err)
+		}
+	})
+}
+
+// TestPullConcurrent: pulls of one reference and of another at the same
+// time all succeed and leave one image each.
+func TestPullConcurrent(t *testing.T) {
+	reg := fixtures.StartRegistry(t)
+	a := reg.Push(t, reg.Ref("a:1"), fixtures.TestImage(t, map[string]string{"f": "a"}))
+	b := reg.Push(t, reg.Ref("b:1"), fixtures.TestImage(t, map[string]string{"f": "b"}))
+	st, _ := OpenStore(t.TempDir())
+	regs := insecureRegs(t, reg, "")
+	refs := []string{reg.Ref("a:1"), reg.Ref("a:1"), reg.Ref("b:1"), reg.Ref("a:1"), reg.Ref("b:1")}
+	errs := make(chan error, len(refs))
+	for _, r := range refs {
+		go func() {
+			_, err := st.Pull(context.Background(), r, PullOptions{Registries: regs})
+			errs <- err
+		}()
+	}
+	for range refs {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent pull: %v", err)
+		}
+	}
+	imgs, err := st.List()
+	if err != nil || len(imgs) != 2 || imgs[0].Digest != a || imgs[1].Digest != b {
+		t.Errorf("List after concurrent pulls = %v, %v", imgs, err)
+	}
+	left, _ := os.ReadDir(filepath.Join(st.Root(), tmpDir))
+	for _, e := range left {
+		if strings.HasPrefix(e.Name(), "pull-") {
+			t.Errorf("staging leftover %s", e.Name())
+		}
+	}
+}

@@ -93,7 +93,8 @@ func LoadRegistries(authFile string, insecure []string) (*Registries, error) {
 	for key, a := range cfg.Auths {
 		host := authHost(key)
 		if host == "" || !validDomain(host) {
-			return nil, fmt.Errorf("%w: registry credentials %s: auths key %q is not a registry host[:port]", ErrInvalid, authFile, key)
+			// Not quoted: a malformed key may be a misplaced secret.
+			return nil, fmt.Errorf("%w: registry credentials %s: an auths key is not a registry host[:port] (or a URL of one)", ErrInvalid, authFile)
 		}
 		ac := authn.AuthConfig{Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}
 		if a.Auth != "" {
