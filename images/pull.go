@@ -380,7 +380,8 @@ func pullError(ref string, err error) error {
 func isDigestError(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "digest mismatch") || strings.Contains(msg, "error verifying") ||
-		strings.Contains(msg, "manifest digest") || strings.Contains(msg, "size mismatch")
+		strings.Contains(msg, "manifest digest") || strings.Contains(msg, "size mismatch") ||
+		strings.Contains(msg, "does not match expected size")
 }
 
 // firstLine is err's message up to its first newline, bounded.

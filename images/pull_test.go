@@ -490,3 +490,35 @@ func TestPullConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestPullRefusesMoreBytesThanDeclared: a manifest that understates a
+// layer's size does not get past the cap: reading stops at the declared
+// size and the pull is refused.
+func TestPullRefusesMoreBytesThanDeclared(t *testing.T) {
+	reg := fixtures.StartRegistry(t)
+	img := fixtures.TestImage(t, map[string]string{"payload": strings.Repeat("z", 64<<10)})
+	reg.Push(t, reg.Ref("real:1"), img)
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lie := m.DeepCopy()
+	lie.Layers[0].Size = 10
+	body, _ := json.Marshal(lie)
+	req, _ := http.NewRequest(http.MethodPut, "http://"+reg.Host+"/v2/real/manifests/lie", bytes.NewReader(body))
+	req.Header.Set("Content-Type", string(lie.MediaType))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("put manifest: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	st, _ := OpenStore(t.TempDir())
+	_, err = st.Pull(context.Background(), reg.Ref("real:lie"), PullOptions{Registries: insecureRegs(t, reg, "")})
+	if !errors.Is(err, ErrVerify) {
+		t.Fatalf("pull of a manifest understating its layer: %v, want ErrVerify", err)
+	}
+	assertNothingStored(t, st)
+	if _, err := st.Pull(context.Background(), reg.Ref("real:1"), PullOptions{Registries: insecureRegs(t, reg, "")}); err != nil {
+		t.Errorf("pull of the honest manifest: %v", err)
+	}
+}
