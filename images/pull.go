@@ -3,7 +3,7 @@ package images
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +21,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -314,7 +315,8 @@ func decompressLayer(br *bufio.Reader) (io.Reader, func(), error) {
 	}
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
+		// klauspost's inflate is about twice the standard library's.
+		zr, err := kgzip.NewReader(br)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip: %w", err)
 		}

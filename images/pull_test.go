@@ -1,6 +1,7 @@
 package images
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -374,7 +375,7 @@ func TestCanonicalReference(t *testing.T) {
 	if _, err := CanonicalName("x@" + d); !errors.Is(err, ErrInvalid) {
 		t.Errorf("CanonicalName with a digest: %v", err)
 	}
-	_ = fmt.Sprint
+
 }
 
 func TestReapStagingLeavesLiveOnes(t *testing.T) {
@@ -521,4 +522,59 @@ func TestPullRefusesMoreBytesThanDeclared(t *testing.T) {
 	if _, err := st.Pull(context.Background(), reg.Ref("real:1"), PullOptions{Registries: insecureRegs(t, reg, "")}); err != nil {
 		t.Errorf("pull of the honest manifest: %v", err)
 	}
+}
+
+// BenchmarkPull pulls a one-layer image of 8 MiB of files from the
+// loopback registry; BenchmarkPullBaselineImport imports the same root
+// filesystem from a tarball, the baseline measured in the same run.
+func BenchmarkPull(b *testing.B) {
+	reg := fixtures.StartRegistry(b)
+	files := benchFiles()
+	reg.Push(b, reg.Ref("bench:1"), fixtures.TestImage(b, files))
+	regs, err := LoadRegistries("", []string{reg.Host})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		st, _ := OpenStore(b.TempDir())
+		if _, err := st.Pull(context.Background(), reg.Ref("bench:1"), PullOptions{Registries: regs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPullBaselineImport(b *testing.B) {
+	files := benchFiles()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for name, body := range files {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	file := filepath.Join(b.TempDir(), "rootfs.tar")
+	os.WriteFile(file, buf.Bytes(), 0o600)
+	for b.Loop() {
+		st, _ := OpenStore(b.TempDir())
+		if _, err := st.Import(context.Background(), file, "bench:1", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchFiles are 64 files of 128 KiB of pseudo-random text.
+func benchFiles() map[string]string {
+	files := map[string]string{}
+	x := uint32(1)
+	for i := range 64 {
+		var sb strings.Builder
+		for sb.Len() < 128<<10 {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			fmt.Fprintf(&sb, "%08x", x)
+		}
+		files[fmt.Sprintf("f%02d", i)] = sb.String()
+	}
+	return files
 }
