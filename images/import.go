@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	kgzip "github.com/klauspost/compress/gzip"
 )
 
 // Archive formats Import recognizes, as recorded in image.json.
@@ -191,6 +192,9 @@ func unpackOuter(ctx context.Context, r io.Reader, dir string) (compressed bool,
 	return compressed, nil
 }
 
+// zstdMagic starts a zstd stream.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
 // decompress returns a reader of the tar stream in br, unwrapping gzip.
 // Other compressions are refused with a message naming them.
 func decompress(br *bufio.Reader) (io.Reader, bool, error) {
@@ -200,12 +204,13 @@ func decompress(br *bufio.Reader) (io.Reader, bool, error) {
 	}
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
+		// klauspost's inflate is about twice the standard library's.
+		zr, err := kgzip.NewReader(br)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: gzip: %v", ErrInvalid, err)
 		}
 		return zr, true, nil
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+	case bytes.HasPrefix(magic, zstdMagic):
 		return nil, false, fmt.Errorf("%w: zstd-compressed input; only plain or gzip-compressed tarballs are supported", ErrInvalid)
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
 		return nil, false, fmt.Errorf("%w: xz-compressed input; only plain or gzip-compressed tarballs are supported", ErrInvalid)

@@ -21,7 +21,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -306,29 +305,18 @@ func extractCompressed(ctx context.Context, x *extractor, br *bufio.Reader) erro
 	return err
 }
 
-// decompressLayer unwraps a layer's gzip or zstd compression (told apart
-// by their magic numbers); an uncompressed layer is returned as is.
+// decompressLayer unwraps a layer's zstd compression, else what
+// decompress takes (gzip, or none).
 func decompressLayer(br *bufio.Reader) (io.Reader, func(), error) {
-	magic, err := br.Peek(4)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
-	}
-	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		// klauspost's inflate is about twice the standard library's.
-		zr, err := kgzip.NewReader(br)
-		if err != nil {
-			return nil, nil, fmt.Errorf("gzip: %w", err)
-		}
-		return zr, func() { zr.Close() }, nil
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+	if magic, _ := br.Peek(4); bytes.HasPrefix(magic, zstdMagic) {
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd: %w", err)
 		}
 		return zr, zr.Close, nil
 	}
-	return br, func() {}, nil
+	r, _, err := decompress(br)
+	return r, func() {}, err
 }
 
 // capReader fails once more than left bytes are read: a registry may
