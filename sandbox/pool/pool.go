@@ -527,6 +527,21 @@ func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
 	p.mu.Unlock()
 }
 
+// takeReady removes every ready slot of every key, with its key. p.mu is
+// held.
+func (p *Pool[S]) takeReady() (ready []*entry[S], keys []string) {
+	for k, ks := range p.keys {
+		for _, e := range ks.ready {
+			e.timer.Stop()
+			ready = append(ready, e)
+			keys = append(keys, k)
+		}
+		ks.ready = nil
+	}
+	p.ready = 0
+	return ready, keys
+}
+
 // Drain destroys every ready slot (reason Closed), also those whose
 // prepare was running, and waits until no prepare or background teardown
 // runs, or ctx is done; unlike Close, the pool keeps serving. It is for a
@@ -536,17 +551,7 @@ func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
 func (p *Pool[S]) Drain(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		var ready []*entry[S]
-		var keys []string
-		for k, ks := range p.keys {
-			for _, e := range ks.ready {
-				e.timer.Stop()
-				ready = append(ready, e)
-				keys = append(keys, k)
-			}
-			ks.ready = nil
-		}
-		p.ready = 0
+		ready, keys := p.takeReady()
 		busy := p.preparing + p.tearing
 		p.mu.Unlock()
 		for i, e := range ready {
@@ -606,15 +611,7 @@ func (p *Pool[S]) Close(ctx context.Context) error {
 	if !p.closed {
 		p.closed = true
 		p.cancel()
-		for k, ks := range p.keys {
-			for _, e := range ks.ready {
-				e.timer.Stop()
-				ready = append(ready, e)
-				keys = append(keys, k)
-			}
-			ks.ready = nil
-		}
-		p.ready = 0
+		ready, keys = p.takeReady()
 	}
 	p.mu.Unlock()
 
