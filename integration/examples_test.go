@@ -100,6 +100,9 @@ var readmeExamples = map[string]example{
 	`dsh-sandbox reap`:   {},
 }
 
+// pullElsewhere is why docs/images.md's pull lines are not run here.
+const pullElsewhere = "TestImagesPullDocExamples (integration/pull_test.go) runs this line as written against a registry on loopback that it starts, with that registry's port in place of 5000 and the pushed image's digest in place of <digest>"
+
 // exampleDoc is one file whose sh blocks TestExamples runs.
 type exampleDoc struct {
 	file string
@@ -132,6 +135,7 @@ var exampleDocs = []exampleDoc{
 	{file: "docs/dsh-compatibility.md", checkout: true, examples: compatibilityExamples},
 	{file: "docs/dsh-provider.md"},
 	{file: "docs/identity.md"},
+	{file: "docs/images.md", examples: imagesExamples},
 	{file: "docs/kubernetes.md", examples: kubernetesExamples,
 		listed: "needs a Kubernetes cluster: scripts/kube.sh start builds and starts one (minutes), which scripts/test.sh does not; the sandbox/kubernetes tests run these calls against it"},
 	{file: "docs/mcp.md", ownHost: true, agents: true, examples: mcpExamples},
@@ -762,6 +766,13 @@ var (
 		`DSH_INTEROP_CASES=20000 DSH_INTEROP_SEED=7 go test -tags dshinterop -v ./interop/...`: {listed: "ten times the cases of the line before, which scripts/test.sh runs: an hour"},
 	}
 	// kubernetesExamples are listed with the file's reason.
+	imagesExamples = map[string]example{
+		`dsh-sandbox images pull --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools:1`:               {listed: pullElsewhere},
+		`dsh-sandbox images pull --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools@sha256:<digest>`: {listed: pullElsewhere},
+		`dsh-sandbox images list`: {listed: pullElsewhere},
+		`dsh-sandbox images pull --insecure-registries 127.0.0.1:5000 --verify-key cosign.pub --json 127.0.0.1:5000/tools:1`: {listed: pullElsewhere},
+		`dsh-sandbox images rm 127.0.0.1:5000/tools@sha256:<digest>`:                                                         {listed: pullElsewhere},
+	}
 	kubernetesExamples = map[string]example{
 		`export KUBECONFIG=$HOME/.kube/config`:                         {},
 		`export DSH_SANDBOX_KUBE_SECCOMP_DIR=/var/lib/kubelet/seccomp`: {},
