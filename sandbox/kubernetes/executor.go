@@ -338,20 +338,31 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape
 	return &podContainer{e: e, call: call, name: name}, nil
 }
 
-// createAndWait creates pod and waits until its container runs. A
-// watch, opened before the create, sees every change.
+// createAndWait creates pod and waits until its container runs. The
+// watch starts at the resource version the create returned, so it sees
+// every later change, and the API server serves it from its watch cache
+// (a watch from "now" needs a consistent read, which etcd before 3.5
+// cannot give the cache: it then stalls until the cache sees a newer
+// event).
 func (e *Executor) createAndWait(ctx, bg context.Context, pod *corev1.Pod) error {
 	pods := e.cli.CoreV1().Pods(pod.Namespace)
 	wctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	created, err := pods.Create(bg, pod, metav1.CreateOptions{})
 	if err != nil {
+		return classify(err, "create pod %s", pod.Name)
+	}
+	w, err := pods.Watch(wctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
+		ResourceVersion: created.ResourceVersion,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s not started: %w", pod.Name, context.Cause(ctx))
+		}
 		return classify(err, "watch pod %s", pod.Name)
 	}
 	defer w.Stop()
-	if _, err := pods.Create(bg, pod, metav1.CreateOptions{}); err != nil {
-		return classify(err, "create pod %s", pod.Name)
-	}
 	for {
 		select {
 		case <-wctx.Done():
