@@ -60,7 +60,8 @@ func runAttached() int {
 		}
 	}()
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
-	out := &framer{out: os.Stdout}
+	// Escaped: no newline byte reaches the runtime's line logger.
+	out := &framer{out: stub.NewEscaper(os.Stdout)}
 	c, err := stub.ReadCall(in)
 	if err != nil {
 		if errors.Is(err, io.EOF) {

@@ -16,7 +16,7 @@ import (
 type attached struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
-	out io.ReadCloser
+	out io.Reader // the stub's stdout, unescaped
 }
 
 func startAttached(t *testing.T, c stub.Call) *attached {
@@ -27,9 +27,11 @@ func startAttached(t *testing.T, c stub.Call) *attached {
 	if a.in, err = a.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	if a.out, err = a.cmd.StdoutPipe(); err != nil {
+	stdout, err := a.cmd.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
+	a.out = stub.NewUnescaper(stdout)
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 		inR.Close()
 		p.streamed <- err
 	}()
-	go p.decode(outR, stdio)
+	go p.decode(stub.NewUnescaper(outR), stdio)
 	// The call message first, then the stdin; the stream stays open
 	// until the call ends (its end is the stub's lifeline).
 	go func() {

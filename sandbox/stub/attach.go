@@ -1,6 +1,7 @@
 package stub
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -125,4 +126,80 @@ func ReadFrame(r io.Reader) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: truncated frame: %v", ErrMalformed, err)
 	}
 	return f, nil
+}
+
+// The stub's stdout in attach mode holds no newline byte: the container
+// runtime logs a container's stdout line by line (the CRI log format),
+// and a command printing many short lines made that logger the call's
+// bottleneck (about 3 MB/s on the test cluster, against 20 MB/s for the
+// same bytes without newlines). NewEscaper replaces every '\n' with
+// escapeByte 'n' and every escapeByte with escapeByte 'e'; NewUnescaper
+// reverses it. The executor's frames to the stub (its stdin) are not
+// escaped.
+const escapeByte = 0xfe
+
+// NewEscaper returns a writer that writes to w what it is given, escaped.
+// It is not safe for concurrent use.
+func NewEscaper(w io.Writer) io.Writer { return &escaper{w: w} }
+
+type escaper struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (e *escaper) Write(p []byte) (int, error) {
+	b := e.buf[:0]
+	for _, c := range p {
+		switch c {
+		case '\n':
+			b = append(b, escapeByte, 'n')
+		case escapeByte:
+			b = append(b, escapeByte, 'e')
+		default:
+			b = append(b, c)
+		}
+	}
+	e.buf = b
+	if _, err := e.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// NewUnescaper returns a reader of what r holds, unescaped; an escape
+// byte followed by anything but 'n' or 'e' is an ErrMalformed error.
+func NewUnescaper(r io.Reader) io.Reader { return &unescaper{r: bufio.NewReaderSize(r, 64<<10)} }
+
+type unescaper struct{ r *bufio.Reader }
+
+func (u *unescaper) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if n > 0 && u.r.Buffered() == 0 {
+			break
+		}
+		c, err := u.r.ReadByte()
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		}
+		if c == escapeByte {
+			d, err := u.r.ReadByte()
+			switch {
+			case err != nil:
+				return n, fmt.Errorf("%w: the stream ends inside an escape", ErrMalformed)
+			case d == 'n':
+				c = '\n'
+			case d == 'e':
+				c = escapeByte
+			default:
+				return n, fmt.Errorf("%w: escape byte followed by %#x", ErrMalformed, d)
+			}
+		}
+		p[n] = c
+		n++
+	}
+	return n, nil
 }
