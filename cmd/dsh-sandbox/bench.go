@@ -47,7 +47,8 @@ Example:
 			&cli.BoolFlag{Name: "no-daemons", Usage: "measure the OCI runtimes only, not docker and containerd"},
 			jsonFlag,
 		},
-		Action: runBench,
+		Action:      runBench,
+		Subcommands: []*cli.Command{benchServiceCommand()},
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,10 +56,15 @@ type poolMetrics struct {
 	prepared     *prometheus.CounterVec
 	destroyed    *prometheus.CounterVec
 	handout      prometheus.Histogram
+	ready        prometheus.GaugeFunc
+	preparing    prometheus.GaugeFunc
+
+	// size, once set, reads the pools' sizes for the gauges.
+	size atomic.Pointer[func() pool.Size]
 }
 
 func newPoolMetrics() *poolMetrics {
-	return &poolMetrics{
+	m := &poolMetrics{
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dsh_sandbox_pool_hits_total",
 			Help: "Calls that found a prepared container in the warm pool.",
@@ -73,7 +79,7 @@ func newPoolMetrics() *poolMetrics {
 		}, []string{"outcome"}),
 		destroyed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dsh_sandbox_pool_destroyed_total",
-			Help: "Containers the warm pool tore down, by reason (used, expired, dead, closed).",
+			Help: "Containers the warm pool tore down, by reason (used, expired, dead, closed, evicted).",
 		}, []string{"reason"}),
 		handout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dsh_sandbox_pool_handout_seconds",
@@ -81,10 +87,26 @@ func newPoolMetrics() *poolMetrics {
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
 		}),
 	}
+	m.ready = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dsh_sandbox_pool_ready",
+		Help: "Containers the warm pools hold prepared, ready for a call.",
+	}, func() float64 { return float64(m.sizeNow().Ready) })
+	m.preparing = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dsh_sandbox_pool_preparing",
+		Help: "Containers the warm pools are preparing.",
+	}, func() float64 { return float64(m.sizeNow().Preparing) })
+	return m
+}
+
+func (m *poolMetrics) sizeNow() pool.Size {
+	if f := m.size.Load(); f != nil {
+		return (*f)()
+	}
+	return pool.Size{}
 }
 
 func (m *poolMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.hits, m.misses, m.prepared, m.destroyed, m.handout}
+	return []prometheus.Collector{m.hits, m.misses, m.prepared, m.destroyed, m.handout, m.ready, m.preparing}
 }
 
 func (m *poolMetrics) Took(_ string, hit bool, d time.Duration) {

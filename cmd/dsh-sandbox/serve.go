@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
 func serveCommand() *cli.Command {
@@ -199,6 +200,8 @@ func runServe(c *cli.Context) error {
 	}
 
 	router := &executorRouter{s: s}
+	poolSize := router.poolSize
+	pm.size.Store(&poolSize)
 	defer router.close()
 	leaked, err := router.reapAll(c.Context, policies)
 	if err != nil {
@@ -440,6 +443,22 @@ func (r *executorRouter) Run(ctx context.Context, req *sandbox.Request) (*sandbo
 		return nil, err
 	}
 	return ex.Run(ctx, req)
+}
+
+// poolSize is the sum of the sizes of the executors' warm pools.
+func (r *executorRouter) poolSize() pool.Size {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sum pool.Size
+	for _, ex := range r.execs {
+		if p, ok := ex.(interface{ PoolSize() pool.Size }); ok {
+			sz := p.PoolSize()
+			sum.Ready += sz.Ready
+			sum.Preparing += sz.Preparing
+			sum.Keys += sz.Keys
+		}
+	}
+	return sum
 }
 
 // reapAll creates the executor of every policy's backend that reaps and

@@ -106,9 +106,10 @@ type Warm[S any] interface {
 	// Take returns a prepared slot that fits call exactly (everything
 	// the slot fixed is what call would have fixed), with the cleanup
 	// stack that undoes it, and sandbox.PoolHit; else no slot and
-	// sandbox.PoolMiss, or "" when call is not one the pool serves. The
-	// slot is the caller's alone.
-	Take(call *Call, state S) (slot Slot, undo *Cleanup, pool string)
+	// sandbox.PoolMiss, or "" when call is not one the pool serves. It
+	// may wait, within ctx, for a slot already being prepared. The slot
+	// is the caller's alone.
+	Take(ctx context.Context, call *Call, state S) (slot Slot, undo *Cleanup, pool string)
 	// Started says call was bound and runs: the backend may prepare a
 	// slot for the session's next call.
 	Started(call *Call, state S)
@@ -116,7 +117,7 @@ type Warm[S any] interface {
 	// cleanup stack), to run it after Run returned, off the caller's
 	// path; it reports whether it did. It must not for a call whose
 	// teardown can still change its result (Call.Fail, Result.Egress).
-	Release(call *Call, teardown *Cleanup) bool
+	Release(call *Call, state S, teardown *Cleanup) bool
 }
 
 // PrepareSlot prepares, ahead of its call, a slot for a call like req:
@@ -306,7 +307,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	// context the caller's cancellation does not reach.
 	bg := context.WithoutCancel(ctx)
 	defer func() {
-		if warm != nil && warm.Release(call, call.Cleanup.Release()) {
+		if warm != nil && warm.Release(call, state, call.Cleanup.Release()) {
 			return
 		}
 		t := time.Now()
@@ -329,7 +330,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	var slot Slot
 	if warm != nil {
 		var undo *Cleanup
-		slot, undo, res.Timings.Pool = warm.Take(call, state)
+		slot, undo, res.Timings.Pool = warm.Take(ctx, call, state)
 		if slot != nil {
 			call.Cleanup.Merge(undo)
 		}

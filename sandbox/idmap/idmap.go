@@ -141,23 +141,37 @@ func StageAt(source, target string, usernsFD int, attrs uint64) error {
 // nodev. With usernsFD < 0 the clone keeps the ids as they are on disk
 // (no id mapping): a plain, non-recursive bind of what fd names.
 func MountFD(fd int, target string, usernsFD int, attrs uint64) error {
-	tfd, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	tfd, err := CloneFD(fd, usernsFD, attrs)
 	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
+		return err
 	}
 	defer unix.Close(tfd)
+	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount to %s: %w", target, err)
+	}
+	return nil
+}
+
+// CloneFD is the detached mount MountFD attaches: a non-recursive clone
+// of what fd names, nosuid and nodev with attrs on top, id-mapped with
+// the user namespace at usernsFD unless it is < 0. The caller attaches
+// it with move_mount (in any mount namespace it may enter) and closes
+// it; closed unattached, it is gone.
+func CloneFD(fd, usernsFD int, attrs uint64) (int, error) {
+	tfd, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree: %w", err)
+	}
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | attrs}
 	if usernsFD >= 0 {
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(usernsFD)
 	}
 	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		return fmt.Errorf("mount_setattr: %w", err)
+		unix.Close(tfd)
+		return -1, fmt.Errorf("mount_setattr: %w", err)
 	}
-	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount to %s: %w", target, err)
-	}
-	return nil
+	return tfd, nil
 }
 
 // Call is how a call's identity is mapped to the host.

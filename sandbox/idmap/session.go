@@ -94,17 +94,12 @@ func sessionNamespace(ownerUID, ownerGID, uid, gid uint32) (ns *os.File, release
 // and the service's ACL entries let its uid read (docs/identity.md). On
 // failure target is removed again.
 func StageSession(source, target string, uid, gid uint32, attrs uint64) error {
-	attrs |= unix.MOUNT_ATTR_RDONLY
-	fd, err := openSource(source)
+	tfd, dir, err := SessionClone(source, uid, gid, attrs)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("staging mount of %s: %w", source, err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+	defer unix.Close(tfd)
+	if dir {
 		err = os.Mkdir(target, 0o700)
 	} else {
 		err = os.WriteFile(target, nil, 0o600)
@@ -112,27 +107,48 @@ func StageSession(source, target string, uid, gid uint32, attrs uint64) error {
 	if err != nil {
 		return fmt.Errorf("staging mount point: %w", err)
 	}
-	fail := func(err error) error {
+	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		_ = os.Remove(target)
-		return fmt.Errorf("staging mount of %s: %w", source, err)
+		return fmt.Errorf("staging mount of %s: move_mount to %s: %w", source, target, err)
+	}
+	return nil
+}
+
+// SessionClone is the mount StageSession attaches, detached: the caller
+// attaches it with move_mount and closes it. dir says whether source is
+// a directory.
+func SessionClone(source string, uid, gid uint32, attrs uint64) (tfd int, dir bool, err error) {
+	attrs |= unix.MOUNT_ATTR_RDONLY
+	fd, err := openSource(source)
+	if err != nil {
+		return -1, false, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return -1, false, fmt.Errorf("staging mount of %s: %w", source, err)
+	}
+	dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	fail := func(err error) (int, bool, error) {
+		return -1, false, fmt.Errorf("staging mount of %s: %w", source, err)
 	}
 	if st.Uid == uid && st.Gid == gid {
-		if err := MountFD(fd, target, -1, attrs); err != nil {
+		if tfd, err = CloneFD(fd, -1, attrs); err != nil {
 			return fail(err)
 		}
-		return nil
+		return tfd, dir, nil
 	}
 	ns, release, err := sessionNamespace(st.Uid, st.Gid, uid, gid)
 	if err != nil {
 		return fail(err)
 	}
 	defer release()
-	err = MountFD(fd, target, int(ns.Fd()), attrs)
+	tfd, err = CloneFD(fd, int(ns.Fd()), attrs)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
-		err = MountFD(fd, target, -1, attrs)
+		tfd, err = CloneFD(fd, -1, attrs)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	return nil
+	return tfd, dir, nil
 }

@@ -53,6 +53,16 @@ type bundle struct {
 	// staged are the staging mounts in the bundle (stageBinds, and the
 	// read-only root of prepareGofer); unmount removes them.
 	staged []string
+	// mounts are the mounts of the container's spec, as it was written;
+	// hostUID and hostGID the host ids of its process (idmap.CallHostIDs),
+	// or hostIDsErr: what a session directory mounted at Bind needs.
+	mounts           []specs.Mount
+	hostUID, hostGID uint32
+	hostIDsErr       error
+	// rootUID and rootGID are the host ids of the container's root (0
+	// without a user namespace): what the executor creates in the
+	// container's own file systems belongs to it.
+	rootUID, rootGID uint32
 }
 
 // inNamespace runs f in the runtime's mount namespace.

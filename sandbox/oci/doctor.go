@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
 // Check is one finding of Doctor.
@@ -22,8 +24,8 @@ const doctorRunTimeout = 60 * time.Second
 // its binary and version, root privileges, the cgroup layout (and, for
 // crun on a hybrid host, whether the unified mount can be hidden), the
 // state directory, and finally a real call of `true` under the built-in
-// workspace-write policy. Checks after a failed prerequisite are reported
-// as not run. Doctor leaves nothing behind.
+// workspace-write policy. With runc and crun it also checks the stub (found,
+// static). Checks after a failed prerequisite are reported as not run. Doctor leaves nothing behind.
 func Doctor(ctx context.Context, opts Options) []Check {
 	var checks []Check
 	add := func(name string, ok bool, format string, args ...any) bool {
@@ -76,8 +78,13 @@ func Doctor(ctx context.Context, opts Options) []Check {
 
 	state := sandbox.CheckStateDir(opts.StateDir)
 	stateOK := add(state.Name, state.OK, "%s", state.Detail)
+	stubOK := true
+	if usesStub(rt) {
+		p, err := stubProgram(opts.Stub)
+		stubOK = add("stub", err == nil, "%s", errOr(err, p+": static, found"))
+	}
 
-	if !rootOK || !cgOK || !stateOK {
+	if !rootOK || !cgOK || !stateOK || !stubOK {
 		add("run", false, "not run: a prerequisite failed")
 		return checks
 	}
@@ -102,6 +109,27 @@ func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
 	defer cancel()
 	return sandbox.DoctorRun(ctx, e, p, e.instance)
+}
+
+// stubProgram locates the stub (stub.Locate) and checks that it is a
+// static executable: it runs in the container's root file system, which
+// need not have the host's dynamic loader and libraries.
+func stubProgram(path string) (string, error) {
+	p, err := stub.Locate(path)
+	if err != nil {
+		return "", err
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: not an ELF executable: %v", p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("%s is dynamically linked: build it with CGO_ENABLED=0 (docs/pool.md)", p)
+		}
+	}
+	return p, nil
 }
 
 func errOr(err error, ok string) string {

@@ -21,7 +21,11 @@ func TestDoctorUsable(t *testing.T) {
 					t.Errorf("Doctor(%s) check %s failed: %s", rt, c.Name, c.Detail)
 				}
 			}
-			if got, want := strings.Join(names, ","), "binary,version,"+strings.Join(cveChecks, ",")+",root,cgroups,state,run"; got != want {
+			stubCheck := ""
+			if usesStub(rt) {
+				stubCheck = ",stub"
+			}
+			if got, want := strings.Join(names, ","), "binary,version,"+strings.Join(cveChecks, ",")+",root,cgroups,state"+stubCheck+",run"; got != want {
 				t.Errorf("Doctor(%s) checks = %s, want %s", rt, got, want)
 			}
 			entries, _ := os.ReadDir(filepath.Join(state, "bundles"))
@@ -43,10 +47,12 @@ func TestDoctorUnusable(t *testing.T) {
 		{"missing-binary", Options{Runtime: RuntimeRunc, RuntimePath: "/nonexistent/runc", StateDir: t.TempDir()}, "binary", "/nonexistent/runc"},
 		{"unknown-runtime", Options{Runtime: "kata", StateDir: t.TempDir()}, "binary", "kata"},
 		{"relative-state", Options{Runtime: RuntimeRunc, StateDir: "state"}, "state", "not an absolute path"},
+		{"missing-stub", Options{Runtime: RuntimeRunc, StateDir: t.TempDir(), Stub: "/nonexistent/dsh-sandbox-stub"}, "stub", "/nonexistent/dsh-sandbox-stub"},
+		{"dynamic-stub", Options{Runtime: RuntimeCrun, StateDir: t.TempDir(), Stub: "/bin/true"}, "stub", "dynamically linked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.check == "state" {
-				requireRuntime(t, RuntimeRunc)
+			if tc.check == "state" || tc.check == "stub" {
+				requireRuntime(t, tc.opts.Runtime)
 			}
 			checks := Doctor(context.Background(), tc.opts)
 			found := false

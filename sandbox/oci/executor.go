@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +198,14 @@ func (e *Executor) Instance() string { return e.instance }
 // with runc or crun).
 func (e *Executor) Pooled() bool { return e.warm != nil }
 
+// PoolSize is the size of the executor's warm pool; zero without one.
+func (e *Executor) PoolSize() pool.Size {
+	if e.warm == nil {
+		return pool.Size{}
+	}
+	return e.warm.pool.Size()
+}
+
 // Runtime returns the runtime name ("runc", "crun" or "runsc").
 func (e *Executor) Runtime() string { return e.rt.name }
 
@@ -281,6 +290,10 @@ type plan struct {
 	bash string
 	opts []sandbox.SpecOpt
 	ids  idmap.Call
+	// poolKey and late are the call's pool key and whether its session
+	// directory is mounted at Bind (Executor.poolKey), computed once.
+	poolKey string
+	late    bool
 }
 
 func (r *runner) Config() driver.Config {
@@ -333,6 +346,8 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if !hasSh {
 		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
 	}
+	pl := &plan{img: img, bash: bash, opts: opts, ids: ids}
+	pl.poolKey, pl.late = e.poolKey(req)
 	imageName := req.Policy.Image // as the policy names it
 	if imageName == "" {
 		imageName = img.Name
@@ -346,7 +361,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 			Image:   imageName,
 			Policy:  req.Policy.Name,
 		},
-	}, &plan{img: img, bash: bash, opts: opts, ids: ids}, nil
+	}, pl, nil
 }
 
 // Prepare starts the call's egress network when its policy asks for one,
@@ -588,6 +603,11 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 	}
 	if err := b.writeConfig(spec); err != nil {
 		return nil, internal(err)
+	}
+	b.mounts = slices.Clone(spec.Mounts)
+	b.hostUID, b.hostGID, b.hostIDsErr = idmap.CallHostIDs(spec)
+	if ids.Enabled {
+		b.rootUID, b.rootGID = ids.RootUID, ids.RootGID
 	}
 	if ctx.Err() != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))

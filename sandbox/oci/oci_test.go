@@ -6,13 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -143,6 +146,61 @@ func TestConformance(t *testing.T) {
 				// gVisor serves system calls from its own kernel.
 				OwnKernel: rt == RuntimeRunsc,
 			})
+		})
+	}
+}
+
+// hitCounter counts a pool's hits.
+type hitCounter struct{ hits, misses atomic.Int64 }
+
+func (h *hitCounter) Took(_ string, hit bool, _ time.Duration) {
+	if hit {
+		h.hits.Add(1)
+	} else {
+		h.misses.Add(1)
+	}
+}
+func (*hitCounter) Prepared(string, time.Duration, error) {}
+func (*hitCounter) Destroyed(string, pool.Reason, error)  {}
+
+// TestConformancePooled runs the sandboxtest suite, unchanged, on the
+// runtimes with a warm pool, the pool on: calls of one session and
+// policy take containers prepared by their predecessors. Leftovers are
+// counted once the pool is drained (its prepared containers destroyed,
+// its background teardowns finished); the pool must have served calls.
+func TestConformancePooled(t *testing.T) {
+	for _, rt := range stubRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			requireRuntime(t, rt)
+			var e *Executor
+			counter := &hitCounter{}
+			sandboxtest.Run(t, sandboxtest.Config{
+				New: func(t *testing.T) sandbox.Executor {
+					requireRuntime(t, rt)
+					var err error
+					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t),
+						Pool: &pool.Options{Observer: counter}})
+					if err != nil {
+						t.Fatalf("New(%s) = %v", rt, err)
+					}
+					return e
+				},
+				Policy:   testPolicy(t, rt),
+				ImageEnv: hostImageEnv(t),
+				Leftovers: func(t *testing.T) []string {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					if err := e.warm.pool.Drain(ctx); err != nil {
+						t.Errorf("draining the pool: %v", err)
+					}
+					return leftovers(t, e)
+				},
+				Isolated: true,
+			})
+			t.Logf("pool: %d hits, %d misses", counter.hits.Load(), counter.misses.Load())
+			if counter.hits.Load() == 0 {
+				t.Error("no call of the suite came from the pool: the pooled run tested nothing more than TestConformance")
+			}
 		})
 	}
 }

@@ -286,6 +286,12 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 			return nil, err
 		}
 	} else {
+		if s.call.Request.Session.TranscriptDir == "" && call.Request.Session.TranscriptDir != "" {
+			// A slot for any session of its workspace (late.go).
+			if err := s.attachTranscript(call.Request); err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: mount the session directory: %v", call.ID, err)
+			}
+		}
 		msg, err := (&stub.Call{
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,

@@ -66,28 +66,41 @@ func (e *Executor) newWarm(opts pool.Options) *warm {
 // session (its mount set and identity), the labels, the working
 // directory the container starts in — or "" when req's calls never come
 // from the pool: no pool, runsc (no stub), a terminal, an egress network
-// (its proxy and record are the call's own).
-func (e *Executor) poolKey(req *sandbox.Request) string {
+// (its proxy and record are the call's own). late says the session
+// directory is mounted at Bind (late.go): the key then names the
+// workspace but no session, and the slot is prepared from
+// withoutTranscript(req).
+func (e *Executor) poolKey(req *sandbox.Request) (key string, late bool) {
 	if e.warm == nil || !usesStub(e.rt.name) || req.Terminal != nil || req.Policy.Network == policy.NetworkAllowlist {
-		return ""
+		return "", false
+	}
+	late = lateTranscript(req)
+	fixed := req
+	if late {
+		fixed = withoutTranscript(req)
 	}
 	data, err := json.Marshal(struct {
 		Runtime string            `json:"runtime"`
 		Policy  sandbox.Policy    `json:"policy"`
 		Session sandbox.Session   `json:"session"`
+		Late    bool              `json:"late"`
 		Labels  map[string]string `json:"labels"`
 		Workdir string            `json:"workdir"`
-	}{e.rt.name, req.Policy, req.Session, req.Labels, req.Workdir})
+	}{e.rt.name, fixed.Policy, fixed.Session, late, fixed.Labels, fixed.Workdir})
 	if err != nil {
-		return ""
+		return "", false
 	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:16]), late
 }
 
 // template is what a slot for calls like req is prepared from: req
-// without anything of the call itself.
-func template(req *sandbox.Request) *sandbox.Request {
+// without anything of the call itself, and without its session when the
+// session directory is mounted at Bind.
+func template(req *sandbox.Request, late bool) *sandbox.Request {
+	if late {
+		req = withoutTranscript(req)
+	}
 	return &sandbox.Request{
 		Command: "true",
 		Workdir: req.Workdir,
@@ -97,14 +110,15 @@ func template(req *sandbox.Request) *sandbox.Request {
 	}
 }
 
-// Take hands out a slot prepared for calls like call's.
-func (r *runner) Take(call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup, string) {
+// Take hands out a slot prepared for calls like call's, waiting for one
+// whose prepare already runs (pool.Pool.Await).
+func (r *runner) Take(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, *driver.Cleanup, string) {
 	e := (*Executor)(r)
-	key := e.poolKey(call.Request)
+	key := pl.poolKey
 	if key == "" {
 		return nil, nil, ""
 	}
-	w, ok := e.warm.pool.Take(key)
+	w, ok := e.warm.pool.Await(ctx, key)
 	if !ok {
 		return nil, nil, sandbox.PoolMiss
 	}
@@ -113,9 +127,9 @@ func (r *runner) Take(call *driver.Call, _ *plan) (driver.Slot, *driver.Cleanup,
 
 // Started prepares the slot of the session's next call while this one
 // runs.
-func (r *runner) Started(call *driver.Call, _ *plan) {
+func (r *runner) Started(call *driver.Call, pl *plan) {
 	e := (*Executor)(r)
-	key := e.poolKey(call.Request)
+	key := pl.poolKey
 	if key == "" {
 		return
 	}
@@ -124,20 +138,20 @@ func (r *runner) Started(call *driver.Call, _ *plan) {
 	if _, ok := w.templates[key]; !ok && len(w.templates) >= maxTemplates {
 		w.templates = map[string]*sandbox.Request{}
 	}
-	w.templates[key] = template(call.Request)
+	w.templates[key] = template(call.Request, pl.late)
 	w.mu.Unlock()
 	w.pool.Refill(key)
 }
 
 // Release tears the call down after Run returned, in the pool's
 // background, unless its egress record may still change its result.
-func (r *runner) Release(call *driver.Call, teardown *driver.Cleanup) bool {
+func (r *runner) Release(call *driver.Call, pl *plan, teardown *driver.Cleanup) bool {
 	e := (*Executor)(r)
 	if e.warm == nil || call.Request.Policy.Network == policy.NetworkAllowlist {
 		call.Cleanup.Merge(teardown)
 		return false
 	}
-	key := e.poolKey(call.Request)
+	key := pl.poolKey
 	if key == "" {
 		key = coldKey
 	}

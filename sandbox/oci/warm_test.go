@@ -3,6 +3,9 @@ package oci
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,5 +176,87 @@ func TestWarmSessionsRace(t *testing.T) {
 	}
 	if left := leftovers(t, e); len(left) > 0 {
 		t.Errorf("left behind after the pool's Close: %q", left)
+	}
+}
+
+// TestWarmNewSession: a new session's first call takes a container
+// prepared by another session's call in the same workspace, with its own
+// session directory mounted at Bind — readable (its transcript, mode
+// 0600, as its owner), read-only, nosuid, nodev, noexec — and nothing of
+// the other session's directory visible. Session directories in the
+// container's /tmp (a tmpfs) and in its root file system's skeleton are
+// both covered.
+func TestWarmNewSession(t *testing.T) {
+	for _, rt := range stubRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			e := newPooledExecutor(t, rt, pool.Options{})
+			ws := t.TempDir()
+			os.Chmod(ws, 0o777)
+			// Session roots: one below /tmp, one outside it (the
+			// state directory's parent is not below /tmp in CI either,
+			// but a directory of our own under /var/tmp is certain).
+			varRoot, err := os.MkdirTemp("/var/tmp", "dsh-sandbox-late-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(varRoot) })
+			for _, root := range []string{t.TempDir(), varRoot} {
+				dir := func(id string) string {
+					d := filepath.Join(root, "sessions", id)
+					if err := os.MkdirAll(d, 0o700); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(d, "transcript.jsonl"), []byte("line of "+id+"\n"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					return d
+				}
+				a, b := dir("session-a"), dir("session-b")
+				req := func(id, td, cmd string) *sandbox.Request {
+					return &sandbox.Request{
+						Command: cmd,
+						Session: sandbox.Session{ID: id, Cwd: ws, TranscriptDir: td},
+						Policy:  testPolicy(t, rt),
+					}
+				}
+				res, err := e.Run(context.Background(), req("session-a", a, "cat "+a+"/transcript.jsonl"))
+				if err != nil || res.Stdout.Text != "line of session-a\n" {
+					t.Fatalf("session a's call = %+v, %v", res, err)
+				}
+				waitReady(t, e, 1)
+				script := strings.Join([]string{
+					"cat " + b + "/transcript.jsonl",
+					"ls " + a + " >/dev/null 2>&1 && echo SEES-A",
+					"touch " + b + "/x 2>/dev/null && echo WROTE",
+					"awk '$5 == \"" + b + "\" {print $6}' /proc/self/mountinfo",
+				}, "; ")
+				res, err = e.Run(context.Background(), req("session-b", b, script))
+				if err != nil {
+					t.Fatalf("session b's first call: %v", err)
+				}
+				if res.Timings.Pool != sandbox.PoolHit {
+					t.Errorf("session b's first call: pool = %q, want a container prepared by session a's call", res.Timings.Pool)
+				}
+				lines := strings.Split(strings.TrimSpace(res.Stdout.Text), "\n")
+				if len(lines) != 2 || lines[0] != "line of session-b" {
+					t.Fatalf("session b's first call printed %q (stderr %q); want its transcript line and its mount's options", res.Stdout.Text, res.Stderr.Text)
+				}
+				opts := strings.Split(lines[1], ",")
+				for _, o := range []string{"ro", "nosuid", "nodev", "noexec"} {
+					if !slices.Contains(opts, o) {
+						t.Errorf("session b's directory is mounted %q, want %s", lines[1], o)
+					}
+				}
+				if _, err := os.Stat(filepath.Join(b, "x")); err == nil {
+					t.Error("the call wrote into its session directory")
+				}
+				if err := e.warm.pool.Drain(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if left := leftovers(t, e); len(left) > 0 {
+				t.Errorf("left behind after the pool was drained: %q", left)
+			}
+		})
 	}
 }

@@ -64,6 +64,9 @@ const (
 	Dead Reason = "dead"
 	// Closed: the pool was closed while the slot was ready or preparing.
 	Closed Reason = "closed"
+	// Evicted: the pool was full and a key used more recently needed the
+	// room (see Options.Max).
+	Evicted Reason = "evicted"
 )
 
 // Defaults of Options' zero fields.
@@ -73,6 +76,7 @@ const (
 	DefaultTTL             = 2 * time.Minute
 	DefaultIdle            = 5 * time.Minute
 	DefaultTeardownTimeout = 30 * time.Second
+	DefaultWait            = 5 * time.Second
 )
 
 // After a failed prepare, a key gets no new prepare for backoffMin,
@@ -91,8 +95,11 @@ type Options struct {
 	// next slot, concurrent callers of one key fall back to a miss.
 	PerKey int
 	// Max caps the slots of all keys together, ready plus preparing. Zero
-	// means DefaultMax (16). Refill prepares nothing while the cap is
-	// reached; the cap holds under any concurrency.
+	// means DefaultMax (16). When the cap is reached, Refill makes room by
+	// destroying a ready slot of the key used least recently (one slot
+	// per missing one, never of the key being refilled); when nothing is
+	// ready to give way, it prepares nothing. The cap holds under any
+	// concurrency.
 	Max int
 	// TTL is how long a ready slot may wait unused before it is destroyed.
 	// Zero means DefaultTTL (2 min). An expired slot of a key still in use
@@ -109,6 +116,9 @@ type Options struct {
 	// TeardownTimeout bounds one slot's Close started by the pool. Zero
 	// means DefaultTeardownTimeout (30 s).
 	TeardownTimeout time.Duration
+	// Wait bounds how long Await waits for a prepare of its key that is
+	// already running. Zero means DefaultWait (5 s).
+	Wait time.Duration
 	// Observer receives the pool's events. Nil means none.
 	Observer Observer
 	// Logger receives failed prepares and teardowns (key and error only).
@@ -134,6 +144,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TeardownTimeout <= 0 {
 		o.TeardownTimeout = DefaultTeardownTimeout
+	}
+	if o.Wait <= 0 {
+		o.Wait = DefaultWait
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
@@ -167,6 +180,7 @@ type Pool[S Slot] struct {
 	keys      map[string]*keyState[S]
 	ready     int // slots ready, all keys
 	preparing int // prepares running, all keys
+	tearing   int // background teardowns started and not finished
 	swept     time.Time
 }
 
@@ -174,8 +188,12 @@ type keyState[S Slot] struct {
 	ready     []*entry[S] // oldest first
 	preparing int
 	used      time.Time // last Take or Refill
-	failures  int
-	retryAt   time.Time
+	// awaiting counts the Awaits waiting for one of the key's prepares;
+	// wake is closed (and replaced) whenever a prepare of the key ends.
+	awaiting int
+	wake     chan struct{}
+	failures int
+	retryAt  time.Time
 }
 
 type entry[S Slot] struct {
@@ -223,6 +241,81 @@ func (p *Pool[S]) Take(key string) (S, bool) {
 	}
 }
 
+// Await is Take for a caller that would otherwise prepare a slot itself:
+// when key has no ready slot but a prepare of it is running that no other
+// Await is waiting for, it waits for that prepare — started earlier, it
+// ends before one started now would — until ctx is done or Options.Wait
+// passed. It reports a miss when it got no slot. The Observer sees one
+// Took, whose duration includes the wait.
+func (p *Pool[S]) Await(ctx context.Context, key string) (S, bool) {
+	start := time.Now()
+	var timeout <-chan time.Time
+	for {
+		e, wake := p.popOrWait(key, start)
+		if e != nil {
+			if e.slot.Alive() {
+				p.opts.Observer.Took(key, true, time.Since(start))
+				return e.slot, true
+			}
+			p.destroy(key, e.slot, Dead)
+			continue
+		}
+		if wake == nil {
+			break
+		}
+		if timeout == nil {
+			t := time.NewTimer(p.opts.Wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-wake:
+			p.unwait(key)
+			continue
+		case <-ctx.Done():
+		case <-timeout:
+		}
+		p.unwait(key)
+		break
+	}
+	p.opts.Observer.Took(key, false, time.Since(start))
+	var zero S
+	return zero, false
+}
+
+// popOrWait pops key's oldest ready slot; without one, it registers the
+// caller as waiting for a running prepare nobody else waits for and
+// returns the channel that tells when a prepare ends; else neither.
+func (p *Pool[S]) popOrWait(key string, now time.Time) (*entry[S], <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ks := p.keys[key]
+	if p.closed || ks == nil {
+		return nil, nil
+	}
+	ks.used = now
+	if len(ks.ready) > 0 {
+		return p.popLocked(ks), nil
+	}
+	if ks.preparing <= ks.awaiting {
+		return nil, nil
+	}
+	ks.awaiting++
+	if ks.wake == nil {
+		ks.wake = make(chan struct{})
+	}
+	return nil, ks.wake
+}
+
+// unwait undoes the registration of popOrWait.
+func (p *Pool[S]) unwait(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ks := p.keys[key]; ks != nil && ks.awaiting > 0 {
+		ks.awaiting--
+	}
+}
+
 // pop removes the oldest ready slot of key.
 func (p *Pool[S]) pop(key string, now time.Time) (*entry[S], bool) {
 	p.mu.Lock()
@@ -235,12 +328,17 @@ func (p *Pool[S]) pop(key string, now time.Time) (*entry[S], bool) {
 	if len(ks.ready) == 0 {
 		return nil, false
 	}
+	return p.popLocked(ks), true
+}
+
+// popLocked removes the oldest of ks's ready slots. p.mu is held.
+func (p *Pool[S]) popLocked(ks *keyState[S]) *entry[S] {
 	e := ks.ready[0]
 	ks.ready[0] = nil
 	ks.ready = ks.ready[1:]
 	p.ready--
 	e.timer.Stop()
-	return e, true
+	return e
 }
 
 // Refill starts preparing slots of key in the background until key has
@@ -265,17 +363,44 @@ func (p *Pool[S]) Refill(key string) {
 	p.fill(key, ks, now)
 }
 
-// fill starts the prepares key lacks. p.mu is held.
+// fill starts the prepares key lacks, evicting the least recently used
+// keys' ready slots when the pool is full. p.mu is held.
 func (p *Pool[S]) fill(key string, ks *keyState[S], now time.Time) {
 	if now.Before(ks.retryAt) {
 		return
 	}
-	for len(ks.ready)+ks.preparing < p.opts.PerKey && p.ready+p.preparing < p.opts.Max {
+	for len(ks.ready)+ks.preparing < p.opts.PerKey {
+		if p.ready+p.preparing >= p.opts.Max && !p.evict(key) {
+			return
+		}
 		ks.preparing++
 		p.preparing++
 		p.wg.Add(1)
 		go p.prepareOne(key)
 	}
+}
+
+// evict destroys the oldest ready slot of the least recently used key
+// other than key, and reports whether there was one. p.mu is held.
+func (p *Pool[S]) evict(key string) bool {
+	var victim string
+	var vs *keyState[S]
+	for k, o := range p.keys {
+		if k != key && len(o.ready) > 0 && (vs == nil || o.used.Before(vs.used)) {
+			victim, vs = k, o
+		}
+	}
+	if vs == nil {
+		return false
+	}
+	e := p.popLocked(vs)
+	p.wg.Add(1)
+	p.tearing++
+	go func() {
+		defer p.wg.Done()
+		p.closeInTurn(victim, e.slot, Evicted)
+	}()
+	return true
 }
 
 // sweep forgets keys that hold nothing and are idle, at most once per
@@ -306,6 +431,10 @@ func (p *Pool[S]) prepareOne(key string) {
 	ks := p.keys[key]
 	ks.preparing--
 	p.preparing--
+	if ks.wake != nil {
+		close(ks.wake)
+		ks.wake = nil
+	}
 	if err != nil {
 		ks.failures++
 		ks.retryAt = time.Now().Add(backoff(ks.failures))
@@ -379,13 +508,61 @@ func (p *Pool[S]) destroy(key string, s S, why Reason) {
 		return
 	}
 	p.wg.Add(1)
+	p.tearing++
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
-		p.teardown <- struct{}{}
-		defer func() { <-p.teardown }()
-		p.closeSlot(key, s, why)
+		p.closeInTurn(key, s, why)
 	}()
+}
+
+// closeInTurn closes s once fewer than Options.Teardowns closes run; it
+// is a background teardown counted in p.tearing.
+func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
+	p.teardown <- struct{}{}
+	defer func() { <-p.teardown }()
+	p.closeSlot(key, s, why)
+	p.mu.Lock()
+	p.tearing--
+	p.mu.Unlock()
+}
+
+// Drain destroys every ready slot (reason Closed), also those whose
+// prepare was running, and waits until no prepare or background teardown
+// runs, or ctx is done; unlike Close, the pool keeps serving. It is for a
+// quiescent moment — a test counting what is left on the host, an
+// operator's reap — when nothing of the pool may remain: a Refill during
+// Drain may leave a slot ready after it returns.
+func (p *Pool[S]) Drain(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		var ready []*entry[S]
+		var keys []string
+		for k, ks := range p.keys {
+			for _, e := range ks.ready {
+				e.timer.Stop()
+				ready = append(ready, e)
+				keys = append(keys, k)
+			}
+			ks.ready = nil
+		}
+		p.ready = 0
+		busy := p.preparing + p.tearing
+		p.mu.Unlock()
+		for i, e := range ready {
+			p.closeSlot(keys[i], e.slot, Closed)
+		}
+		if len(ready) == 0 && busy == 0 {
+			return nil
+		}
+		if len(ready) == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 }
 
 func (p *Pool[S]) closeSlot(key string, s S, why Reason) error {

@@ -211,9 +211,13 @@ func TestExactlyOnce(t *testing.T) {
 	t.Logf("hits %d, misses %d, prepared %d", o.hits.Load(), o.misses.Load(), o.prepared.Load())
 }
 
+// TestMaxAcrossKeys: the cap holds across keys; a full pool makes room
+// for a refilled key by evicting the ready slot of the key used least
+// recently, and prepares nothing when no slot is ready to give way.
 func TestMaxAcrossKeys(t *testing.T) {
 	f := &factory{t: t, gate: make(chan struct{})}
-	p := New(f.prepare, Options{PerKey: 2, Max: 3})
+	o := &observer{}
+	p := New(f.prepare, Options{Max: 3, Observer: o})
 	defer closePool(t, p)
 	for k := range 10 {
 		p.Refill(fmt.Sprint("k", k))
@@ -221,17 +225,34 @@ func TestMaxAcrossKeys(t *testing.T) {
 	if got := p.Size(); got.Preparing != 3 {
 		t.Errorf("Size().Preparing = %d with Max 3 and 10 keys, want 3", got.Preparing)
 	}
-	close(f.gate)
-	eventually(t, "3 ready", func() bool { return p.Size().Ready == 3 })
-	for k := range 10 {
-		p.Refill(fmt.Sprint("k", k))
-	}
+	eventually(t, "3 prepares", func() bool { return f.calls.Load() == 3 })
 	time.Sleep(20 * time.Millisecond) // a prepare started wrongly would have shown by now
 	if got := f.calls.Load(); got != 3 {
-		t.Errorf("prepares = %d, want 3 (cap reached)", got)
+		t.Errorf("prepares = %d while nothing was ready to evict, want 3", got)
 	}
-	if got := p.Size(); got.Ready+got.Preparing != 3 {
-		t.Errorf("Size = %+v, want 3 slots", got)
+	close(f.gate)
+	eventually(t, "3 ready", func() bool { return p.Size().Ready == 3 })
+	// k0, k1, k2 hold a slot each; k5 and then k6 make room by evicting
+	// the least recently used: k0, then k1.
+	for _, k := range []string{"k5", "k6"} {
+		p.Refill(k)
+		if got := p.Size(); got.Ready+got.Preparing > 3 {
+			t.Errorf("Size = %+v after Refill(%s), Max is 3", got, k)
+		}
+		eventually(t, "3 ready again", func() bool { return p.Size().Ready == 3 })
+	}
+	eventually(t, "2 evicted slots closed", func() bool { return o.count(Evicted) == 2 })
+	for _, k := range []string{"k0", "k1"} {
+		if _, ok := p.Take(k); ok {
+			t.Errorf("Take(%s) = hit after its slot was evicted", k)
+		}
+	}
+	for _, k := range []string{"k2", "k5", "k6"} {
+		s, ok := p.Take(k)
+		if !ok {
+			t.Fatalf("Take(%s) = miss, want the slot it kept or made room for", k)
+		}
+		p.Release(k, s)
 	}
 }
 
@@ -545,5 +566,112 @@ func BenchmarkMiss(b *testing.B) {
 		if _, ok := p.Take("a"); ok {
 			b.Fatal("hit with nothing refilled")
 		}
+	}
+}
+
+// TestAwaitWaitsForRunningPrepare: Await of a key whose prepare runs gets
+// that prepare's slot once it is ready; a second Await, with no further
+// prepare to wait for, misses at once; Await of a key with nothing
+// preparing misses at once.
+func TestAwaitWaitsForRunningPrepare(t *testing.T) {
+	f := &factory{t: t, gate: make(chan struct{})}
+	o := &observer{}
+	p := New(f.prepare, Options{Observer: o, Wait: time.Minute})
+	defer closePool(t, p)
+
+	if _, ok := p.Await(context.Background(), "a"); ok {
+		t.Fatal("Await of a key never refilled = hit")
+	}
+	p.Refill("a")
+	eventually(t, "one prepare running", func() bool { return p.Size().Preparing == 1 })
+	got := make(chan *fake, 1)
+	go func() {
+		s, _ := p.Await(context.Background(), "a")
+		got <- s
+	}()
+	eventually(t, "the first Await waits", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.keys["a"].awaiting == 1
+	})
+	if _, ok := p.Await(context.Background(), "a"); ok {
+		t.Fatal("a second Await took the slot the first one waits for")
+	}
+	close(f.gate)
+	s := <-got
+	if s == nil || s.key != "a" {
+		t.Fatalf("the waiting Await got %v, want the prepared slot of a", s)
+	}
+	p.Release("a", s)
+	if o.hits.Load() != 1 || o.misses.Load() != 2 {
+		t.Errorf("hits %d misses %d; want 1 2", o.hits.Load(), o.misses.Load())
+	}
+}
+
+// TestAwaitGivesUp: Await stops waiting when its context ends or the
+// pool's Wait passes, and the slot it waited for stays in the pool.
+func TestAwaitGivesUp(t *testing.T) {
+	f := &factory{t: t, gate: make(chan struct{})}
+	p := New(f.prepare, Options{Wait: 50 * time.Millisecond})
+	defer closePool(t, p)
+	p.Refill("a")
+	eventually(t, "one prepare running", func() bool { return p.Size().Preparing == 1 })
+	if _, ok := p.Await(context.Background(), "a"); ok {
+		t.Fatal("Await past Wait = hit with the prepare still held")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok := p.Await(ctx, "a"); ok {
+		t.Fatal("Await with a cancelled context = hit with the prepare still held")
+	}
+	close(f.gate)
+	eventually(t, "the slot ready", func() bool { return p.Size().Ready == 1 })
+	s, ok := p.Await(context.Background(), "a")
+	if !ok {
+		t.Fatal("Await with a ready slot = miss")
+	}
+	p.Release("a", s)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := p.keys["a"].awaiting; n != 0 {
+		t.Errorf("awaiting = %d after every Await returned, want 0", n)
+	}
+}
+
+// TestDrain: Drain destroys ready slots and those still preparing, waits
+// for background teardowns, and leaves a pool that still serves.
+func TestDrain(t *testing.T) {
+	f := &factory{t: t, gate: make(chan struct{})}
+	p := New(f.prepare, Options{})
+	defer closePool(t, p)
+	p.Refill("a")
+	p.Refill("b")
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		close(f.gate)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("Drain = %v", err)
+	}
+	if got := p.Size(); got.Ready != 0 || got.Preparing != 0 {
+		t.Errorf("Size after Drain = %+v, want nothing ready or preparing", got)
+	}
+	if made, closed := f.made.Load(), f.closed.Load(); made != 2 || closed != 2 {
+		t.Errorf("made %d, closed %d slots; want 2 and 2", made, closed)
+	}
+	p.Refill("a")
+	eventually(t, "a slot ready after Drain", func() bool { return p.Size().Ready == 1 })
+	s, ok := p.Take("a")
+	if !ok {
+		t.Fatal("Take after Drain and Refill = miss")
+	}
+	p.Release("a", s)
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("second Drain = %v", err)
+	}
+	if made, closed := f.made.Load(), f.closed.Load(); closed != made {
+		t.Errorf("after the released slot's teardown: made %d, closed %d", made, closed)
 	}
 }
