@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -112,6 +114,9 @@ type Executor struct {
 	pools   map[string]*warmPool
 }
 
+// quietClientGo silences client-go's own logging once per process.
+var quietClientGo sync.Once
+
 var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 // New checks opts, connects to the API server and locks the executor's
@@ -151,6 +156,14 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: stub %q: not a regular file (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
 	}
+	quietClientGo.Do(func() {
+		// client-go reports through klog on the process's stderr, which
+		// is the command's stderr under `dsh-sandbox exec`: e.g. "Copying
+		// stdin failed" when a call's attach stream closes as it ends.
+		// Everything that matters to a call reaches it as an error.
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	})
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.UserAgent = "dsh-sandbox"
 	// A call makes few requests, but many calls run at once.
