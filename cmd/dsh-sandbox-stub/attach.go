@@ -51,6 +51,28 @@ func (f *framer) write(kind byte, data []byte) {
 
 func (f *framer) report(r stub.Report) { f.write(stub.FrameReport, r.Encode()) }
 
+// readAttachedCall answers the executor's pings, each with a pong, until
+// its call message comes, and reads that.
+func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
+	for {
+		b, err := in.Peek(1)
+		if err != nil {
+			return nil, err
+		}
+		if b[0] != stub.FramePing {
+			return stub.ReadCall(in)
+		}
+		f, err := stub.ReadFrame(in)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Data) != 0 {
+			return nil, fmt.Errorf("%w: ping frame of %d bytes, want 0", stub.ErrMalformed, len(f.Data))
+		}
+		out.write(stub.FramePong, nil)
+	}
+}
+
 func runAttached() int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
@@ -62,7 +84,7 @@ func runAttached() int {
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	// Escaped: no newline byte reaches the runtime's line logger.
 	out := &framer{out: stub.NewEscaper(os.Stdout)}
-	c, err := stub.ReadCall(in)
+	c, err := readAttachedCall(in, out)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return statusKilled // the executor let the pod go unused

@@ -40,6 +40,16 @@ func startAttached(t *testing.T, c stub.Call) *attached {
 		_ = a.cmd.Process.Kill()
 		_ = a.cmd.Wait()
 	})
+	// The executor's handshake: pings, each answered with a pong,
+	// before the call.
+	for range 2 {
+		a.send(t, stub.FramePing, nil)
+	}
+	for i := range 2 {
+		if f, err := stub.ReadFrame(a.out); err != nil || f.Kind != stub.FramePong || len(f.Data) != 0 {
+			t.Fatalf("answer %d to a ping = %q %q, %v; want an empty pong", i, f.Kind, f.Data, err)
+		}
+	}
 	msg, err := c.Encode()
 	if err != nil {
 		t.Fatal(err)

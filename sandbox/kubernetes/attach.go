@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,13 @@ import (
 // outputDrain bounds how long the attach stream may trail the stub's
 // last report.
 const outputDrain = 5 * time.Second
+
+// pingEvery is how often the executor pings the stub until a pong
+// comes back; pingTimeout is how long it tries.
+const (
+	pingEvery   = 2 * time.Millisecond
+	pingTimeout = 30 * time.Second
+)
 
 // podContainer is a call's running pod, before the call is bound.
 type podContainer struct {
@@ -62,6 +70,7 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 	diag := &limitedBuffer{max: 4096}
 	p := &podProcess{
 		c: c, in: inW, cancel: cancel, diag: diag,
+		ready:    make(chan struct{}),
 		done:     make(chan struct{}),
 		streamed: make(chan error, 1),
 		decoded:  make(chan struct{}),
@@ -73,9 +82,31 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 		p.streamed <- err
 	}()
 	go p.decode(stub.NewUnescaper(outR), stdio)
-	// The call message first, then the stdin; the stream stays open
-	// until the call ends (its end is the stub's lifeline).
+	// Pings until the stub's pong shows that its stdout reaches us
+	// (stub.FramePing), then the call message, then the stdin; the
+	// stream stays open until the call ends (its end is the stub's
+	// lifeline).
 	go func() {
+		tick := time.NewTicker(pingEvery)
+		defer tick.Stop()
+		giveUp := time.After(pingTimeout)
+	ping:
+		for {
+			if p.frame(stub.FramePing, nil) != nil {
+				return
+			}
+			select {
+			case <-p.ready:
+				break ping
+			case <-p.decoded:
+				return
+			case <-giveUp:
+				p.pingLost.Store(true)
+				p.cancel()
+				return
+			case <-tick.C:
+			}
+		}
 		if err := p.send(b); err != nil {
 			return
 		}
@@ -109,6 +140,10 @@ type podProcess struct {
 	in     *io.PipeWriter
 	cancel context.CancelFunc
 	diag   *limitedBuffer
+
+	ready     chan struct{} // closed by decode at the stub's first pong
+	readyOnce sync.Once
+	pingLost  atomic.Bool // no pong came within pingTimeout
 
 	done     chan struct{} // closed once the outcome is known or lost
 	decoded  chan struct{} // closed when decode returns
@@ -153,6 +188,8 @@ func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
 			_, _ = stdio.Stderr.Write(f.Data)
 		case stub.FrameOOM:
 			p.oom = true
+		case stub.FramePong:
+			p.readyOnce.Do(func() { close(p.ready) })
 		case stub.FrameReport:
 			rep, err := stub.FrameReportValue(f)
 			if err != nil {
@@ -198,6 +235,9 @@ func (p *podProcess) Wait(context.Context, bool) (driver.Exit, error) {
 	}
 	if p.report == nil {
 		why := "the attach stream ended without the stub's report"
+		if p.pingLost.Load() {
+			why = fmt.Sprintf("the stub did not answer within %v (is its stub the same version?)", pingTimeout)
+		}
 		if serr != nil {
 			why += ": " + serr.Error()
 		}

@@ -26,6 +26,14 @@ import (
 // the last frame is a report of kind Exited, Failed or Expired. The
 // stub's own stderr carries only its diagnostics.
 //
+// Before the call message the executor sends FramePing frames (empty),
+// and the stub answers each with a FramePong, until the first pong
+// arrives; only then does the executor send the call. The container
+// runtime starts copying an attach stream's stdin before it connects
+// its stdout, so what the stub writes at once can be lost: a call of
+// `true` lost its whole output and report. A pong that arrives proves
+// the stub's stdout reaches the executor.
+//
 // A frame is 8 bytes of header — a kind byte, three zero bytes, a
 // big-endian uint32 payload length (at most MaxFrame) — and the payload.
 const (
@@ -36,6 +44,8 @@ const (
 	FrameStderr   byte = 'e'
 	FrameOOM      byte = 'm'
 	FrameReport   byte = 'r'
+	FramePing     byte = 'p'
+	FramePong     byte = 'P'
 )
 
 // AttachArg is the argument that starts the stub in attach mode.
