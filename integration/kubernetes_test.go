@@ -17,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/images"
@@ -182,17 +186,7 @@ func TestKubernetesMatchesOCI(t *testing.T) {
 	// A workspace and transcript of an ordinary user: policy user auto
 	// runs the call as that user on both backends (the kubernetes
 	// backend refuses auto resolving to root).
-	for _, dir := range []string{e.workspace, e.root} {
-		err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(p, agentUID, agentUID)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	chownTrees(t, agentUID, e.workspace, e.root)
 	command := `env | sort; echo ---; id -u; echo ---; cat "$DSH_SESSION_JSONL"; ` +
 		`echo x >> "$DSH_SESSION_JSONL" 2>/dev/null && echo transcript-WRITABLE; ` +
 		`ls -d '` + filepath.Dir(other) + `' 2>/dev/null && echo OTHER-SESSION-VISIBLE; ` +
@@ -496,4 +490,119 @@ func apiRequests(b *testing.B, k kubeTest) apiCounts {
 		c.byKind[verb+" "+res] += v
 	}
 	return c
+}
+
+// TestKubernetesRBAC applies contrib/kubernetes/rbac.yaml to the test
+// cluster and acts as its service account: doctor finds every permission
+// and a call runs. A service account without the binding is the
+// refusal: doctor names the missing permissions and a call fails with
+// exit 125.
+func TestKubernetesRBAC(t *testing.T) {
+	k := requireKube(t)
+	e := newEnv(t)
+	importKube(t, k)
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join("..", "contrib", "kubernetes", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("contrib/kubernetes/rbac.yaml: %v", err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			if o.Name != k.namespace {
+				t.Fatalf("rbac.yaml's namespace %q is not the test cluster's %q", o.Name, k.namespace)
+			}
+			continue // scripts/kube.sh made it
+		case *corev1.ServiceAccount:
+			_, err = k.cli.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = k.cli.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.Role:
+			_, err = k.cli.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = k.cli.RbacV1().Roles(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.RoleBinding:
+			_, err = k.cli.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = k.cli.RbacV1().RoleBindings(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.ClusterRole:
+			_, err = k.cli.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = k.cli.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.ClusterRoleBinding:
+			_, err = k.cli.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = k.cli.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+		default:
+			t.Fatalf("contrib/kubernetes/rbac.yaml holds a %T this test does not apply", obj)
+		}
+		if err != nil {
+			t.Fatalf("apply %T: %v", obj, err)
+		}
+	}
+	unbound := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "dsh-sandbox-unbound", Namespace: k.namespace}}
+	if _, err := k.cli.CoreV1().ServiceAccounts(k.namespace).Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.cli.CoreV1().ServiceAccounts(k.namespace).Delete(ctx, unbound.Name, metav1.DeleteOptions{})
+	})
+	if err := os.Chown(e.workspace, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	// asAccount is the CLI's environment with a kubeconfig of the
+	// service account sa's token.
+	asAccount := func(sa string) []string {
+		tok, err := k.cli.CoreV1().ServiceAccounts(k.namespace).CreateToken(ctx, sa, &authv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token of %s: %v", sa, err)
+		}
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["c"] = &clientcmdapi.Cluster{Server: k.cfg.Host, CertificateAuthorityData: k.cfg.CAData, CertificateAuthority: k.cfg.CAFile}
+		kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+		kc.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: k.namespace}
+		kc.CurrentContext = "x"
+		file := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := clientcmd.WriteToFile(*kc, file); err != nil {
+			t.Fatal(err)
+		}
+		env := slices.Clone(k.env)
+		env[0] = "KUBECONFIG=" + file
+		return env
+	}
+	doctor := func(env []string) map[string]bool {
+		r := run(t, env, append(append([]string{"doctor"}, e.flags("")...), "--json")...)
+		var reports []doctorReport
+		if err := json.Unmarshal([]byte(r.stdout), &reports); err != nil {
+			t.Fatalf("doctor --json printed %q: %v", r.stdout, err)
+		}
+		checks := map[string]bool{}
+		for _, rep := range reports {
+			if rep.Backend == kubernetes.Backend {
+				for _, c := range rep.Checks {
+					checks[c.Name] = c.OK
+					t.Logf("doctor: %s %v: %s", c.Name, c.OK, c.Detail)
+				}
+			}
+		}
+		return checks
+	}
+	call := func(env []string) result {
+		return run(t, env, append(append([]string{"exec"}, e.flags("")...), "--backend", "kubernetes", "--image", kubeImage, "--", "echo as-the-account")...)
+	}
+
+	bound := asAccount("dsh-sandbox")
+	if c := doctor(bound); !c["cluster"] || !c["namespace"] || !c["permissions"] || !c["nodes"] || !c["runtimeclasses"] {
+		t.Errorf("doctor as the service account of rbac.yaml = %v, want cluster, namespace, permissions, nodes and runtimeclasses ok", c)
+	}
+	if r := call(bound); r.code != 0 || r.stdout != "as-the-account\n" {
+		t.Errorf("exec as the service account of rbac.yaml = %d, %q, %q; want the call's output", r.code, r.stdout, r.stderr)
+	}
+	none := asAccount(unbound.Name)
+	if c := doctor(none); c["permissions"] {
+		t.Errorf("doctor as a service account without the binding: permissions ok, want them missing (%v)", c)
+	}
+	if r := call(none); r.code != 125 || !strings.Contains(r.stderr, "forbidden") {
+		t.Errorf("exec as a service account without the binding = %d, stderr %q; want 125 naming the refusal", r.code, r.stderr)
+	}
+	k.waitPods(t, "pods left", func(p []string) bool { return len(p) == 0 })
 }

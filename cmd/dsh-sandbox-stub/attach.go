@@ -99,6 +99,12 @@ func runAttached() int {
 	fail := func(status int, msg string) int {
 		out.write(stub.FrameStderr, []byte(stubErrorPrefix+msg+"\n"))
 		out.report(stub.Report{Kind: stub.Failed, Value: int32(status)})
+		hungUp := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, in)
+			close(hungUp)
+		}()
+		awaitHangUp(hungUp)
 		return status
 	}
 	if c.Terminal {
@@ -183,6 +189,7 @@ func runAttached() int {
 			out.write(stub.FrameOOM, nil)
 		}
 		out.report(stub.Report{Kind: stub.Exited, Value: int32(ws)})
+		awaitHangUp(gone)
 		if ws.Signaled() {
 			return 128 + int(ws.Signal())
 		}
@@ -193,7 +200,24 @@ func runAttached() int {
 	case <-expired:
 		killAll(pid, unix.SIGKILL)
 		out.report(stub.Report{Kind: stub.Expired})
+		awaitHangUp(gone)
 		return statusKilled
+	}
+}
+
+// hangUpWait bounds how long the stub waits, after its final report, for
+// the executor to close its stdin.
+const hangUpWait = 5 * time.Second
+
+// awaitHangUp waits until the executor closes the stub's stdin (gone), at
+// most hangUpWait: the executor does so once it has the final report. A
+// container's attach streams end when it exits, and the tail of what it
+// wrote just before could be lost on the way (a call of true lost its
+// report); while the stub waits, the stream stays open and delivers it.
+func awaitHangUp(gone <-chan struct{}) {
+	select {
+	case <-gone:
+	case <-time.After(hangUpWait):
 	}
 }
 

@@ -146,6 +146,8 @@ func TestAttachRunsCall(t *testing.T) {
 	if o.stderr != "err\n" {
 		t.Errorf("stderr = %q, want %q", o.stderr, "err\n")
 	}
+	// The stub waits for the executor to hang up after its report.
+	a.in.Close()
 	if err := a.cmd.Wait(); err == nil || a.cmd.ProcessState.ExitCode() != 3 {
 		t.Errorf("stub exit: %v, want status 3", err)
 	}
