@@ -71,6 +71,7 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 	p := &podProcess{
 		c: c, in: inW, cancel: cancel, diag: diag,
 		ready:    make(chan struct{}),
+		sent:     make(chan struct{}),
 		done:     make(chan struct{}),
 		streamed: make(chan error, 1),
 		decoded:  make(chan struct{}),
@@ -107,7 +108,9 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 			case <-tick.C:
 			}
 		}
-		if err := p.send(b); err != nil {
+		err := p.send(b)
+		close(p.sent)
+		if err != nil {
 			return
 		}
 		if src := stdio.Stdin; src != nil {
@@ -142,6 +145,7 @@ type podProcess struct {
 	diag   *limitedBuffer
 
 	ready     chan struct{} // closed by decode at the stub's first pong
+	sent      chan struct{} // closed once the call message is written (or failed to be)
 	readyOnce sync.Once
 	pingLost  atomic.Bool // no pong came within pingTimeout
 
@@ -210,8 +214,16 @@ func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
 
 func (p *podProcess) Done() <-chan struct{} { return p.done }
 
-// Signal sends sig to every process of the call, through the stub.
-func (p *podProcess) Signal(_ context.Context, sig syscall.Signal) error {
+// Signal sends sig to every process of the call, through the stub, once
+// the call message is sent: the stub reads nothing but pings before it.
+func (p *podProcess) Signal(ctx context.Context, sig syscall.Signal) error {
+	select {
+	case <-p.sent:
+	case <-p.decoded:
+		return nil // the stream ended: nothing runs any more
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return p.frame(stub.FrameSignal, stub.SignalFrame(int(sig)))
 }
 

@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,8 +161,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		// is the command's stderr under `dsh-sandbox exec`: e.g. "Copying
 		// stdin failed" when a call's attach stream closes as it ends.
 		// Everything that matters to a call reaches it as an error.
-		klog.LogToStderr(false)
-		klog.SetOutput(io.Discard)
+		klog.SetLogger(logr.Discard())
 	})
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.UserAgent = "dsh-sandbox"

@@ -159,15 +159,22 @@ type escaper struct {
 
 func (e *escaper) Write(p []byte) (int, error) {
 	b := e.buf[:0]
-	for _, c := range p {
-		switch c {
-		case '\n':
-			b = append(b, escapeByte, 'n')
-		case escapeByte:
-			b = append(b, escapeByte, 'e')
-		default:
-			b = append(b, c)
+	for rest := p; len(rest) > 0; {
+		// Copy the run up to the next byte to escape.
+		n := 0
+		for n < len(rest) && rest[n] != '\n' && rest[n] != escapeByte {
+			n++
 		}
+		b = append(b, rest[:n]...)
+		if n == len(rest) {
+			break
+		}
+		if rest[n] == '\n' {
+			b = append(b, escapeByte, 'n')
+		} else {
+			b = append(b, escapeByte, 'e')
+		}
+		rest = rest[n+1:]
 	}
 	e.buf = b
 	if _, err := e.w.Write(b); err != nil {
@@ -188,27 +195,35 @@ func (u *unescaper) Read(p []byte) (int, error) {
 		if n > 0 && u.r.Buffered() == 0 {
 			break
 		}
-		c, err := u.r.ReadByte()
-		if err != nil {
+		// A run without escapes, copied at once.
+		chunk, err := u.r.Peek(max(1, min(len(p)-n, u.r.Buffered())))
+		if len(chunk) == 0 {
 			if n > 0 {
 				return n, nil
 			}
 			return 0, err
 		}
-		if c == escapeByte {
-			d, err := u.r.ReadByte()
-			switch {
-			case err != nil:
-				return n, fmt.Errorf("%w: the stream ends inside an escape", ErrMalformed)
-			case d == 'n':
-				c = '\n'
-			case d == 'e':
-				c = escapeByte
-			default:
-				return n, fmt.Errorf("%w: escape byte followed by %#x", ErrMalformed, d)
+		if k := bytes.IndexByte(chunk, escapeByte); k != 0 {
+			if k < 0 {
+				k = len(chunk)
 			}
+			copy(p[n:], chunk[:k])
+			_, _ = u.r.Discard(k)
+			n += k
+			continue
 		}
-		p[n] = c
+		_, _ = u.r.Discard(1)
+		d, err := u.r.ReadByte()
+		switch {
+		case err != nil:
+			return n, fmt.Errorf("%w: the stream ends inside an escape", ErrMalformed)
+		case d == 'n':
+			p[n] = '\n'
+		case d == 'e':
+			p[n] = escapeByte
+		default:
+			return n, fmt.Errorf("%w: escape byte followed by %#x", ErrMalformed, d)
+		}
 		n++
 	}
 	return n, nil
