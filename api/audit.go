@@ -27,14 +27,17 @@ type AuditRecord struct {
 	SessionID   string    `json:"sessionId,omitempty"`
 	// Client is the key of the client that asked for the call
 	// (Client.Key: "socket:UID" or "token:NAME").
-	Client        string   `json:"client,omitempty"`
-	CallID        string   `json:"callId,omitempty"`
-	Background    bool     `json:"background,omitempty"`
-	Policy        string   `json:"policy"`
-	PolicyDigest  string   `json:"policyDigest,omitempty"`
-	Backend       string   `json:"backend"`
-	Runtime       string   `json:"runtime,omitempty"`
-	Image         string   `json:"image"`
+	Client       string `json:"client,omitempty"`
+	CallID       string `json:"callId,omitempty"`
+	Background   bool   `json:"background,omitempty"`
+	Policy       string `json:"policy"`
+	PolicyDigest string `json:"policyDigest,omitempty"`
+	Backend      string `json:"backend"`
+	Runtime      string `json:"runtime,omitempty"`
+	Image        string `json:"image"`
+	// ImageDigest is the digest of the image the call ran
+	// (sandbox.Info.ImageDigest); absent for the host image.
+	ImageDigest   string   `json:"imageDigest,omitempty"`
 	ContainerID   string   `json:"containerId,omitempty"`
 	CommandSHA256 string   `json:"commandSha256"`
 	EnvNames      []string `json:"envNames"`
@@ -105,6 +108,7 @@ func auditRecord(req *sandbox.Request, callID string, background bool, queue tim
 		if res.Sandbox.Backend != "" {
 			rec.Backend, rec.Runtime, rec.Image = res.Sandbox.Backend, res.Sandbox.Runtime, res.Sandbox.Image
 		}
+		rec.ImageDigest = res.Sandbox.ImageDigest
 		rec.ContainerID = res.Sandbox.ContainerID
 		rec.Timings.PrepareNs = int64(res.Timings.Prepare)
 		rec.Timings.CreateNs = int64(res.Timings.Create)

@@ -64,6 +64,9 @@ type Options struct {
 	// Credentials are added by the proxy to HTTPS requests to their
 	// hosts (Credential); nil means none, and no tunnel is terminated.
 	Credentials []Credential
+	// Binding, when set, holds the credentials and the call's CA made
+	// before the network starts (Bind); Credentials are then ignored.
+	Binding *Binding
 	// UpstreamCAs verify the bound hosts' certificates; nil means the
 	// host's trust store.
 	UpstreamCAs *x509.CertPool
@@ -104,7 +107,7 @@ func Start(opts Options) (_ *Call, err error) {
 	if opts.headerTimeout > 0 {
 		c.p.headerTimeout = opts.headerTimeout
 	}
-	if err := c.p.bind(opts.Credentials, opts.UpstreamCAs); err != nil {
+	if err := c.p.bind(opts); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -31,32 +31,49 @@ const maxCAFile = 4 << 20
 // sandbox.ErrInvalid.
 func CallCredentials(cs []sandbox.Credential, getenv func(string) (string, bool)) (creds []Credential, env []string, err error) {
 	for i, c := range cs {
-		v, err := sandbox.CredentialValue(c, getenv)
+		cred, err := readCredential(c, getenv)
 		if err != nil {
-			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d]: %v", i, err)
+			return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d]: %w", i, err)
 		}
-		ph, err := NewPlaceholder(c.Name)
-		if err != nil {
+		if cred.Placeholder, err = NewPlaceholder(c.Name); err != nil {
 			return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "egress: placeholder: %w", err)
-		}
-		cred := Credential{Name: c.Name, Host: c.Host, Port: c.Port, Header: c.Header, Format: c.Format, Value: v, Placeholder: ph}
-		if c.UpstreamCAFile != "" {
-			pem, err := safefile.Read(c.UpstreamCAFile, safefile.Options{MaxBytes: maxCAFile, OperatorOwned: true})
-			if err != nil {
-				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %v", i, err)
-			}
-			cred.Roots = x509.NewCertPool()
-			if !cred.Roots.AppendCertsFromPEM(pem) {
-				return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.credentials[%d].upstreamCA: %s holds no PEM certificate", i, c.UpstreamCAFile)
-			}
 		}
 		creds = append(creds, cred)
 		if c.Variable != "" {
-			env = append(env, c.Variable+"="+ph)
+			env = append(env, c.Variable+"="+cred.Placeholder)
 		}
 	}
 	slices.Sort(env)
 	return creds, env, nil
+}
+
+// CheckCredentialSource reads c's value and upstream CA as a call would
+// (doctor): the error names the credential and its source, never the
+// value.
+func CheckCredentialSource(c sandbox.Credential, getenv func(string) (string, bool)) error {
+	_, err := readCredential(c, getenv)
+	return err
+}
+
+// readCredential reads c's value and upstream CA now; the placeholder
+// is left to the caller.
+func readCredential(c sandbox.Credential, getenv func(string) (string, bool)) (Credential, error) {
+	v, err := sandbox.CredentialValue(c, getenv)
+	if err != nil {
+		return Credential{}, err
+	}
+	cred := Credential{Name: c.Name, Host: c.Host, Port: c.Port, Header: c.Header, Format: c.Format, Value: v}
+	if c.UpstreamCAFile != "" {
+		pem, err := safefile.Read(c.UpstreamCAFile, safefile.Options{MaxBytes: maxCAFile, OperatorOwned: true})
+		if err != nil {
+			return Credential{}, fmt.Errorf("credential %q: upstreamCA: %v", c.Name, err)
+		}
+		cred.Roots = x509.NewCertPool()
+		if !cred.Roots.AppendCertsFromPEM(pem) {
+			return Credential{}, fmt.Errorf("credential %q: upstreamCA: %s holds no PEM certificate", c.Name, c.UpstreamCAFile)
+		}
+	}
+	return cred, nil
 }
 
 // CAEnv are the variables that point a call's TLS clients at its CA
@@ -91,6 +108,61 @@ func WriteCABundle(dir, name string, caPEM []byte) (string, error) {
 	return path, os.Chmod(path, 0o644)
 }
 
+// Binding is a call's credentials made ready before its network
+// starts: each value read, a placeholder made, the call's CA made (its
+// key dropped once it signed the hosts' certificates) and the call's CA
+// bundle written. StartPolicy makes one; a backend that must configure
+// the call's container before its network exists (docker) makes it
+// with Bind and hands it to Start in Options.Binding.
+type Binding struct {
+	creds []Credential
+	ca    *callCA
+	// Env are each credential's VARIABLE=placeholder and
+	// CAEnv(CABundlePath), sorted; apply them with WithEnv.
+	Env []string
+	// CABundle is the host path of the call's CA bundle, to bind
+	// read-only at CABundlePath.
+	CABundle string
+}
+
+// Bind makes the Binding of a call under p, reading the credentials'
+// values through getenv and safefile now and writing the call's CA
+// bundle into dir as ID.pem; nil, nil when p has no credentials. The
+// caller removes the bundle with Remove when the call ends. On error
+// nothing is left.
+func Bind(p sandbox.Policy, getenv func(string) (string, bool), dir, id string) (*Binding, error) {
+	if len(p.Credentials) == 0 {
+		return nil, nil
+	}
+	creds, env, err := CallCredentials(p.Credentials, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(creds); err != nil {
+		return nil, err
+	}
+	b := &Binding{creds: creds}
+	if b.ca, err = newCallCA(credentialHosts(creds)); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
+	}
+	if b.CABundle, err = WriteCABundle(dir, id+".pem", b.ca.certPEM); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "%w", err)
+	}
+	b.Env = WithEnv(env, CAEnv(CABundlePath))
+	return b, nil
+}
+
+// Remove removes the call's CA bundle; a nil Binding has none.
+func (b *Binding) Remove() error {
+	if b == nil || b.CABundle == "" {
+		return nil
+	}
+	if err := os.Remove(b.CABundle); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("egress: removing the call's CA bundle: %w", err)
+	}
+	return nil
+}
+
 // Setup is a call's egress network as a backend starts it from the
 // policy (StartPolicy): the network, the variables the call gets and,
 // with credentials, the call's CA bundle on the host.
@@ -103,29 +175,26 @@ type Setup struct {
 	// CABundle is the host path of the call's CA bundle, to bind
 	// read-only at CABundlePath; empty without credentials.
 	CABundle string
+	binding  *Binding
 }
 
-// StartPolicy starts the egress network of a call under p (Start with
-// p's rules and credentials, whose values it reads through getenv and
-// safefile now), writing the call's CA bundle into dir as ID.pem when
-// there are credentials. On error nothing is left.
+// StartPolicy starts the egress network of a call under p (Bind, then
+// Start with p's rules and the binding). On error nothing is left.
 func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool), dir, id string) (*Setup, error) {
-	creds, credEnv, err := CallCredentials(p.Credentials, getenv)
+	b, err := Bind(p, getenv, dir, id)
 	if err != nil {
 		return nil, err
 	}
-	o.Allow, o.Deny, o.Credentials = p.NetworkAllow, p.NetworkDeny, creds
+	o.Allow, o.Deny, o.Binding = p.NetworkAllow, p.NetworkDeny, b
 	c, err := Start(o)
 	if err != nil {
+		_ = b.Remove()
 		return nil, err
 	}
-	s := &Setup{Call: c, Env: ProxyEnv()}
-	if len(creds) > 0 {
-		if s.CABundle, err = WriteCABundle(dir, id+".pem", c.CACertPEM()); err != nil {
-			c.Close()
-			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "%w", err)
-		}
-		s.Env = WithEnv(s.Env, append(credEnv, CAEnv(CABundlePath)...))
+	s := &Setup{Call: c, Env: ProxyEnv(), binding: b}
+	if b != nil {
+		s.CABundle = b.CABundle
+		s.Env = WithEnv(s.Env, b.Env)
 	}
 	return s, nil
 }
@@ -134,10 +203,8 @@ func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool)
 // bundle; it returns the record.
 func (s *Setup) Close() []sandbox.Connection {
 	recs := s.Call.Close()
-	if s.CABundle != "" {
-		if err := os.Remove(s.CABundle); err != nil && !os.IsNotExist(err) {
-			s.Call.p.log.Debug().Err(err).Msg("egress: removing the call's CA bundle")
-		}
+	if err := s.binding.Remove(); err != nil {
+		s.Call.p.log.Debug().Err(err).Msg("egress: removing the call's CA bundle")
 	}
 	return recs
 }

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,9 +88,9 @@ func (c *Credential) headerValue(v string) string {
 
 // inject puts the credential into req, whose host is the bound one:
 // without the header it adds it; a header holding the placeholder (as
-// is, or inside Basic credentials, which git sends) gets the value in
-// its place; a header holding anything else (another credential) is
-// left alone. It reports whether it added the value.
+// is, or inside Basic credentials, scheme in any case, which git sends)
+// gets the value in its place; a header holding anything else (another
+// credential) is left alone. It reports whether it added the value.
 func (c *Credential) inject(req *http.Request) bool {
 	vs := req.Header.Values(c.Header)
 	if len(vs) == 0 {
@@ -104,10 +105,10 @@ func (c *Credential) inject(req *http.Request) bool {
 			out[i], done = strings.ReplaceAll(v, c.Placeholder, c.Value), true
 			continue
 		}
-		if enc, ok := strings.CutPrefix(v, "Basic "); ok {
+		if scheme, enc, _ := strings.Cut(v, " "); strings.EqualFold(scheme, "Basic") {
 			if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc)); err == nil && bytes.Contains(dec, []byte(c.Placeholder)) {
 				dec = bytes.ReplaceAll(dec, []byte(c.Placeholder), []byte(c.Value))
-				out[i], done = "Basic "+base64.StdEncoding.EncodeToString(dec), true
+				out[i], done = scheme+" "+base64.StdEncoding.EncodeToString(dec), true
 			}
 		}
 	}
@@ -183,16 +184,13 @@ func newCallCA(hosts []string) (*callCA, error) {
 	return ca, nil
 }
 
-// bind checks the credentials and makes the call's CA and the transport
-// of terminated tunnels; an error wraps sandbox.ErrInvalid and names the
-// credential, never its value.
-func (p *proxy) bind(creds []Credential, roots *x509.CertPool) error {
-	if len(creds) == 0 {
-		return nil
-	}
-	var hosts []string
+// checkCredentials checks the credentials of a call; an error wraps
+// sandbox.ErrInvalid and names the credential, never its value. Host
+// names come out lower case, without a final dot.
+func checkCredentials(creds []Credential) error {
 	seen := map[string]bool{}
-	for i, c := range creds {
+	for i := range creds {
+		c := &creds[i]
 		c.Host = strings.ToLower(strings.TrimSuffix(c.Host, "."))
 		bad := ""
 		switch {
@@ -217,19 +215,46 @@ func (p *proxy) bind(creds []Credential, roots *x509.CertPool) error {
 			return sandbox.Errorf(sandbox.ErrInvalid, "egress: credentials[%d] (%s): %s", i, c.Name, bad)
 		}
 		seen[key] = true
+	}
+	return nil
+}
+
+// credentialHosts are the hosts of creds, in order.
+func credentialHosts(creds []Credential) []string {
+	hosts := make([]string, 0, len(creds))
+	for _, c := range creds {
 		hosts = append(hosts, c.Host)
-		p.creds = append(p.creds, c)
 	}
-	ca, err := newCallCA(hosts)
-	if err != nil {
-		return sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
+	return hosts
+}
+
+// bind takes the call's credentials (opts.Binding's, else
+// opts.Credentials, checked and given a CA here) and makes the
+// transport of terminated tunnels.
+func (p *proxy) bind(opts Options) error {
+	creds, ca := opts.Credentials, (*callCA)(nil)
+	if opts.Binding != nil {
+		creds, ca = opts.Binding.creds, opts.Binding.ca
 	}
-	p.ca = ca
+	if len(creds) == 0 {
+		return nil
+	}
+	creds = slices.Clone(creds)
+	if err := checkCredentials(creds); err != nil {
+		return err
+	}
+	if ca == nil {
+		var err error
+		if ca, err = newCallCA(credentialHosts(creds)); err != nil {
+			return sandbox.Errorf(sandbox.ErrInternal, "egress: the call's CA: %w", err)
+		}
+	}
+	p.creds, p.ca = creds, ca
 	p.credTransports = map[string]*http.Transport{}
 	for _, c := range p.creds {
 		r := c.Roots
 		if r == nil {
-			r = roots
+			r = opts.UpstreamCAs
 		}
 		p.credTransports[c.Name] = p.newCredTransport(r)
 	}
@@ -279,7 +304,9 @@ func (p *proxy) carriesPlaceholder(req *http.Request) string {
 
 // intercept serves a CONNECT tunnel to the bound host of cred: it
 // terminates the call's TLS with the call CA's leaf for the host, reads
-// HTTP/1.1 requests (headers bounded as the proxy's own), adds the
+// HTTP/1.1 requests (headers bounded as the proxy's own; keep-alive
+// and pipelining served in order; HTTP/2 and connection upgrades
+// refused, see refuseBound), adds the
 // credential to those for the bound host and sends them over TLS,
 // verified against the host's trust store (or Options.UpstreamCAs), to
 // the address the rules allow; answers go back as they come, with the
@@ -324,6 +351,11 @@ func (p *proxy) intercept(client net.Conn, cred *Credential) {
 // writes the answer; false ends the connection.
 func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostport string) bool {
 	defer req.Body.Close()
+	if status, reason := refuseBound(req); status != 0 {
+		p.record(sandbox.Connection{Host: cred.Host, Port: cred.port(), Verdict: Denied, Reason: "credential " + strconv.Quote(cred.Name) + ": " + reason})
+		writeError(w, status, "egress: "+cred.Host+": "+reason)
+		return false
+	}
 	reqHost, _, _ := strings.Cut(req.Host, ":")
 	injected := false
 	if reqHost == "" || strings.EqualFold(reqHost, cred.Host) {
@@ -350,7 +382,7 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 	if err != nil {
 		msg := "egress: " + cred.Host + ": " + err.Error()
 		msg = strings.ReplaceAll(msg, cred.Value, cred.Placeholder)
-		fmt.Fprintf(w, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		writeError(w, http.StatusBadGateway, msg)
 		return false
 	}
 	defer resp.Body.Close()
@@ -359,7 +391,11 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 			resp.Header[k][i] = strings.ReplaceAll(v, cred.Value, cred.Placeholder)
 		}
 	}
-	resp.Body = &scrubber{r: resp.Body, secret: []byte(cred.Value), with: []byte(cred.Placeholder)}
+	// The answer is written through a buffer, flushed before every read
+	// of the body that may wait for the upstream: few TLS records, and a
+	// streamed answer still reaches the call as it comes.
+	bw := bufio.NewWriterSize(w, 32<<10)
+	resp.Body = flushFirst{r: &scrubber{r: resp.Body, secret: []byte(cred.Value), with: []byte(cred.Placeholder)}, w: bw}
 	hasBody := req.Method != http.MethodHead && resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
 	if hasBody && resp.Header.Get("Content-Encoding") == "" {
 		resp.ContentLength = -1 // the placeholder's length may differ from the secret's
@@ -367,10 +403,52 @@ func (p *proxy) forward(w net.Conn, req *http.Request, cred *Credential, hostpor
 		resp.TransferEncoding = []string{"chunked"}
 	}
 	resp.Close = resp.Close || req.Close
-	if err := resp.Write(w); err != nil {
+	if err := resp.Write(bw); err != nil || bw.Flush() != nil {
 		return false
 	}
 	return !resp.Close
+}
+
+// flushFirst is a body that flushes w before each read.
+type flushFirst struct {
+	r io.ReadCloser
+	w *bufio.Writer
+}
+
+func (f flushFirst) Read(b []byte) (int, error) {
+	if err := f.w.Flush(); err != nil {
+		return 0, err
+	}
+	return f.r.Read(b)
+}
+
+func (f flushFirst) Close() error { return f.r.Close() }
+
+// writeError answers a request of a terminated tunnel with status and
+// msg, closing the connection.
+func writeError(w io.Writer, status int, msg string) {
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", status, http.StatusText(status), len(msg), msg)
+}
+
+// refuseBound says why a request read from a terminated tunnel is not
+// forwarded, with the status of the answer, or 0: HTTP/2 spoken without ALPN
+// (the proxy negotiates http/1.1 only) and connection upgrades
+// (WebSocket, h2c), after which the proxy could no longer take an
+// echoed secret out of what the upstream sends.
+func refuseBound(req *http.Request) (int, string) {
+	if req.ProtoMajor != 1 {
+		return http.StatusHTTPVersionNotSupported, clip(req.Proto) + " is not served on a host with a credential (http/1.1 only)"
+	}
+	upgrade := req.Header.Get("Upgrade") != ""
+	for _, v := range req.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			upgrade = upgrade || strings.EqualFold(strings.TrimSpace(tok), "upgrade")
+		}
+	}
+	if upgrade {
+		return http.StatusNotImplemented, "connection upgrade (" + clip(req.Header.Get("Upgrade")) + ") refused on a host with a credential: the proxy could not keep the secret out of the upgraded stream"
+	}
+	return 0, ""
 }
 
 // scrubber replaces secret by with in what it reads, also across reads.
@@ -404,10 +482,9 @@ func (s *scrubber) Read(b []byte) (int, error) {
 			s.eof = true
 		}
 		s.pending = bytes.ReplaceAll(s.pending, s.secret, s.with)
-		// Keep back what could be the start of the secret.
-		keep := min(len(s.pending), max(len(s.secret)-1, 0))
-		if s.eof {
-			keep = 0
+		keep := 0
+		if !s.eof {
+			keep = s.partial()
 		}
 		s.out = append(s.out[:0], s.pending[:len(s.pending)-keep]...)
 		s.pending = append(s.pending[:0], s.pending[len(s.pending)-keep:]...)
@@ -415,6 +492,23 @@ func (s *scrubber) Read(b []byte) (int, error) {
 	n := copy(b, s.out)
 	s.out = s.out[n:]
 	return n, nil
+}
+
+// partial is how many bytes at the end of pending could start the
+// secret and must wait for the next read: the longest end of pending
+// that is a beginning of the secret (so a streamed answer is not held
+// back otherwise), or, for a secret over 1 KiB, its length less one.
+func (s *scrubber) partial() int {
+	n := min(len(s.pending), max(len(s.secret)-1, 0))
+	if len(s.secret) > 1<<10 {
+		return n
+	}
+	for k := n; k > 0; k-- {
+		if bytes.Equal(s.pending[len(s.pending)-k:], s.secret[:k]) {
+			return k
+		}
+	}
+	return 0
 }
 
 func (s *scrubber) Close() error {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	xproxy "golang.org/x/net/proxy"
 )
 
 const (
@@ -37,6 +39,13 @@ type upstreams struct {
 	ca   *x509.CertPool
 	mu   sync.Mutex
 	seen map[string][]string // host -> Authorization headers received
+	last map[string]string   // host -> the last request body received
+}
+
+func (u *upstreams) body(host string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.last[host]
 }
 
 func (u *upstreams) got(host string) []string {
@@ -51,7 +60,7 @@ func newUpstreams(t testing.TB, n *testNets) *upstreams {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstreams{ca: x509.NewCertPool(), seen: map[string][]string{}}
+	u := &upstreams{ca: x509.NewCertPool(), seen: map[string][]string{}, last: map[string]string{}}
 	u.ca.AppendCertsFromPEM(ca.certPEM)
 	for addr, host := range map[string]string{public4: boundHost, public6: otherHost} {
 		ln, err := listenIn(n.net, net.JoinHostPort(addr, "443"))
@@ -61,8 +70,10 @@ func newUpstreams(t testing.TB, n *testNets) *upstreams {
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				a := r.Header.Get("Authorization")
+				body, _ := io.ReadAll(r.Body)
 				u.mu.Lock()
 				u.seen[host] = append(u.seen[host], a)
+				u.last[host] = string(body)
 				u.mu.Unlock()
 				w.Header().Set("X-Echo", a)
 				fmt.Fprintf(w, "%s got %q", host, a)
@@ -111,22 +122,33 @@ func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) 
 	return c
 }
 
-// TestCredentialInjection: the bound host gets the real token, over
-// TLS the proxy terminates with the call's CA and re-encrypts verified
-// against the upstream's CA; another host, the bound host's address or
-// another name for it get only the placeholder; a request naming
-// another credential gets nothing extra; what the upstream echoes comes
-// back with the placeholder; the record says how often the credential
-// was used and never holds the secret.
-func TestCredentialInjection(t *testing.T) {
+// newCredTest makes the test networks, the upstreams and a call whose
+// credential "gh" is bound to boundHost with placeholder ph; the call
+// is closed when the test ends.
+func newCredTest(t testing.TB) (u *upstreams, ph string, c *Call) {
+	t.Helper()
 	n := newTestNets(t)
-	u := newUpstreams(t, n)
+	u = newUpstreams(t, n)
 	ph, err := NewPlaceholder("gh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	c = startCredCall(t, n, u, ph)
+	t.Cleanup(func() { c.Close() })
+	return u, ph, c
+}
+
+// TestCredentialInjection: the bound host gets the real token, over
+// TLS the proxy terminates with the call's CA and re-encrypts verified
+// against the upstream's CA; another host (the placeholder in a header,
+// the URL or the body), the bound host's address, another name for it
+// or SOCKS5 to it get only the placeholder; a request naming
+// another credential gets nothing extra; what the upstream echoes comes
+// back with the placeholder; the record says how often the credential
+// was used and never holds the secret.
+func TestCredentialInjection(t *testing.T) {
+	u, ph, c := newCredTest(t)
+	var err error
 	cl := callClient(t, c, u.ca)
 	get := func(target, auth string) (string, http.Header) {
 		t.Helper()
@@ -152,7 +174,8 @@ func TestCredentialInjection(t *testing.T) {
 	}{
 		{"https://" + boundHost + "/user", "Bearer " + ph, boundHost, "Bearer " + secret},
 		{"https://" + boundHost + "/user", "", boundHost, "Bearer " + secret},
-		{"https://" + boundHost + "/repo.git/info/refs", basic("x-access-token", ph), boundHost, basic("x-access-token", secret)}, // git
+		{"https://" + boundHost + "/repo.git/info/refs", basic("x-access-token", ph), boundHost, basic("x-access-token", secret)},                                                       // git
+		{"https://" + boundHost + "/repo.git/info/refs", "basic " + basic("x-access-token", ph)[len("Basic "):], boundHost, "basic " + basic("x-access-token", secret)[len("Basic "):]}, // actions/checkout's extraheader
 		{"https://" + boundHost + "/user", "Bearer another-credential", boundHost, "Bearer another-credential"},
 		{"https://" + otherHost + "/steal", "Bearer " + ph, otherHost, "Bearer " + ph},
 		{"https://" + otherHost + "/steal?t=" + ph, "", otherHost, ""},
@@ -192,8 +215,41 @@ func TestCredentialInjection(t *testing.T) {
 			t.Errorf("CONNECT %s: the answer holds the secret: %q", target, body)
 		}
 	}
-	if seen := u.got(boundHost)[before:]; len(seen) != 2 || seen[0] != "Bearer "+ph || seen[1] != "Bearer "+ph {
-		t.Errorf("through the address and the alias the bound host received %q, want the placeholder twice", seen)
+	// SOCKS5 to the bound host: a tunnel too, never terminated.
+	err = inNamespace(t, c.NamespacePath(), func() error {
+		d, err := xproxy.SOCKS5("tcp", SOCKSAddr, nil, xproxy.Direct)
+		if err != nil {
+			return err
+		}
+		conn, err := d.Dial("tcp", boundHost+":443")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tc := tls.Client(conn, &tls.Config{ServerName: boundHost, RootCAs: u.ca})
+		fmt.Fprintf(tc, "GET /x HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", boundHost, ph)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("GET through SOCKS5 to %s: %v", boundHost, err)
+	}
+	if seen := u.got(boundHost)[before:]; len(seen) != 3 || seen[0] != "Bearer "+ph || seen[1] != "Bearer "+ph || seen[2] != "Bearer "+ph {
+		t.Errorf("through the address, the alias and SOCKS5 the bound host received %q, want the placeholder three times", seen)
+	}
+
+	// The placeholder in a body to another host stays the placeholder.
+	resp, err := cl.Post("https://"+otherHost+"/upload", "text/plain", strings.NewReader("token="+ph))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if b := u.body(otherHost); b != "token="+ph {
+		t.Errorf("another host received the body %q, want the placeholder unchanged", b)
 	}
 
 	// A request inside the bound tunnel for another host gets nothing.
@@ -232,7 +288,7 @@ func TestCredentialInjection(t *testing.T) {
 	}
 
 	// Plain HTTP with the placeholder: refused, recorded.
-	resp, err := cl.Get("http://" + otherHost + "/?t=" + ph)
+	resp, err = cl.Get("http://" + otherHost + "/?t=" + ph)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,11 +382,35 @@ func BenchmarkCredentialOverhead(b *testing.B) {
 	b.ReportMetric(q(with, 0.95), "inject-p95-µs")
 	b.ReportMetric(q(without, 0.5), "tunnel-median-µs")
 	b.ReportMetric(q(without, 0.95), "tunnel-p95-µs")
+	b.ReportMetric(q(with, 0.5)/q(without, 0.5), "median-ratio")
 }
 
-// TestScrubber: the secret is replaced also when reads split it.
+// TestScrubber: the secret is replaced also when reads split it; what
+// cannot start the secret is returned at once, so a streamed answer is
+// not held back.
 func TestScrubber(t *testing.T) {
-	for _, in := range []string{"", "plain", secret, "a" + secret + "b" + secret, strings.Repeat("x", 40000) + secret + "tail", secret[:5]} {
+	pr, pw := io.Pipe()
+	s := &scrubber{r: pr, secret: []byte(secret), with: []byte("PH")}
+	// A scrubber that holds back what it should return would wait for
+	// more forever: the pipe fails it after a minute instead.
+	watchdog := time.AfterFunc(time.Minute, func() { pr.CloseWithError(errors.New("the scrubber waited for more input")) })
+	defer watchdog.Stop()
+	for _, event := range []string{"data: one\n\n", "data: " + secret + "\n\n", "data: s3c", "r3t-token-value-0123456789 two\n\n"} {
+		go pw.Write([]byte(event))
+		want := strings.ReplaceAll(event, secret, "PH")
+		if strings.HasSuffix(event, "s3c") {
+			want = "data: " // the rest could be the secret's start: it waits
+		} else if strings.HasPrefix(event, "r3t") {
+			want = "PH two\n\n"
+		}
+		buf := make([]byte, 100)
+		n, err := s.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Errorf("streamed %q: read %q, %v; want %q", event, buf[:n], err, want)
+		}
+	}
+	pw.Close()
+	for _, in := range []string{"", "plain", secret, "a" + secret + "b" + secret, strings.Repeat("x", 40000) + secret + "tail", secret[:5], "xs3cr", "s3cs3cr3t-token-value-0123456789"} {
 		want := strings.ReplaceAll(in, secret, "PH")
 		for _, r := range []io.Reader{strings.NewReader(in), iotest.OneByteReader(strings.NewReader(in))} {
 			got, err := io.ReadAll(&scrubber{r: r, secret: []byte(secret), with: []byte("PH")})
@@ -344,11 +424,7 @@ func TestScrubber(t *testing.T) {
 // TestCredentialBodilessAnswers: HEAD, 204 and 304 answers of the bound
 // host come back without a body, and the connection stays usable.
 func TestCredentialBodilessAnswers(t *testing.T) {
-	n := newTestNets(t)
-	u := newUpstreams(t, n)
-	ph, _ := NewPlaceholder("gh")
-	c := startCredCall(t, n, u, ph)
-	defer c.Close()
+	u, _, c := newCredTest(t)
 	cl := callClient(t, c, u.ca)
 	for _, method := range []string{"HEAD", "GET", "HEAD", "GET"} {
 		req, _ := http.NewRequest(method, "https://"+boundHost+"/x", nil)
@@ -361,5 +437,178 @@ func TestCredentialBodilessAnswers(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 || (method == "HEAD") != (len(body) == 0) {
 			t.Errorf("%s = %d, %d bytes, %v; want 200 with a body only for GET", method, resp.StatusCode, len(body), err)
 		}
+	}
+}
+
+// boundTLS opens a CONNECT tunnel to the bound host and a TLS session
+// over it that offers protos by ALPN, trusting the call's CA.
+func boundTLS(t *testing.T, c *Call, u *upstreams, protos ...string) (*tls.Conn, error) {
+	t.Helper()
+	conn, br, code := connect(t, c, boundHost+":443")
+	if code != http.StatusOK {
+		conn.Close()
+		t.Fatalf("CONNECT %s = %d, want 200", boundHost, code)
+	}
+	roots := u.ca.Clone()
+	roots.AppendCertsFromPEM(c.CACertPEM())
+	tc := tls.Client(bufConn{Conn: conn, r: br}, &tls.Config{ServerName: boundHost, RootCAs: roots, NextProtos: protos})
+	_ = tc.SetDeadline(time.Now().Add(time.Minute))
+	if err := tc.Handshake(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { tc.Close() })
+	return tc, nil
+}
+
+// TestCredentialKeepAlive sends several requests over one terminated
+// tunnel, one after the other and pipelined: each request for the bound
+// host gets the secret, the one naming another host in between gets
+// nothing, and no answer carries the secret back.
+func TestCredentialKeepAlive(t *testing.T) {
+	u, ph, c := newCredTest(t)
+	tc, err := boundTLS(t, c, u, "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(tc)
+	send := func(host, auth string) {
+		t.Helper()
+		h := ""
+		if auth != "" {
+			h = "Authorization: " + auth + "\r\n"
+		}
+		if _, err := fmt.Fprintf(tc, "GET /k HTTP/1.1\r\nHost: %s\r\n%s\r\n", host, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading an answer on the kept-alive tunnel: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Close || strings.Contains(string(body)+fmt.Sprint(resp.Header), secret) {
+			t.Errorf("answer %d %q (close %v): want the connection kept and no secret", resp.StatusCode, body, resp.Close)
+		}
+	}
+	before := len(u.got(boundHost))
+	send(boundHost, "Bearer "+ph)
+	read()
+	send(otherHost, "Bearer "+ph)
+	read()
+	send(boundHost, "")
+	read()
+	// Pipelined: three requests written before any answer is read.
+	send(boundHost, "Bearer "+ph)
+	send(otherHost, "")
+	send(boundHost+":443", "Bearer "+ph)
+	read()
+	read()
+	read()
+	want := []string{"Bearer " + secret, "Bearer " + ph, "Bearer " + secret, "Bearer " + secret, "", "Bearer " + secret}
+	if got := u.got(boundHost)[before:]; !slices.Equal(got, want) {
+		t.Errorf("the bound host received %q over one kept-alive tunnel, want %q", got, want)
+	}
+	if got := u.got(otherHost); len(got) != 0 {
+		t.Errorf("another host received %q through the bound host's tunnel, want nothing", got)
+	}
+}
+
+// TestCredentialALPN: the proxy's TLS for a bound host speaks
+// http/1.1 only. A client offering h2 and http/1.1 gets http/1.1 and
+// the request works; one offering only h2 fails its handshake; HTTP/2
+// spoken anyway (prior knowledge) is refused. Neither of the last two
+// reaches the upstream.
+func TestCredentialALPN(t *testing.T) {
+	u, ph, c := newCredTest(t)
+	tc, err := boundTLS(t, c, u, "h2", "http/1.1")
+	if err != nil {
+		t.Fatalf("handshake offering h2 and http/1.1: %v", err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Errorf("negotiated %q, want http/1.1", p)
+	}
+	fmt.Fprintf(tc, "GET /a HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", boundHost, ph)
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request after negotiating http/1.1: %v %v", resp, err)
+	}
+	if got := u.got(boundHost); !slices.Equal(got, []string{"Bearer " + secret}) {
+		t.Errorf("the bound host received %q, want the secret once", got)
+	}
+
+	if _, err := boundTLS(t, c, u, "h2"); err == nil {
+		t.Errorf("a handshake offering only h2 succeeded, want it refused")
+	}
+
+	tc, err = boundTLS(t, c, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client preface, then a SETTINGS frame.
+	io.WriteString(tc, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != http.StatusHTTPVersionNotSupported {
+		t.Errorf("HTTP/2 with prior knowledge: %v %v, want 505", resp, err)
+	}
+	if got := u.got(boundHost); len(got) != 1 {
+		t.Errorf("the bound host received %q, want only the first request", got)
+	}
+}
+
+// TestCredentialUpgradeRefused: a connection upgrade (WebSocket, h2c)
+// to the bound host is refused (once switched, the proxy could no
+// longer keep an echoed secret from the call) and recorded; the
+// upstream, which would switch, gets no request, and the tunnel serves
+// a plain request afterwards.
+func TestCredentialUpgradeRefused(t *testing.T) {
+	u, ph, c := newCredTest(t)
+	for _, up := range []string{"websocket", "h2c"} {
+		tc, err := boundTLS(t, c, u, "http/1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(tc)
+		fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n"+
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", boundHost, ph, up)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("upgrade to %s: %v", up, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "upgrade") {
+			t.Errorf("upgrade to %s = %d %q, want 501 naming the upgrade", up, resp.StatusCode, body)
+		}
+	}
+	if got := u.got(boundHost); len(got) != 0 {
+		t.Errorf("the bound host received %q for refused upgrades, want nothing", got)
+	}
+	// The legitimate variant: a plain request on a new tunnel.
+	tc, err := boundTLS(t, c, u, "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(tc, "GET /plain HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", boundHost)
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a plain request after the refusals: %v %v", resp, err)
+	}
+	if got := u.got(boundHost); !slices.Equal(got, []string{"Bearer " + secret}) {
+		t.Errorf("the bound host received %q, want the secret once", got)
+	}
+	recs := c.Close()
+	refused := 0
+	for _, r := range recs {
+		if r.Verdict == Denied && strings.Contains(r.Reason, "upgrade") {
+			refused++
+		}
+		if strings.Contains(fmt.Sprintf("%+v", r), secret) {
+			t.Errorf("a record holds the secret: %+v", r)
+		}
+	}
+	if refused != 2 {
+		t.Errorf("the record holds %d upgrade refusals, want 2: %+v", refused, recs)
 	}
 }

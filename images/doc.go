@@ -10,8 +10,15 @@
 // symbolic links, device nodes and FIFOs, and strips setuid and setgid
 // bits (see [Store.Import]).
 //
-// The package imports only the standard library and
-// github.com/google/go-containerregistry. It may be imported by the
+// [Store.Pull] fetches images from registries into the store: by tag or
+// by digest, with the operator's credentials and plain-HTTP registries
+// ([Registries]), a size cap, every blob checked against its digest, and
+// optionally cosign-compatible key-based signatures verified before any
+// layer is fetched ([VerifySignature]).
+//
+// The package imports only the standard library,
+// github.com/google/go-containerregistry, klauspost/compress (zstd
+// layers) and sigstore's signature packages. It may be imported by the
 // sandbox backends, by policy and by cmd/dsh-sandbox; it never imports
 // another package of this module.
 package images

@@ -9,9 +9,15 @@ import (
 // wraps ErrNotFound, and every error caused by a malformed or unsafe
 // argument or archive wraps ErrInvalid, so that callers can classify them
 // with errors.Is. Other errors (I/O failures) wrap neither.
+//
+// ErrVerify is the class of an image that failed a check of its content
+// or origin: a digest that does not match, a tampered layer, a missing
+// or invalid signature, a pull over the size cap. Nothing of such an
+// image is stored.
 var (
 	ErrNotFound = errors.New("image not found")
 	ErrInvalid  = errors.New("invalid image")
+	ErrVerify   = errors.New("image verification failed")
 )
 
 // HostName is the name of the generated host image returned by [Host]. It
@@ -56,8 +62,18 @@ type Image struct {
 	// Created is the creation time recorded in the image configuration;
 	// zero when unknown.
 	Created time.Time `json:"created,omitzero"`
-	// Imported is when the image was imported; zero for the host image.
+	// Imported is when the image was imported or pulled; zero for the
+	// host image.
 	Imported time.Time `json:"imported,omitzero"`
+	// Source is the registry reference a pulled image came from
+	// ("127.0.0.1:5000/tools:1", "index.docker.io/library/golang:1.26");
+	// empty for imported images.
+	Source string `json:"source,omitempty"`
+	// Signers are the fingerprints ("sha256:<hex>" of the DER public
+	// key, see [KeyFingerprint]) of the keys whose signature of Digest
+	// was verified when the image was pulled; nil when none was asked
+	// for.
+	Signers []string `json:"signers,omitempty"`
 }
 
 // Bind is one read-only bind mount of a host path.

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	kgzip "github.com/klauspost/compress/gzip"
 )
 
 // Archive formats Import recognizes, as recorded in image.json.
@@ -77,11 +78,11 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 		total = fi.Size()
 	}
 
-	staging, err := os.MkdirTemp(filepath.Join(s.root, tmpDir), "import-")
+	staging, release, err := s.stage("import-")
 	if err != nil {
-		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+		return nil, err
 	}
-	defer removeTree(staging)
+	defer release()
 
 	// Pass 1: unpack the input as it comes, hashing and counting it.
 	archiveDir := filepath.Join(staging, "archive")
@@ -97,7 +98,7 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 		return nil, fmt.Errorf("image store %s: %w", s.root, err)
 	}
 	rootfs := filepath.Join(imageDir, rootfsDir)
-	rec := record{Name: repo + ":" + tag, Imported: time.Now().UTC()}
+	rec := record{Name: refString(repo, tag), Imported: time.Now().UTC()}
 
 	format, err := detectFormat(archiveDir)
 	if err != nil {
@@ -126,15 +127,23 @@ func (s *Store) Import(ctx context.Context, file, name string, progress func(don
 			return nil, fmt.Errorf("image import %s (%s): %w", file, format, err)
 		}
 	}
-	if rec.Size, err = treeSize(rootfs); err != nil {
-		return nil, fmt.Errorf("image import %s: sizing root filesystem: %w", file, err)
+	return s.finish(ctx, imageDir, &rec, repo, tag, "image import "+file)
+}
+
+// finish sizes the root filesystem of the staged image directory
+// imageDir, writes its record rec, and publishes it as repo and tag;
+// what starts error messages.
+func (s *Store) finish(ctx context.Context, imageDir string, rec *record, repo, tag, what string) (*Image, error) {
+	var err error
+	if rec.Size, err = treeSize(filepath.Join(imageDir, rootfsDir)); err != nil {
+		return nil, fmt.Errorf("%s: sizing root filesystem: %w", what, err)
 	}
 	data, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("image import %s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := os.WriteFile(filepath.Join(imageDir, recordFile), append(data, '\n'), 0o600); err != nil {
-		return nil, fmt.Errorf("image import %s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -183,6 +192,9 @@ func unpackOuter(ctx context.Context, r io.Reader, dir string) (compressed bool,
 	return compressed, nil
 }
 
+// zstdMagic starts a zstd stream.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
 // decompress returns a reader of the tar stream in br, unwrapping gzip.
 // Other compressions are refused with a message naming them.
 func decompress(br *bufio.Reader) (io.Reader, bool, error) {
@@ -192,12 +204,13 @@ func decompress(br *bufio.Reader) (io.Reader, bool, error) {
 	}
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
+		// klauspost's inflate is about twice the standard library's.
+		zr, err := kgzip.NewReader(br)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: gzip: %v", ErrInvalid, err)
 		}
 		return zr, true, nil
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+	case bytes.HasPrefix(magic, zstdMagic):
 		return nil, false, fmt.Errorf("%w: zstd-compressed input; only plain or gzip-compressed tarballs are supported", ErrInvalid)
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
 		return nil, false, fmt.Errorf("%w: xz-compressed input; only plain or gzip-compressed tarballs are supported", ErrInvalid)
@@ -363,13 +376,7 @@ func unpackImage(ctx context.Context, img v1.Image, rootfs string, rec *record) 
 	if err != nil {
 		return fmt.Errorf("%w: image layers: %v", ErrInvalid, err)
 	}
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(rootfs, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(rootfs)
+	root, err := newRootfs(rootfs)
 	if err != nil {
 		return err
 	}
@@ -387,6 +394,18 @@ func unpackImage(ctx context.Context, img v1.Image, rootfs string, rec *record) 
 	rec.Env = withPath(cfg.Config.Env)
 	rec.Created = cfg.Created.UTC()
 	return nil
+}
+
+// newRootfs makes the directory rootfs (0755, whatever the umask) and
+// opens it for an extractor.
+func newRootfs(rootfs string) (*os.Root, error) {
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(rootfs)
 }
 
 func extractLayer(ctx context.Context, x *extractor, l v1.Layer) error {

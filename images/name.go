@@ -16,8 +16,10 @@ import (
 //
 // The first part is a domain when it holds "." or ":" or is "localhost".
 // The repository (everything before the tag) is at most 255 bytes.
-// Digests ("name@sha256:…") are refused: images are imported locally
-// and named by tag, never pulled by content address.
+// Names (ValidateName, CanonicalName) have no digest: that is how images
+// are imported and named on every backend. A reference ([ParseReference],
+// what [Store.Pull] and [Store.Get] take) may instead end in a digest,
+// "name@sha256:<64 lowercase hex>", naming exactly one image by content.
 //
 // The canonical form, which stores, lists and lookups use, has a tag
 // ("latest" when none is given) and drops the Docker Hub prefixes the
@@ -45,7 +47,7 @@ const officialPrefix = "library/"
 // it. The error wraps [ErrInvalid], quotes the name and says which part
 // is wrong.
 func ValidateName(name string) error {
-	_, _, err := splitName(name)
+	_, _, err := splitName(name, false)
 	return err
 }
 
@@ -54,7 +56,7 @@ func ValidateName(name string) error {
 // has none and without the Docker Hub prefixes. The host image's name
 // "host" is returned unchanged.
 func CanonicalName(name string) (string, error) {
-	repo, tag, err := splitName(name)
+	repo, tag, err := splitName(name, false)
 	if err != nil {
 		return "", err
 	}
@@ -67,14 +69,54 @@ func CanonicalName(name string) (string, error) {
 	return repo + ":" + tag, nil
 }
 
+// CanonicalReference is CanonicalName for a reference that may end in a
+// digest: "x@sha256:…" (a tag beside the digest is dropped) or
+// "repository:tag".
+func CanonicalReference(ref string) (string, error) {
+	repo, tag, err := splitName(ref, true)
+	if err != nil {
+		return "", err
+	}
+	if repo == HostName && tag == "" {
+		return "", fmt.Errorf("%w: name %q is the generated host image, which is never pulled", ErrInvalid, ref)
+	}
+	if tag == "" {
+		tag = defaultTag
+	}
+	return refString(repo, tag), nil
+}
+
 // splitName validates name and returns its repository, in canonical form
-// (without Docker Hub prefixes), and its tag ("" when absent).
-func splitName(name string) (repo, tag string, err error) {
+// (without Docker Hub prefixes), and its tag ("" when absent). With
+// digest true the tag may instead be a digest, returned with its
+// "@" ("@sha256:…"); otherwise a digest is refused.
+func splitName(name string, digest bool) (repo, tag string, err error) {
 	bad := func(format string, args ...any) (string, string, error) {
 		return "", "", fmt.Errorf("%w: name %q: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
 	}
-	if strings.Contains(name, "@") {
-		return bad("digest references are not supported; images are imported locally and named by repository[:tag]")
+	if before, d, ok := strings.Cut(name, "@"); ok {
+		if !digest {
+			return bad("digest references are not supported here; images are imported and named by repository[:tag] (images pull takes NAME@sha256:…)")
+		}
+		if !validDigest(d) {
+			return bad("digest must be sha256: followed by 64 lowercase hex digits")
+		}
+		// A tag beside the digest ("golang:1.26@sha256:…") is
+		// informational: the digest alone names the image.
+		if i := strings.LastIndexByte(before, ':'); i > strings.LastIndexByte(before, '/') {
+			if !validTag(before[i+1:]) {
+				return bad("tag must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+			}
+			before = before[:i]
+		}
+		repo, _, err := splitName(before, false)
+		if err != nil {
+			return "", "", err
+		}
+		if repo == HostName {
+			return bad("%q is reserved for the generated host image", HostName)
+		}
+		return repo, "@" + d, nil
 	}
 	repo = name
 	// The tag follows the last ":" after the last "/" (a ":" before a
@@ -180,6 +222,13 @@ func validComponent(s string) bool {
 	return true
 }
 
+// validDigest checks "sha256:" plus 64 lowercase hex digits, the only
+// digest algorithm registries and the stores use.
+func validDigest(s string) bool {
+	hex, ok := strings.CutPrefix(s, "sha256:")
+	return ok && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
 func isAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 func validTag(s string) bool {
@@ -216,7 +265,7 @@ func repoDir(repo string) string {
 // stands for; false when it stands for none.
 func dirRepo(dir string) (string, bool) {
 	repo := strings.ReplaceAll(strings.ReplaceAll(dir, dirSlash, "/"), dirColon, ":")
-	r, tag, err := splitName(repo)
+	r, tag, err := splitName(repo, false)
 	if err != nil || tag != "" || r != repo || repoDir(repo) != dir {
 		return "", false
 	}

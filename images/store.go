@@ -24,7 +24,8 @@ import (
 //
 // where <repository> is the canonical repository with "/" written as
 // "+" and ":" as "~" (see repoDir): "myorg/tools:1" lives in
-// <root>/myorg+tools/1.
+// <root>/myorg+tools/1. An image pulled by digest ("x@sha256:<hex>") has
+// the directory "@sha256-<hex>" in place of a tag ('@' is in no tag).
 const (
 	recordFile = "image.json"
 	rootfsDir  = "rootfs"
@@ -56,6 +57,10 @@ type record struct {
 	Created  time.Time `json:"created,omitzero"`
 	Imported time.Time `json:"imported"`
 	Size     int64     `json:"size"`
+	// Source and Signers are set for pulled images (Image.Source,
+	// Image.Signers).
+	Source  string   `json:"source,omitempty"`
+	Signers []string `json:"signers,omitempty"`
 }
 
 // OpenStore opens the store at root, creating it (mode 0700) when missing
@@ -86,18 +91,46 @@ func OpenStore(root string) (*Store, error) {
 func (s *Store) Root() string { return s.root }
 
 // Get returns the stored image called name (a name without a tag means
-// ":latest"). A missing image is an error wrapping [ErrNotFound]; "host"
-// and malformed names are errors wrapping [ErrInvalid].
+// ":latest"). name may be a digest reference ("x@sha256:…"): it returns
+// the image pulled by that digest, else an image of the repository
+// pulled or imported by tag whose digest it is, and never an image of
+// another digest. A missing image is an error wrapping [ErrNotFound];
+// "host" and malformed names are errors wrapping [ErrInvalid].
 func (s *Store) Get(name string) (*Image, error) {
-	repo, tag, err := s.storedName(name)
+	repo, tag, err := s.storedRef(name)
 	if err != nil {
 		return nil, err
 	}
 	img, err := s.load(repo, tag)
+	if errors.Is(err, fs.ErrNotExist) && isDigestTag(tag) {
+		img, err = s.byDigest(repo, tag[1:])
+	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %q in %s", ErrNotFound, repo+":"+tag, s.root)
+		return nil, fmt.Errorf("%w: %q in %s", ErrNotFound, refString(repo, tag), s.root)
+	}
+	if err == nil && isDigestTag(tag) && img.Digest != tag[1:] {
+		return nil, fmt.Errorf("%w: %q: the stored image has digest %s", ErrVerify, refString(repo, tag), img.Digest)
 	}
 	return img, err
+}
+
+// byDigest returns an image of repo stored under a tag whose digest is
+// digest; fs.ErrNotExist when there is none.
+func (s *Store) byDigest(repo, digest string) (*Image, error) {
+	tags, err := os.ReadDir(filepath.Join(s.root, repoDir(repo)))
+	if err != nil {
+		return nil, fs.ErrNotExist
+	}
+	for _, t := range tags {
+		tag, ok := dirTag(t.Name())
+		if !t.IsDir() || !ok || isDigestTag(tag) {
+			continue
+		}
+		if img, err := s.load(repo, tag); err == nil && img.Digest == digest {
+			return img, nil
+		}
+	}
+	return nil, fs.ErrNotExist
 }
 
 // List returns every stored image sorted by name. Entries that are not
@@ -119,10 +152,11 @@ func (s *Store) List() ([]Image, error) {
 			return nil, fmt.Errorf("image store %s: %w", s.root, err)
 		}
 		for _, t := range tags {
-			if !t.IsDir() || !validTag(t.Name()) {
+			tag, ok := dirTag(t.Name())
+			if !t.IsDir() || !ok {
 				continue
 			}
-			img, err := s.load(repo, t.Name())
+			img, err := s.load(repo, tag)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // retired between ReadDir and load
 			}
@@ -147,30 +181,41 @@ var ErrInUse = errors.New("image in use")
 // backend) is refused with an error wrapping [ErrInUse]. Mount
 // namespaces of processes the caller may not inspect are not seen.
 func (s *Store) Remove(name string) error {
-	repo, tag, err := s.storedName(name)
+	repo, tag, err := s.storedRef(name)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rootfs := filepath.Join(s.root, repoDir(repo), tag, rootfsDir)
+	rootfs := filepath.Join(s.root, repoDir(repo), tagDir(tag), rootfsDir)
 	if pid := overlayUser(rootfs); pid != 0 {
-		return fmt.Errorf("%w: %q: a running container (process %d) has its root filesystem mounted", ErrInUse, repo+":"+tag, pid)
+		return fmt.Errorf("%w: %q: a running container (process %d) has its root filesystem mounted", ErrInUse, refString(repo, tag), pid)
 	}
 	old, err := s.retire(repo, tag)
 	if err != nil {
 		return err
 	}
 	if old == "" {
-		return fmt.Errorf("%w: %q in %s", ErrNotFound, repo+":"+tag, s.root)
+		return fmt.Errorf("%w: %q in %s", ErrNotFound, refString(repo, tag), s.root)
 	}
 	_ = os.Remove(filepath.Join(s.root, repoDir(repo))) // only when empty
 	return removeTree(old)
 }
 
-// storedName validates and splits a name of a stored image.
+// storedName validates and splits a name of a stored image (no
+// digest: imports name images by tag).
 func (s *Store) storedName(name string) (repo, tag string, err error) {
-	repo, tag, err = splitName(name)
+	return s.split(name, false)
+}
+
+// storedRef is storedName that also takes a digest reference, whose
+// "tag" is then "@sha256:…".
+func (s *Store) storedRef(name string) (repo, tag string, err error) {
+	return s.split(name, true)
+}
+
+func (s *Store) split(name string, digest bool) (repo, tag string, err error) {
+	repo, tag, err = splitName(name, digest)
 	if err != nil {
 		return "", "", err
 	}
@@ -186,7 +231,7 @@ func (s *Store) storedName(name string) (repo, tag string, err error) {
 // load reads one image's record. A missing record is returned as is
 // (fs.ErrNotExist).
 func (s *Store) load(repo, tag string) (*Image, error) {
-	dir := filepath.Join(s.root, repoDir(repo), tag)
+	dir := filepath.Join(s.root, repoDir(repo), tagDir(tag))
 	data, err := os.ReadFile(filepath.Join(dir, recordFile))
 	if err != nil {
 		return nil, err
@@ -195,7 +240,7 @@ func (s *Store) load(repo, tag string) (*Image, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("image record %s: %w", filepath.Join(dir, recordFile), err)
 	}
-	if want := repo + ":" + tag; rec.Name != want {
+	if want := refString(repo, tag); rec.Name != want {
 		return nil, fmt.Errorf("image record %s: name %q, want %q", filepath.Join(dir, recordFile), rec.Name, want)
 	}
 	rootfs := filepath.Join(dir, rootfsDir)
@@ -210,6 +255,8 @@ func (s *Store) load(repo, tag string) (*Image, error) {
 		Size:     rec.Size,
 		Created:  rec.Created,
 		Imported: rec.Imported,
+		Source:   rec.Source,
+		Signers:  rec.Signers,
 	}, nil
 }
 
@@ -221,7 +268,7 @@ func (s *Store) publish(src, repo, tag string) error {
 	if err := os.MkdirAll(filepath.Join(s.root, repoDir(repo)), 0o700); err != nil {
 		return fmt.Errorf("image store %s: %w", s.root, err)
 	}
-	dst := filepath.Join(s.root, repoDir(repo), tag)
+	dst := filepath.Join(s.root, repoDir(repo), tagDir(tag))
 	// Another process may publish the same name between retire and
 	// rename; try a few times, last writer wins.
 	for attempt := 0; ; attempt++ {
@@ -237,7 +284,7 @@ func (s *Store) publish(src, repo, tag string) error {
 			return nil
 		}
 		if attempt == 2 || !(errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY)) {
-			return fmt.Errorf("image store: publishing %q: %w", repo+":"+tag, err)
+			return fmt.Errorf("image store: publishing %q: %w", refString(repo, tag), err)
 		}
 	}
 }
@@ -245,7 +292,7 @@ func (s *Store) publish(src, repo, tag string) error {
 // retire moves an existing image directory out of the way and returns
 // where it went ("" when there was none). The caller removes it.
 func (s *Store) retire(repo, tag string) (string, error) {
-	dst := filepath.Join(s.root, repoDir(repo), tag)
+	dst := filepath.Join(s.root, repoDir(repo), tagDir(tag))
 	if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -259,9 +306,91 @@ func (s *Store) retire(repo, tag string) (string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", nil
 		}
-		return "", fmt.Errorf("image store: retiring %q: %w", repo+":"+tag, err)
+		return "", fmt.Errorf("image store: retiring %q: %w", refString(repo, tag), err)
 	}
 	return aside, nil
+}
+
+// isDigestTag reports whether a tag of storedRef is a digest.
+func isDigestTag(tag string) bool { return strings.HasPrefix(tag, "@") }
+
+// refString is the canonical reference of a repository and a tag of
+// storedRef: "x:1" or "x@sha256:…".
+func refString(repo, tag string) string {
+	if isDigestTag(tag) {
+		return repo + tag
+	}
+	return repo + ":" + tag
+}
+
+// tagDir is the directory of a tag of storedRef: the tag, or
+// "@sha256-<hex>" for a digest (no ':' in a directory an overlay mount
+// names).
+func tagDir(tag string) string { return strings.Replace(tag, ":", "-", 1) }
+
+// dirTag is the tag of storedRef a directory stands for; false when it
+// stands for none.
+func dirTag(dir string) (string, bool) {
+	if d, ok := strings.CutPrefix(dir, "@sha256-"); ok {
+		tag := "@sha256:" + d
+		return tag, validDigest(tag[1:])
+	}
+	return dir, validTag(dir)
+}
+
+// stage makes a staging directory for an import or pull (prefix names
+// it) and holds an exclusive flock on it until release, so that
+// [Store.ReapStaging] of another process leaves it alone while this one
+// lives; release also removes it.
+func (s *Store) stage(prefix string) (dir string, release func(), err error) {
+	dir, err = os.MkdirTemp(filepath.Join(s.root, tmpDir), prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	f, err := os.Open(dir)
+	if err == nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		_ = removeTree(dir)
+		return "", nil, fmt.Errorf("image store %s: locking %s: %w", s.root, dir, err)
+	}
+	return dir, func() {
+		_ = removeTree(dir)
+		f.Close()
+	}, nil
+}
+
+// ReapStaging removes what imports and pulls of dead processes left in
+// the store's staging directory (a process that crashed or was killed
+// mid-pull), and images retired by a publish or removal that did not
+// finish; staging directories of live imports and pulls (their flock is
+// held) are left alone. It returns the paths removed.
+func (s *Store) ReapStaging() ([]string, error) {
+	dir := filepath.Join(s.root, tmpDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image store %s: %w", s.root, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		busy := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+		if !busy {
+			if err := removeTree(p); err == nil {
+				removed = append(removed, p)
+			}
+		}
+		f.Close()
+	}
+	return removed, nil
 }
 
 // removeStale deletes entries of the temporary directory last modified

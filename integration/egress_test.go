@@ -122,4 +122,14 @@ probe dns getent hosts denied.invalid`
 	if r.code == 0 || !strings.Contains(r.stderr, "dsh-sandbox: denied connection to "+other.Addr().String()+" (") {
 		t.Errorf("exec of a denied connection = %d, stderr %q; want a failure and a line naming %s", r.code, r.stderr, other.Addr())
 	}
+	// So does exec without the service, and a call that tries no host
+	// prints no such line.
+	r = run(t, nil, append(append([]string{"exec"}, e.flags("s1")...), "--policy", pol, "--",
+		"curl -sSf -m 10 http://"+other.Addr().String()+"/")...)
+	if r.code == 0 || !strings.Contains(r.stderr, "dsh-sandbox: denied connection to "+other.Addr().String()+" (") {
+		t.Errorf("local exec of a denied connection = %d, stderr %q; want a failure and a line naming %s", r.code, r.stderr, other.Addr())
+	}
+	if r = run(t, nil, append(append([]string{"exec"}, e.flags("s1")...), "--policy", pol, "--", "echo quiet")...); r.code != 0 || r.stderr != "" {
+		t.Errorf("local exec that tries no host = %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
 }

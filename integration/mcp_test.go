@@ -262,3 +262,24 @@ func TestMCPRefusesBadFlags(t *testing.T) {
 		t.Errorf("mcp --policy read-only with empty stdin: exit %d, stderr %q; want 0", r.code, r.stderr)
 	}
 }
+
+// TestMCPDeniedConnectionNamed: under a policy whose network is an
+// allowlist, a call that tries another host ends its result with the
+// note naming that host; a call that tries none has no note.
+func TestMCPDeniedConnectionNamed(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	pol := filepath.Join(t.TempDir(), "egress.yaml")
+	if err := os.WriteFile(pol, []byte("name: egress\nimage: host\nnetwork: {mode: allowlist, allow: [api.example.com]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := startMCP(t, e, "--policy", pol)
+	note := "[network: the sandbox denied connections to denied.invalid:80; a policy decision, not a network fault]"
+	res, text := callTool(t, cs, "bash", map[string]any{"command": "curl -sSf -m 10 http://denied.invalid/"})
+	if res.IsError || !strings.HasSuffix(text, "\n"+note) || !strings.Contains(text, "[exit code: ") {
+		t.Errorf("a denied connection: IsError %v, text %q; want a failed call whose text ends with %q", res.IsError, text, note)
+	}
+	if res, text := callTool(t, cs, "bash", map[string]any{"command": "echo quiet"}); res.IsError || text != "quiet\n" {
+		t.Errorf("a call that tries no host: IsError %v, text %q; want %q", res.IsError, text, "quiet\n")
+	}
+}

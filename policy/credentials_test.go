@@ -80,7 +80,7 @@ func TestParseCredentialsRefused(t *testing.T) {
 	}
 	for _, doc := range []string{
 		"network:\n  mode: loopback\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]",
-		"backend: docker\nnetwork:\n  mode: allowlist\n  allow: [api.github.com]\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]",
+		"backend: local\nnetwork:\n  mode: allowlist\n  allow: [api.github.com]\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]",
 	} {
 		if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "network.credentials") {
 			t.Errorf("Parse(%q) = %v, want a refusal naming network.credentials", doc, err)
@@ -89,5 +89,25 @@ func TestParseCredentialsRefused(t *testing.T) {
 	// The legitimate variant of the cases above.
 	if _, err := Parse([]byte(base + "{name: gh, host: api.github.com, value: {env: A}}")); err != nil {
 		t.Errorf("Parse(a valid credential) = %v", err)
+	}
+}
+
+// TestCredentialsBackends: a policy with a credential is accepted on
+// the backends that inject them (oci, docker, containerd) and refused
+// on every other, naming network.credentials, the backend and why.
+func TestCredentialsBackends(t *testing.T) {
+	for _, b := range sandbox.Backends {
+		doc := "backend: " + string(b) + "\nnetwork:\n  mode: allowlist\n  allow: [api.github.com]\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]"
+		p, err := Parse([]byte(doc))
+		if b == sandbox.BackendOCI || b == sandbox.BackendDocker || b == sandbox.BackendContainerd {
+			if err != nil || len(p.Credentials) != 1 {
+				t.Errorf("backend %s: Parse = %v, want the credential accepted", b, err)
+			}
+			continue
+		}
+		want := "network.credentials: backend " + string(b) + " cannot inject credentials: it serves no egress proxy for its calls; use backend oci or docker or containerd"
+		if err == nil || !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("backend %s: Parse = %v, want an invalid-argument error containing %q", b, err, want)
+		}
 	}
 }

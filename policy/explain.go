@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -35,6 +36,7 @@ func Explain(p sandbox.Policy) string {
 			runtime += " (gVisor: system calls are served by a user-space kernel)"
 		}
 		line("backend: %s with %s, image %s; one fresh container per call, removed when the call ends", p.Backend, runtime, p.Image)
+		explainImage(p, line)
 		explainUser(p.User, line)
 		line("privileges: no capabilities (all five sets empty), no-new-privileges, Docker's default seccomp profile (other system calls fail with EPERM)")
 		line("isolation: own pid, mount, ipc, uts, network and cgroup namespaces (the host's cgroup paths are not visible); /proc/kcore, /proc/keys, /proc/cmdline, /sys/kernel/vmcoreinfo and other sensitive /proc and /sys paths masked, /proc/sys read-only")
@@ -67,6 +69,39 @@ func Explain(p sandbox.Policy) string {
 		line("terminal: allowed: exec -t runs the command on a terminal inside the call (output is then one stream)")
 	}
 	return b.String()
+}
+
+// explainImage says where the image comes from and what its signature
+// must be.
+func explainImage(p sandbox.Policy, line func(string, ...any)) {
+	if p.Image == "host" {
+		return
+	}
+	pinned := strings.Contains(p.Image, "@")
+	switch p.Pull.Or() {
+	case sandbox.PullNever:
+		line("image source: pull never: %s must already be in the backend's images (images import, images pull); a missing one refuses the call", p.Image)
+	case sandbox.PullAlways:
+		line("image source: pull always: %s is pulled from its registry before every call (credentials and plain-HTTP registries only from the operator's --registry-auth and --insecure-registries)", p.Image)
+	default:
+		line("image source: pull missing (the default): %s is pulled from its registry when the backend does not have it (credentials and plain-HTTP registries only from the operator's --registry-auth and --insecure-registries)", p.Image)
+	}
+	if pinned {
+		line("image digest: pinned: the call runs exactly the image of that digest or is refused")
+	}
+	if len(p.VerifyKeys) == 0 {
+		line("image signature: not required (verify.keys names none)")
+		return
+	}
+	var keys []string
+	for _, k := range p.VerifyKeys {
+		if pk, err := images.LoadPublicKey(k); err != nil {
+			keys = append(keys, k+" (UNUSABLE: "+err.Error()+")")
+		} else {
+			keys = append(keys, k+" ("+pk.Fingerprint+")")
+		}
+	}
+	line("image signature: required: %s must carry a cosign signature (key-based, in the registry's sha256-<digest>.sig tag) by one of %s; an unsigned image, or one whose signature does not verify, is refused before anything runs", p.Image, strings.Join(keys, ", "))
 }
 
 func explainUser(user sandbox.User, line func(string, ...any)) {

@@ -30,6 +30,8 @@ type document struct {
 	Backend    *string         `json:"backend,omitempty"`
 	Runtime    *string         `json:"runtime,omitempty"`
 	Image      *string         `json:"image,omitempty"`
+	Pull       *string         `json:"pull,omitempty"`
+	Verify     *documentVerify `json:"verify,omitempty"`
 	User       *string         `json:"user,omitempty"`
 	Network    *networkValue   `json:"network,omitempty"`
 	Workspace  *string         `json:"workspace,omitempty"`
@@ -43,6 +45,12 @@ type document struct {
 	// TTY false refuses calls on a terminal (exec -t); absent or true
 	// allows them.
 	TTY *bool `json:"tty,omitempty"`
+}
+
+// documentVerify is the verify section: the public keys of which one
+// must have signed the image.
+type documentVerify struct {
+	Keys []string `json:"keys"`
 }
 
 type documentMount struct {

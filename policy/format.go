@@ -57,6 +57,12 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	for k, v := range p.EnvSet {
 		doc.Env.Set[k] = scalarValue(v)
 	}
+	if p.Pull != "" {
+		doc.Pull = s(string(p.Pull))
+	}
+	if p.VerifyKeys != nil {
+		doc.Verify = &documentVerify{Keys: p.VerifyKeys}
+	}
 	if p.DenyTTY {
 		allow := false
 		doc.TTY = &allow

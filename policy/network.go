@@ -152,7 +152,7 @@ const (
 // credentialBackends are the backends whose calls get credentials at
 // egress: those that serve the egress proxy in a namespace they join,
 // and bind the call's CA bundle into the call.
-var credentialBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendContainerd}
+var credentialBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendDocker, sandbox.BackendContainerd}
 
 // credentialsFromDocument resolves network.credentials, filling in the
 // defaults (port 443, header Authorization, format "Bearer {}"); the
@@ -196,7 +196,7 @@ func checkCredentials(p sandbox.Policy, ps *problems) {
 		ps.add("network.credentials", "need mode %q (mode is %q)", NetworkAllowlist, p.Network)
 		return
 	case !slices.Contains(credentialBackends, p.Backend) && p.Backend.Valid():
-		ps.add("network.credentials", "backend %s cannot inject credentials (its egress proxy cannot terminate TLS with a CA the call trusts there yet); use backend %s", p.Backend, sandbox.JoinModes(credentialBackends, " or "))
+		ps.add("network.credentials", "backend %s cannot inject credentials: it serves no egress proxy for its calls; use backend %s", p.Backend, sandbox.JoinModes(credentialBackends, " or "))
 	case len(p.Credentials) > MaxCredentials:
 		ps.add("network.credentials", "has %d entries; the limit is %d", len(p.Credentials), MaxCredentials)
 		return

@@ -90,6 +90,13 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 	str(&p.Backend, doc.Backend)
 	str(&p.Runtime, doc.Runtime)
 	str(&p.Image, doc.Image)
+	str(&p.Pull, doc.Pull)
+	if doc.Verify != nil {
+		if len(doc.Verify.Keys) == 0 {
+			ps.add("verify.keys", "is missing or empty; want the PEM public key files of which one must have signed the image")
+		}
+		p.VerifyKeys = slices.Clone(doc.Verify.Keys)
+	}
 	str(&p.User, doc.User)
 	if n := doc.Network; n != nil {
 		if n.Mode == nil {
@@ -304,6 +311,10 @@ func finish(p sandbox.Policy) sandbox.Policy {
 	}
 	slices.Sort(p.RedactEnv)
 	slices.Sort(p.RedactFiles)
+	slices.Sort(p.VerifyKeys)
+	if len(p.VerifyKeys) == 0 {
+		p.VerifyKeys = nil
+	}
 	if len(p.RedactEnv) == 0 {
 		p.RedactEnv = nil
 	}
@@ -371,5 +382,6 @@ func clonePolicy(p sandbox.Policy) sandbox.Policy {
 	p.EnvSet = maps.Clone(p.EnvSet)
 	p.RedactEnv = slices.Clone(p.RedactEnv)
 	p.RedactFiles = slices.Clone(p.RedactFiles)
+	p.VerifyKeys = slices.Clone(p.VerifyKeys)
 	return p
 }

@@ -29,7 +29,7 @@ const (
 	maxStdoutMaxBytes = 16 << 20
 	maxListLen        = 128
 	maxNameLen        = 64
-	maxImageLen       = 255
+	maxImageLen       = 400
 	maxPathLen        = 4096
 	maxEnvNameLen     = 256
 	nobodyID          = 65534
@@ -48,6 +48,7 @@ func validate(p *sandbox.Policy, ps *problems) {
 	checkEnum("backend", p.Backend, sandbox.Backends, ps)
 	checkEnum("runtime", p.Runtime, sandbox.Runtimes, ps)
 	checkImage(p.Image, ps)
+	checkPull(p, ps)
 	if _, _, _, err := p.User.IDs(); err != nil {
 		ps.add("user", "%v", err)
 	}
@@ -107,6 +108,37 @@ func checkImage(image string, ps *problems) {
 			ps.add("image", "%q is not \"host\" or an image reference (letters, digits and . _ / : @ -)", image)
 			return
 		}
+	}
+}
+
+// checkPull checks pull and verify.keys: keys are absolute paths, and
+// only an image from a registry can carry a signature.
+func checkPull(p *sandbox.Policy, ps *problems) {
+	if p.Pull != "" {
+		checkEnum("pull", p.Pull, sandbox.PullModes, ps)
+	}
+	if len(p.VerifyKeys) > maxListLen {
+		ps.add("verify.keys", "has %d entries; the limit is %d", len(p.VerifyKeys), maxListLen)
+		return
+	}
+	for i, k := range p.VerifyKeys {
+		if strings.IndexByte(k, 0) >= 0 || !filepath.IsAbs(k) || filepath.Clean(k) != k {
+			ps.add(fmt.Sprintf("verify.keys[%d]", i), "%q is not an absolute, clean path of a PEM public key", k)
+		}
+	}
+	if len(p.VerifyKeys) > 0 {
+		switch {
+		case p.Image == "host":
+			ps.add("verify.keys", "image %q is generated on this machine and carries no signature; name an image from a registry", p.Image)
+		case p.Backend == sandbox.BackendLocal:
+			ps.add("verify.keys", "backend local runs no image, so nothing can be verified")
+		case p.Backend != sandbox.BackendOCI:
+			// Fail closed: these backends would run the image unverified.
+			ps.add("verify.keys", "backend %s does not pull or verify images yet (only oci does); refusing rather than running an unverified image", p.Backend)
+		}
+	}
+	if p.Pull == sandbox.PullAlways && p.Backend != sandbox.BackendOCI && p.Backend != sandbox.BackendLocal {
+		ps.add("pull", "%q: backend %s does not pull images yet (only oci does); import the image into it", p.Pull, p.Backend)
 	}
 }
 

@@ -242,3 +242,28 @@ func JoinModes[T ~string](modes []T, sep string) string {
 	}
 	return strings.Join(s, sep)
 }
+
+// PullMode says when an image is pulled from its registry (policy pull).
+type PullMode string
+
+// Pull modes. The zero value means PullMissing.
+const (
+	// PullNever runs only images the backend already has.
+	PullNever PullMode = "never"
+	// PullMissing pulls an image the backend does not have (or, under a
+	// verify policy, has without a verified signature by its keys).
+	PullMissing PullMode = "missing"
+	// PullAlways pulls before every call, so a tag's newest image runs.
+	PullAlways PullMode = "always"
+)
+
+// PullModes are the valid pull modes.
+var PullModes = []PullMode{PullNever, PullMissing, PullAlways}
+
+// Or returns m, or PullMissing when m is empty.
+func (m PullMode) Or() PullMode {
+	if m == "" {
+		return PullMissing
+	}
+	return m
+}

@@ -161,8 +161,19 @@ type Policy struct {
 	// Runtime is "runc", "crun" or "runsc" (Runtimes) for OCI-speaking
 	// backends.
 	Runtime Runtime `json:"runtime,omitempty"`
-	// Image is "host" or a local image name the backend has.
+	// Image is "host", a local image name the backend has, or an image
+	// reference a registry has ("repository:tag" or
+	// "repository@sha256:…", pulled per Pull).
 	Image string `json:"image"`
+	// Pull says when a backend with a local image store pulls Image
+	// from its registry: PullNever, PullMissing (also "", the default)
+	// or PullAlways (PullModes).
+	Pull PullMode `json:"pull,omitempty"`
+	// VerifyKeys are absolute paths of PEM public keys (policy
+	// verify.keys); when set, Image must carry a cosign-compatible
+	// signature by one of them, verified when it is pulled, or the call
+	// is refused before anything runs. Nil asks for none.
+	VerifyKeys []string `json:"verifyKeys,omitempty"`
 	// User is "auto", "host-root" or "uid:gid".
 	User User `json:"user"`
 	// Network is "none" or "loopback", which both have only the lo
@@ -380,9 +391,13 @@ type Stream struct {
 
 // Info says where a call ran.
 type Info struct {
-	Backend     string `json:"backend"`
-	Runtime     string `json:"runtime,omitempty"`
-	Image       string `json:"image"`
+	Backend string `json:"backend"`
+	Runtime string `json:"runtime,omitempty"`
+	Image   string `json:"image"`
+	// ImageDigest is the digest of the image the call ran (the manifest
+	// digest of a pulled or imported image, as images list shows it);
+	// empty for the host image and backends that do not know it.
+	ImageDigest string `json:"imageDigest,omitempty"`
 	Policy      string `json:"policy"`
 	ContainerID string `json:"containerId"`
 }

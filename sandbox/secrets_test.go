@@ -130,3 +130,37 @@ func TestCaptureRedacts(t *testing.T) {
 		t.Errorf("Stream of a stream ending on a prefix = %q, want it whole", st.Text)
 	}
 }
+
+// TestCallSecretsCredentials: the redactor knows every credential's
+// value, from the service's variable and from an operator-owned file,
+// as credential-NAME, so that output, spill files, job output, hook
+// payloads and records that pass through it never hold one; a source
+// that cannot be read fails the call, naming the credential, never a
+// value.
+func TestCallSecretsCredentials(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gh.token")
+	if err := os.WriteFile(file, []byte("  file-secret-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(name string) (string, bool) {
+		if name == "SVC_TOKEN" {
+			return "env-secret-0123456789", true
+		}
+		return "", false
+	}
+	p := Policy{Credentials: []Credential{
+		{Name: "api", Host: "api.example.com", ValueEnv: "SVC_TOKEN"},
+		{Name: "git", Host: "git.example.com", ValueFile: file},
+	}}
+	s, err := Redactor(p, nil, getenv)
+	if err != nil || s == nil {
+		t.Fatalf("Redactor = %v, %v, want a set", s, err)
+	}
+	if out := s.String("a env-secret-0123456789 b file-secret-0123456789 c"); out != "a [REDACTED:credential-api] b [REDACTED:credential-git] c" {
+		t.Errorf("the redactor turns the credentials into %q", out)
+	}
+	p.Credentials[0].ValueEnv = "UNSET_TOKEN"
+	if _, err := Redactor(p, nil, getenv); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
+		t.Errorf("Redactor with an unset credential variable = %v, want an invalid-argument error naming the credential", err)
+	}
+}

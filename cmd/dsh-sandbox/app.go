@@ -27,7 +27,7 @@ func envVar(flag string) []string {
 }
 
 func globalFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "config", Usage: "read flag values from a YAML or JSON `FILE`: global flags at the top level, each command's in a section named after it (exec:, serve:, hooks: {run: …}); keys are flag names; the command line and the environment win", EnvVars: envVar("config")},
 		&cli.StringFlag{Name: "home", Usage: "dsh home `DIR` (default: $DSH_HOME, else ~/.dsh)", EnvVars: envVar("home")},
 		&cli.StringFlag{Name: "skills-home", Usage: "the nested (skills) dsh home `DIR`; when set it must resolve to the same directory as the home", EnvVars: envVar("skills-home")},
@@ -46,7 +46,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: "containerd-namespace", Value: "dsh-sandbox", Usage: "containerd `NAMESPACE` of the containerd backend's images, containers and snapshots", EnvVars: envVar("containerd-namespace")},
 		&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console", EnvVars: envVar("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "log level: debug, info, warn or error", EnvVars: envVar("log-level")},
-	}
+	}, registryFlags()...)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -87,20 +87,22 @@ Examples:
 	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
 	app.Action = unknownCommand(func() []*cli.Command { return app.Commands })
 	for _, c := range app.Commands {
+		addGlobalFlags(c) // before setUsageErrors gives groups an Action
 		setUsageErrors(c)
-		addGlobalFlags(c)
 		requireFlags(c)
 		configurable(c)
 	}
 	return app
 }
 
-// addGlobalFlags lets every leaf command take the global flags after its
-// name too, as in `dsh-sandbox locate --sessions-root /r`.
+// addGlobalFlags lets every command that runs itself — a leaf, or one
+// with an Action of its own besides its subcommands (bench, bench service)
+// — take the global flags after its name too, as in `dsh-sandbox locate
+// --sessions-root /r`.
 // A leaf that defines a flag of the same name itself (hooks run --config)
 // keeps its own; the global one is then taken only before the command name.
 func addGlobalFlags(c *cli.Command) {
-	if len(c.Subcommands) == 0 {
+	if len(c.Subcommands) == 0 || c.Action != nil {
 		own := map[string]bool{}
 		for _, f := range c.Flags {
 			for _, n := range f.Names() {
@@ -196,6 +198,9 @@ type settings struct {
 	// pool turns on the warm pool of the executors built from these
 	// settings (serve and mcp: --pool); nil means none.
 	pool *pool.Options
+	// pull is the operator's registry configuration (--registry-auth,
+	// --insecure-registries, --max-pull-bytes).
+	pull *pullSettings
 	log  zerolog.Logger
 }
 
@@ -291,6 +296,9 @@ func loadSettings(c *cli.Context) (*settings, error) {
 		s.header = &h
 	}
 	if s.operatorFiles, err = operatorFiles(c); err != nil {
+		return nil, err
+	}
+	if s.pull, err = loadPullSettings(f); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -83,7 +83,21 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 	if len(d.Runtimes) > 0 {
 		t.Runtime = cmp.Or(p.Runtime, d.Runtimes[0])
 	}
-	return s.openTarget(context.Background(), t)
+	ex, closeEx, err := s.openTarget(context.Background(), t)
+	if err != nil || d.Images != backend.ImagesLocal {
+		return ex, closeEx, err
+	}
+	// Calls on the local image store pull their image as the policy
+	// says (pull, verify.keys) before they run.
+	st, err := s.openImages()
+	if err != nil {
+		closeEx()
+		return nil, nil, err
+	}
+	pl := newPulling(ex, st, s.pull, func(msg string, img *images.Image) {
+		s.log.Info().Str("image", img.Name).Str("digest", img.Digest).Str("source", img.Source).Strs("signers", img.Signers).Msg(msg)
+	})
+	return pl, closeEx, nil
 }
 
 // openTarget opens an executor of t; closeEx releases it.

@@ -149,7 +149,8 @@ Example:
 
 // credentialChecks checks, for every network.credentials entry of the
 // policies in files, that its value and upstream CA can be read now
-// (egress.CallCredentials), naming the source and never the value.
+// (egress.CheckCredentialSource), naming the source and never the
+// value.
 func (s *settings) credentialChecks(files []string) ([]sandbox.Check, error) {
 	pols, err := s.servePolicies(files)
 	if err != nil {
@@ -163,8 +164,8 @@ func (s *settings) credentialChecks(files []string) ([]sandbox.Check, error) {
 				from = "the file " + c.ValueFile
 			}
 			ch := sandbox.Check{Name: "credential", OK: true, Detail: fmt.Sprintf("policy %s, credential %q for %s:%d: %s is readable", name, c.Name, c.Host, c.Port, from)}
-			if _, _, err := egress.CallCredentials([]sandbox.Credential{c}, os.LookupEnv); err != nil {
-				ch.OK, ch.Detail = false, fmt.Sprintf("policy %s: %v", name, err)
+			if err := egress.CheckCredentialSource(c, os.LookupEnv); err != nil {
+				ch.OK, ch.Detail = false, fmt.Sprintf("policy %s, %v", name, err)
 			}
 			checks = append(checks, ch)
 		}

@@ -69,7 +69,7 @@ Examples:
    dsh-sandbox exec --runtime runsc --json -- uname -a`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "policy", Value: policy.WorkspaceWrite, Usage: "policy `NAME` (read-only, workspace-write, ci) or FILE (.yaml/.json, operator-owned, outside the workspace)"},
-			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
+			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host, a name from `images list`, or a registry `REF` (NAME:TAG or NAME@sha256:…) pulled as the policy's pull and verify.keys say"},
 			&cli.StringFlag{Name: "workdir", Usage: "working `DIR` inside the container (default: the session cwd, else /tmp)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "call timeout, e.g. 30s (default: the policy's, 120s; more than its maximum is refused)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "ordinary environment `K=V` for the child (repeatable; never DSH_*)"},

@@ -21,7 +21,7 @@ import (
 func imagesCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "images",
-		Usage: "manage local images for the backends (no registry is contacted)",
+		Usage: "manage the images of the backends: import, build, pull from a registry, list, remove",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "import",
@@ -58,6 +58,7 @@ Examples:
 				},
 			},
 			imagesBuildCommand(),
+			imagesPullCommand(),
 			imagesRemoveCommand(),
 			{
 				Name:  "list",
@@ -96,18 +97,31 @@ Examples:
 						return writeJSON(c.App.Writer, imgs)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED")
+					fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED\tSOURCE")
 					if hostImage(bd) {
-						fmt.Fprintln(tw, "host\t-\t-\t-")
+						fmt.Fprintln(tw, "host\t-\t-\t-\t-")
 					}
 					for _, img := range imgs {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", img.Name, img.Digest, img.Size, img.Imported.Format("2006-01-02 15:04"))
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, img.Digest, img.Size, img.Imported.Format("2006-01-02 15:04"), imageSource(img))
 					}
 					return tw.Flush()
 				},
 			},
 		},
 	}
+}
+
+// imageSource is the SOURCE column of images list: the registry
+// reference a pulled image came from (with "signed" when its signature
+// was verified), "import" for images imported from files.
+func imageSource(img images.Image) string {
+	switch {
+	case img.Source == "":
+		return "import"
+	case len(img.Signers) > 0:
+		return img.Source + " (signed)"
+	}
+	return img.Source
 }
 
 // nameFlag is the --name of images import and build.
@@ -340,8 +354,8 @@ func imagesRemoveCommand() *cli.Command {
 		Name:      "rm",
 		Usage:     "remove an image from a backend",
 		ArgsUsage: "NAME",
-		Description: `Removes the image NAME (any spelling: "bb2" is "bb2:latest") from the local store
-(--backend oci, the default) or from what dsh-sandbox imported into the Docker engine or
+		Description: `Removes the image NAME (any spelling: "bb2" is "bb2:latest"; on oci also a pulled
+NAME@sha256:…) from the local store (--backend oci, the default) or from what dsh-sandbox imported into the Docker engine or
 containerd's namespace (--backend docker, containerd). Images dsh-sandbox did not import
 are left alone. An image a running call uses is refused (exit 125): on oci, one whose
 root filesystem a container has mounted; on docker and containerd, one a container uses.
@@ -362,6 +376,12 @@ Examples:
 				return err
 			}
 			name, err := imageName("NAME", c.Args().First())
+			if bd.Images == backend.ImagesLocal {
+				// The local store also holds images pulled by digest.
+				if name, err = images.CanonicalReference(c.Args().First()); err != nil {
+					err = usageError("NAME: %v", err)
+				}
+			}
 			if err != nil {
 				return err
 			}

@@ -124,6 +124,7 @@ func operatorFiles(c *cli.Context) (map[string]string, error) {
 	}
 	if err := errors.Join(
 		add("config file", "config", newFlags(c).String("config")),
+		add("registry credentials", "registry-auth", newFlags(c).String("registry-auth")),
 		add("token file", "token-file", c.String("token-file")),
 		add("audit key", "audit-key", c.String("audit-key")),
 		add("policy dir", "policy-dir", c.String("policy-dir")),

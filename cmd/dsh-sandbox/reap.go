@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -29,7 +30,8 @@ func reapCommand() *cli.Command {
 		Usage: "remove containers, snapshots, bundles, mounts and cgroups left by a crashed instance",
 		Description: `Finds what earlier dsh-sandbox instances on --state-dir left behind (their lock is no
 longer held) and removes it: for every installed OCI runtime, and in the Docker engine and
-containerd (this project's objects, found by label). Live instances are left alone. A
+containerd (this project's objects, found by label), and what killed image imports and pulls
+left in the local image store (--data-dir). Live instances are left alone. A
 backend that is not installed or whose daemon does not answer is skipped, unless --backend
 names it: then that is an error (exit 125). exec runs the same reaping for its backend when
 it starts, and serve for every backend its policies name.
@@ -73,6 +75,12 @@ Examples:
 				}
 				rep, err := reapExecutor(c.Context, ex)
 				closeEx()
+				if t.Images == backend.ImagesLocal && (len(t.Runtimes) == 0 || t.Runtime == t.Runtimes[0]) {
+					// Once for the store all runtimes share.
+					if st, serr := s.openImages(); serr == nil {
+						err = errors.Join(err, reapStaging(st, &rep))
+					}
+				}
 				r := reapResult{Backend: t.Label(), Removed: rep.Removed(), Report: &rep}
 				if err != nil {
 					r.Error = err.Error()

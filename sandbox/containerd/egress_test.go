@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -87,12 +86,7 @@ func TestEgressCredentials(t *testing.T) {
 		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
 		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
-		Getenv: func(name string) (string, bool) {
-			if name == "TEST_BOUND_SECRET" {
-				return fixtures.BoundSecret, true
-			}
-			return "", false
-		},
+		Getenv:  fixtures.BoundGetenv,
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -105,15 +99,11 @@ func TestEgressCredentials(t *testing.T) {
 	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
 		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
 	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	p := testPolicy(t)
 	p.Image = fixtures.EgressImage
 	p.Network, p.NetworkAllow = policy.NetworkAllowlist, []string{fixtures.BoundHostName}
 	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
+		Variable: "BOUND_TOKEN", ValueEnv: fixtures.BoundSecretEnv, UpstreamCAFile: bh.CAFile(t)}}
 	if p, err = policy.Normalize(p); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,10 @@ import (
 // the FIFO; only then does the command start. If that fails, the FIFO
 // is closed without a line, pid 1 exits 125 and Run returns the error.
 
+// caPrefix starts the name of a call's CA bundle (egress.Bind) in its
+// instance's directory, next to its FIFO: "ca-CALL.pem".
+const caPrefix = "ca-"
+
 // readyPath is where a call's container sees its FIFO.
 const readyPath = "/dev/.dsh-sandbox-egress-ready"
 
@@ -53,17 +57,18 @@ const (
 
 // callEgress is the egress network of one running call.
 type callEgress struct {
-	e      *Executor
-	log    zerolog.Logger
-	name   string   // the container's name
-	fifo   string   // the FIFO on the host
-	ref    *os.File // the FIFO opened O_PATH: reopened by its descriptor, so that neither serve nor end depends on the path
-	opts   egress.Options
-	ended  atomic.Bool
-	done   chan struct{}
-	mu     sync.Mutex
-	nc     *egress.Call // nil until served
-	failed error        // why the network could not be served
+	e       *Executor
+	log     zerolog.Logger
+	name    string   // the container's name
+	fifo    string   // the FIFO on the host
+	ref     *os.File // the FIFO opened O_PATH: reopened by its descriptor, so that neither serve nor end depends on the path
+	opts    egress.Options
+	ended   atomic.Bool
+	done    chan struct{}
+	mu      sync.Mutex
+	binding *egress.Binding // the call's credentials; nil without
+	nc      *egress.Call    // nil until served
+	failed  error           // why the network could not be served
 }
 
 // startEgress prepares the egress network of a call of network
@@ -114,16 +119,29 @@ func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandb
 		os.Remove(fifo)
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: egress FIFO: %w", call.ID, err)
 	}
+	// The credentials, placeholders and CA are made now: the
+	// container's environment and mounts are fixed at its creation,
+	// before its network is served.
+	binding, err := egress.Bind(p, e.opts.Getenv, dir, caPrefix+call.ID)
+	if err != nil {
+		ref.Close()
+		os.Remove(fifo)
+		return nil, err
+	}
 	call.Env = egress.WithProxyEnv(call.Env)
-	cfg.Env = call.Env
-	cfg.Cmd = append([]string{"/bin/sh", "-c", readyScript, "sh"}, cfg.Cmd...)
 	hc.Mounts = append(hc.Mounts,
 		mount.Mount{Type: mount.TypeBind, Source: fifo, Target: readyPath, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(files, egress.ResolvConfFile), Target: "/etc/resolv.conf", ReadOnly: true},
 	)
+	if binding != nil {
+		call.Env = egress.WithEnv(call.Env, binding.Env)
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: binding.CABundle, Target: egress.CABundlePath, ReadOnly: true})
+	}
+	cfg.Env = call.Env
+	cfg.Cmd = append([]string{"/bin/sh", "-c", readyScript, "sh"}, cfg.Cmd...)
 	ce := &callEgress{
-		e: e, log: log, name: name, fifo: fifo, ref: ref, done: make(chan struct{}),
-		opts: egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log},
+		e: e, log: log, name: name, fifo: fifo, ref: ref, done: make(chan struct{}), binding: binding,
+		opts: egress.Options{Allow: p.NetworkAllow, Deny: p.NetworkDeny, Network: e.opts.Network, Logger: log, Binding: binding},
 	}
 	go ce.serve()
 	return ce, nil
@@ -309,14 +327,17 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 			(*res).Egress = recs
 		}
 	}
+	if rmErr := ce.binding.Remove(); rmErr != nil {
+		ce.log.Error().Err(rmErr).Msg("egress")
+	}
 	if failed != nil && *err == nil {
 		*res, *err = nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: egress network of container %s: %w", ce.name, failed)
 	}
 }
 
-// reapEgress removes the egress FIFOs of instance inst's calls for which
-// keep is false (a crash between a call's start and its end leaves its
-// FIFO behind) and returns their paths.
+// reapEgress removes the egress FIFOs and CA bundles of instance inst's
+// calls for which keep is false (a crash between a call's start and its
+// end leaves them behind) and returns their paths.
 func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]string, error) {
 	dir := filepath.Join(e.opts.StateDir, "egress", inst)
 	ents, err := os.ReadDir(dir)
@@ -330,6 +351,9 @@ func (e *Executor) reapEgress(inst string, keep func(call string) bool) ([]strin
 	var errs []error
 	for _, ent := range ents {
 		call, ok := strings.CutPrefix(ent.Name(), "ready-")
+		if !ok {
+			call, ok = strings.CutPrefix(strings.TrimSuffix(ent.Name(), ".pem"), caPrefix)
+		}
 		if !ok || keep(call) {
 			continue
 		}

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -142,6 +143,119 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	_, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c"}, "n", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("startEgress(runsc) = %v, want an error naming runsc", err)
+	}
+}
+
+// TestEgressCredentialsConfig: with a credential, startEgress puts the
+// placeholder and the CA variables into the container's environment and
+// binds the call's CA bundle read-only at egress.CABundlePath, before
+// the container exists; end removes the bundle, and so does
+// reapEgress for a call a crash left. The value is nowhere in the
+// container's configuration.
+func TestEgressCredentialsConfig(t *testing.T) {
+	requireRoot(t)
+	e := &Executor{opts: Options{StateDir: t.TempDir(), Getenv: func(name string) (string, bool) {
+		return fixtures.BoundSecret, name == "GH_TOKEN"
+	}}, instance: "i1"}
+	p := egressPolicy(t)
+	p.NetworkAllow = append(p.NetworkAllow, fixtures.BoundHostName)
+	p.Credentials = []sandbox.Credential{{Name: "gh", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}", Variable: "GITHUB_TOKEN", ValueEnv: "GH_TOKEN"}}
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init"}}
+	hc := &container.HostConfig{}
+	ce, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c1"}, "n", cfg, hc)
+	if err != nil {
+		t.Fatalf("startEgress(credentials) = %v", err)
+	}
+	var ph string
+	for _, kv := range cfg.Env {
+		if v, ok := strings.CutPrefix(kv, "GITHUB_TOKEN="); ok {
+			ph = v
+		}
+	}
+	if !strings.HasPrefix(ph, egress.PlaceholderPrefix+"gh-") || !slices.Contains(cfg.Env, "SSL_CERT_FILE="+egress.CABundlePath) || !slices.Contains(cfg.Env, "GIT_SSL_CAINFO="+egress.CABundlePath) {
+		t.Errorf("Env = %q, want the placeholder in GITHUB_TOKEN and the CA variables", cfg.Env)
+	}
+	var bundle string
+	for _, m := range hc.Mounts {
+		if m.Target == egress.CABundlePath && m.ReadOnly {
+			bundle = m.Source
+		}
+	}
+	data, err := os.ReadFile(bundle)
+	if err != nil || !bytes.Contains(data, []byte("BEGIN CERTIFICATE")) {
+		t.Fatalf("the CA bundle bound at %s: %q, %v", egress.CABundlePath, bundle, err)
+	}
+	if strings.Contains(fmt.Sprint(cfg, hc), fixtures.BoundSecret) {
+		t.Errorf("the container's configuration holds the value")
+	}
+	res := &sandbox.Result{}
+	var runErr error
+	ce.end(&res, &runErr)
+	if _, err := os.Stat(bundle); !os.IsNotExist(err) {
+		t.Errorf("the CA bundle is still there after end: %v", err)
+	}
+	// A crash between start and end: reapEgress removes what is left.
+	if _, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c2"}, "n", cfg, &container.HostConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := e.reapEgress("i1", func(string) bool { return false })
+	if err != nil || len(removed) != 2 {
+		t.Errorf("reapEgress = %q, %v; want the FIFO and the CA bundle of c2", removed, err)
+	}
+	// A value that cannot be read refuses the call before anything is
+	// made.
+	e.opts.Getenv = func(string) (string, bool) { return "", false }
+	hc = &container.HostConfig{}
+	if _, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c3"}, "n", cfg, hc); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "gh"`) || len(hc.Mounts) > 0 {
+		t.Errorf("startEgress(unset value) = %v (mounts %v), want an invalid-argument error naming the credential and nothing bound", err, hc.Mounts)
+	}
+	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "i1", "*")); len(m) > 0 {
+		t.Errorf("left behind: %v", m)
+	}
+}
+
+// TestEgressCredentials runs fixtures.BoundProbes in a container of
+// the engine whose policy binds a credential to fixtures.BoundHostName
+// (an HTTPS server of the test, whose own CA is the policy's upstream
+// CA): curl with the placeholder reaches the server, which receives the
+// secret; the secret is in no environment, file, output or record.
+func TestEgressCredentials(t *testing.T) {
+	requireEngine(t)
+	bh := fixtures.NewBoundHost(t)
+	e, err := New(t.Context(), Options{
+		StateDir: t.TempDir(),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Network:  egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
+		Getenv:   fixtures.BoundGetenv,
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.ImportRootfs(t.Context(), egressRootfsTar(t), fixtures.EgressImage, testImageEnv); err != nil {
+		t.Fatalf("ImportRootfs(%q) = %v", fixtures.EgressImage, err)
+	}
+	p := egressPolicy(t)
+	p.NetworkAllow = []string{fixtures.BoundHostName}
+	p.NetworkDeny = nil
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: fixtures.BoundSecretEnv, UpstreamCAFile: bh.CAFile(t)}}
+	if p, err = policy.Normalize(p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := e.Run(ctx, &sandbox.Request{Command: fixtures.ProbeShell + fixtures.BoundProbes, Session: sandbox.Session{ID: "s", Cwd: t.TempDir()}, Policy: p})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	bh.Check(t, res.Stdout.Text, res.Stderr.Text, res.Egress)
+	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "*", caPrefix+"*")); len(m) > 0 {
+		t.Errorf("the call's CA bundle is left behind: %v", m)
 	}
 }
 

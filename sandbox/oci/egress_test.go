@@ -2,11 +2,14 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -184,6 +187,26 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	}
 }
 
+// boundExecutor is a runc executor whose egress proxies reach bh only
+// and whose service environment holds fixtures.BoundSecret, and a
+// policy that binds it to bh as credential "bound" (variable
+// BOUND_TOKEN, bh's CA as the upstream CA).
+func boundExecutor(t *testing.T, bh *fixtures.BoundHost) (*Executor, sandbox.Policy) {
+	t.Helper()
+	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
+	e.getenv = fixtures.BoundGetenv
+	p := testPolicy(t, RuntimeRunc)
+	p.Network = policy.NetworkAllowlist
+	p.NetworkAllow = []string{fixtures.BoundHostName}
+	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
+		Variable: "BOUND_TOKEN", ValueEnv: fixtures.BoundSecretEnv, UpstreamCAFile: bh.CAFile(t)}}
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, p
+}
+
 // TestEgressCredentials runs a call whose policy binds a credential to
 // fixtures.BoundHostName (an HTTPS server of the test, whose own CA is
 // the policy's upstream CA): curl in the call, with the placeholder its
@@ -193,26 +216,7 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 // credential was used; the call's CA bundle is removed afterwards.
 func TestEgressCredentials(t *testing.T) {
 	bh := fixtures.NewBoundHost(t)
-	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
-	e.getenv = func(name string) (string, bool) {
-		if name == "TEST_BOUND_SECRET" {
-			return fixtures.BoundSecret, true
-		}
-		return "", false
-	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, bh.CACertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := testPolicy(t, RuntimeRunc)
-	p.Network = policy.NetworkAllowlist
-	p.NetworkAllow = []string{fixtures.BoundHostName}
-	p.Credentials = []sandbox.Credential{{Name: "bound", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}",
-		Variable: "BOUND_TOKEN", ValueEnv: "TEST_BOUND_SECRET", UpstreamCAFile: caFile}}
-	p, err := policy.Normalize(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, p := boundExecutor(t, bh)
 	res, err := e.Run(context.Background(), &sandbox.Request{
 		Command: fixtures.ProbeShell + fixtures.BoundProbes,
 		Session: sandbox.Session{ID: "s", Cwd: t.TempDir(), TranscriptDir: filepath.Join(t.TempDir(), "tr")},
@@ -227,5 +231,86 @@ func TestEgressCredentials(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "calls", "*")); len(m) > 0 {
 		t.Errorf("the call's CA bundle is left behind: %v", m)
+	}
+}
+
+// TestEgressCredentialsGit runs git in a call whose policy binds a
+// credential to a git host of the test (fixtures.NewBoundGitHost, real
+// git http-backend behind HTTPS, which serves only requests carrying
+// the secret): a clone with the placeholder as a Bearer extra header, a
+// push with it inside Basic credentials (as actions/checkout sends
+// them, scheme in lower case), and a fetch with no header at all
+// (which the proxy completes) all work; the host received the secret
+// on every request and never the placeholder; the pushed commit is in
+// its repository; neither output nor record holds the secret.
+func TestEgressCredentialsGit(t *testing.T) {
+	bh, repo := fixtures.NewBoundGitHost(t)
+	e, p := boundExecutor(t, bh)
+	const url = "https://" + fixtures.BoundHostName + fixtures.BoundGitRepo
+	cmd := `set -e
+export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0
+case "$BOUND_TOKEN" in dsh-sandbox-placeholder-bound-*) ;; *) echo "BOUND_TOKEN is no placeholder"; exit 1;; esac
+git -c http.extraHeader="Authorization: Bearer $BOUND_TOKEN" clone -q ` + url + ` clone
+cd clone
+echo "readme=$(cat README)"
+echo pushed > pushed.txt
+git add pushed.txt
+git -c user.name=call -c user.email=call@example.invalid commit -qm "from the call"
+basic=$(printf 'x-access-token:%s' "$BOUND_TOKEN" | base64 -w0)
+git -c http.extraHeader="AUTHORIZATION: basic $basic" push -q origin main
+git fetch -q origin
+echo "fetched=$(git rev-parse origin/main)"
+echo "head=$(git rev-parse HEAD)"
+`
+	res, err := e.Run(context.Background(), &sandbox.Request{
+		Command: cmd,
+		Session: sandbox.Session{ID: "s", Cwd: t.TempDir()},
+		Policy:  p,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	out := res.Stdout.Text
+	if code := sandbox.ExitCode(res, nil); code != 0 || !strings.Contains(out, "readme="+fixtures.BoundReply) {
+		t.Fatalf("git in the call: exit %d\nstdout %s\nstderr %s", code, out, res.Stderr.Text)
+	}
+	head := out[strings.Index(out, "head=")+len("head="):]
+	head = strings.TrimSpace(head)
+	if !strings.Contains(out, "fetched="+head) {
+		t.Errorf("the fetch after the push did not see the pushed commit %s: %s", head, out)
+	}
+	got, err := exec.Command("git", "--git-dir", repo, "log", "-1", "--format=%H %s", "main").Output()
+	if err != nil || string(got) != head+" from the call\n" {
+		t.Errorf("the host's repository has %q (%v), want %s from the call", got, err, head)
+	}
+	seen := bh.Got()
+	posts := 0
+	for _, a := range seen {
+		if strings.Contains(a, "placeholder") || !strings.Contains(a, " ") {
+			t.Errorf("the git host received Authorization %q, want the secret", a)
+		}
+		if strings.HasPrefix(a, "basic ") {
+			posts++
+		}
+	}
+	if len(seen) < 5 || posts < 2 {
+		t.Errorf("the git host received %d requests (%d with Basic credentials), want clone, push and fetch: %q", len(seen), posts, seen)
+	}
+	rec, _ := json.Marshal(res.Egress)
+	if strings.Contains(out+res.Stderr.Text+string(rec), fixtures.BoundSecret) {
+		t.Errorf("the call's output or record holds the secret")
+	}
+	injected, requests := 0, 0
+	for _, m := range regexp.MustCompile(`credential "bound" added to (\d+) of (\d+) requests`).FindAllStringSubmatch(fmt.Sprint(res.Egress), -1) {
+		i, _ := strconv.Atoi(m[1])
+		r, _ := strconv.Atoi(m[2])
+		injected, requests = injected+i, requests+r
+	}
+	if injected != len(seen) || requests != len(seen) {
+		t.Errorf("the record says the credential was added to %d of %d requests, want all %d: %s", injected, requests, len(seen), rec)
+	}
+	t.Logf("git: %d requests, %d with Basic credentials", len(seen), posts)
+	if l := leftovers(t, e); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
 	}
 }

@@ -356,10 +356,11 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 		ImageEnv: img.Env,
 		PathUID:  ids.DiskUID,
 		Info: sandbox.Info{
-			Backend: "oci",
-			Runtime: e.rt.name,
-			Image:   imageName,
-			Policy:  req.Policy.Name,
+			Backend:     "oci",
+			Runtime:     e.rt.name,
+			Image:       imageName,
+			ImageDigest: img.Digest,
+			Policy:      req.Policy.Name,
 		},
 	}, pl, nil
 }

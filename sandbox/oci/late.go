@@ -141,13 +141,17 @@ func (s *slot) containerPid() (int, error) {
 	for {
 		data, err := os.ReadFile(s.pidFile)
 		if err == nil {
+			// crun creates the file before it writes the pid (one
+			// write of a few bytes): an empty file is one not written
+			// yet.
 			var pid int
-			if _, err := fmt.Sscan(string(data), &pid); err != nil || pid <= 0 {
+			if _, serr := fmt.Sscan(string(data), &pid); serr == nil && pid > 0 {
+				return pid, nil
+			}
+			if time.Now().After(deadline) {
 				return 0, fmt.Errorf("the container's pid file holds %q", data)
 			}
-			return pid, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+		} else if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
 			return 0, fmt.Errorf("the container's pid: %w", err)
 		}
 		select {

@@ -113,6 +113,12 @@ type Options struct {
 	// expiry, dead slots); the rest wait their turn in the background.
 	// Zero means runtime.NumCPU().
 	Teardowns int
+	// Backlog caps the background teardowns, running and waiting: past
+	// it, Release and the destruction of a dead slot close the slot in
+	// the caller's goroutine before they return, so that under a load
+	// the teardowns cannot follow, the callers slow down instead of
+	// containers piling up. Zero means 4 × Teardowns.
+	Backlog int
 	// TeardownTimeout bounds one slot's Close started by the pool. Zero
 	// means DefaultTeardownTimeout (30 s).
 	TeardownTimeout time.Duration
@@ -141,6 +147,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Teardowns <= 0 {
 		o.Teardowns = runtime.NumCPU()
+	}
+	if o.Backlog <= 0 {
+		o.Backlog = 4 * o.Teardowns
 	}
 	if o.TeardownTimeout <= 0 {
 		o.TeardownTimeout = DefaultTeardownTimeout
@@ -492,17 +501,19 @@ func (p *Pool[S]) expire(key string, e *entry[S]) {
 }
 
 // Release destroys a slot of key handed out by Take after its use, in the
-// background so the caller's result is not delayed; at most Teardowns
-// run at once. Errors go to the Observer and the Logger. After Close,
+// background so the caller's result is not delayed (unless Backlog
+// teardowns are pending already: then before it returns); at most
+// Teardowns run at once in the background. Errors go to the Observer and the Logger. After Close,
 // Release destroys the slot before it returns.
 func (p *Pool[S]) Release(key string, s S) {
 	p.destroy(key, s, Used)
 }
 
-// destroy closes s in the background, or at once after Close.
+// destroy closes s in the background, or at once after Close or past
+// the Backlog.
 func (p *Pool[S]) destroy(key string, s S, why Reason) {
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || p.tearing >= p.opts.Backlog {
 		p.mu.Unlock()
 		p.closeSlot(key, s, why)
 		return
@@ -527,6 +538,21 @@ func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
 	p.mu.Unlock()
 }
 
+// takeReady removes every ready slot of every key, with its key. p.mu is
+// held.
+func (p *Pool[S]) takeReady() (ready []*entry[S], keys []string) {
+	for k, ks := range p.keys {
+		for _, e := range ks.ready {
+			e.timer.Stop()
+			ready = append(ready, e)
+			keys = append(keys, k)
+		}
+		ks.ready = nil
+	}
+	p.ready = 0
+	return ready, keys
+}
+
 // Drain destroys every ready slot (reason Closed), also those whose
 // prepare was running, and waits until no prepare or background teardown
 // runs, or ctx is done; unlike Close, the pool keeps serving. It is for a
@@ -536,17 +562,7 @@ func (p *Pool[S]) closeInTurn(key string, s S, why Reason) {
 func (p *Pool[S]) Drain(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		var ready []*entry[S]
-		var keys []string
-		for k, ks := range p.keys {
-			for _, e := range ks.ready {
-				e.timer.Stop()
-				ready = append(ready, e)
-				keys = append(keys, k)
-			}
-			ks.ready = nil
-		}
-		p.ready = 0
+		ready, keys := p.takeReady()
 		busy := p.preparing + p.tearing
 		p.mu.Unlock()
 		for i, e := range ready {
@@ -606,15 +622,7 @@ func (p *Pool[S]) Close(ctx context.Context) error {
 	if !p.closed {
 		p.closed = true
 		p.cancel()
-		for k, ks := range p.keys {
-			for _, e := range ks.ready {
-				e.timer.Stop()
-				ready = append(ready, e)
-				keys = append(keys, k)
-			}
-			ks.ready = nil
-		}
-		p.ready = 0
+		ready, keys = p.takeReady()
 	}
 	p.mu.Unlock()
 

@@ -23,6 +23,9 @@ type fake struct {
 func (f *fake) Alive() bool { return !f.dead.Load() }
 
 func (f *fake) Close(context.Context) error {
+	if g := f.owner.closeGate; g != nil {
+		<-g
+	}
 	if f.closes.Add(1) != 1 {
 		f.owner.t.Errorf("slot %d closed twice", f.id)
 	}
@@ -41,6 +44,8 @@ type factory struct {
 	closeErr error
 	// gate, when set, holds every prepare until it is closed or ctx ends.
 	gate chan struct{}
+	// closeGate, when set, holds every Close until it is closed.
+	closeGate chan struct{}
 
 	mu    sync.Mutex
 	slots []*fake
@@ -674,4 +679,50 @@ func TestDrain(t *testing.T) {
 	if made, closed := f.made.Load(), f.closed.Load(); closed != made {
 		t.Errorf("after the released slot's teardown: made %d, closed %d", made, closed)
 	}
+}
+
+// TestReleaseBacklog: past Backlog pending teardowns, Release closes the
+// slot before it returns (the caller waits instead of slots piling up);
+// below it, Release returns at once.
+func TestReleaseBacklog(t *testing.T) {
+	f := &factory{t: t, closeGate: make(chan struct{})}
+	p := New(f.prepare, Options{PerKey: 3, Teardowns: 1, Backlog: 2})
+	p.Refill("a")
+	eventually(t, "3 ready", func() bool { return p.Size().Ready == 3 })
+	var slots []*fake
+	for range 3 {
+		s, ok := p.Take("a")
+		if !ok {
+			t.Fatal("Take = miss with 3 ready")
+		}
+		slots = append(slots, s)
+	}
+	for _, s := range slots[:2] {
+		done := make(chan struct{})
+		go func() {
+			p.Release("a", s)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Release below the backlog did not return while teardowns are held")
+		}
+	}
+	third := make(chan struct{})
+	go func() {
+		p.Release("a", slots[2])
+		close(third)
+	}()
+	select {
+	case <-third:
+		t.Fatal("Release past the backlog returned before its slot was closed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(f.closeGate)
+	<-third
+	if n := slots[2].closes.Load(); n != 1 {
+		t.Errorf("the slot released past the backlog was closed %d times when Release returned, want 1", n)
+	}
+	closePool(t, p)
 }

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,8 +58,11 @@ before(async () => {
   if (where.status !== 0) throw new Error(`dsh-sandbox locate failed: ${where.stderr}`);
   transcript = JSON.parse(where.stdout).path;
   socket = join(dir, 'run', 'sandbox.sock');
+  // A policy whose network is an allowlist: a call that tries another host is denied.
+  const egress = join(dir, 'egress.yaml');
+  writeFileSync(egress, 'name: egress\nimage: host\nnetwork: {mode: allowlist, allow: [api.example.com]}\n');
   serve = spawn(bin, ['serve', '--home', join(dir, 'home'), '--state-dir', join(dir, 'state'), '--data-dir', join(dir, 'data'),
-    '--compression', 'none', '--listen', `unix://${socket}`], {
+    '--compression', 'none', '--listen', `unix://${socket}`, '--policy-file', egress], {
     // Stale facts in the service's own environment must never reach a call.
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DSH_STALE_SENTINEL: '1', DSH_SESSION_ID: 'wrong' },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -79,11 +82,11 @@ after(async () => {
 
 const header = () => ({ version: 0, id: 'e2e-1', createdAt: 1700000000000, cwd: ws() });
 
-function executor(): SandboxServiceExecutor {
+function executor(policy?: string): SandboxServiceExecutor {
   const ctx = new Context();
   ctx.provide('agents');
   ctx.set('agents', { get: (id: string) => (id === 'e2e-1' ? { session: { header: header() } } : undefined) });
-  return new SandboxServiceExecutor(ctx as any, { server: `unix://${socket}`, cwd: ws(), pollMs: 20 });
+  return new SandboxServiceExecutor(ctx as any, { server: `unix://${socket}`, cwd: ws(), pollMs: 20, ...(policy === undefined ? {} : { policy }) });
 }
 
 const dshEnv = () => ({ DSH_HOME: join(dir, 'home'), DSH_SHELL: '1', DSH_SESSION_ID: 'e2e-1', DSH_SESSION_JSONL: transcript }) as const;
@@ -133,4 +136,16 @@ test('a tampered DSH_SESSION_JSONL is refused by the service and nothing runs', 
   assert.equal(existsSync(marker), false, 'the refused call ran nothing');
   const r = await ex.run(ex.resolve({ command: `touch '${marker}' && echo ran`, dshEnv: dshEnv() }));
   assert.equal(r.stdout.text, 'ran\n', 'the same call with dsh\'s own snapshot runs');
+});
+
+test('a connection the allowlist denies ends stderr with a note naming the host', { skip }, async () => {
+  const note = '[network: the sandbox denied connections to denied.invalid:80; a policy decision, not a network fault]\n';
+  const ex = executor('egress');
+  const r = await ex.run(ex.resolve({ command: 'curl -sSf -m 10 http://denied.invalid/', dshEnv: dshEnv() }));
+  assert.notEqual(r.exitCode, 0, 'curl failed');
+  assert.ok(r.stderr.text.endsWith(note), `stderr ${JSON.stringify(r.stderr.text)} should end with the note`);
+  // The legitimate variant: a call that tries no host has no note.
+  const ok = await ex.run(ex.resolve({ command: 'echo quiet', dshEnv: dshEnv() }));
+  assert.equal(ok.stdout.text, 'quiet\n');
+  assert.equal(ok.stderr.text, '');
 });

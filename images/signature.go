@@ -1,0 +1,227 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+)
+
+// Cosign's key-based signatures of an image of digest sha256:<hex> are
+// the layers of the image tagged "sha256-<hex>.sig" in the same
+// repository: each layer is a simple-signing payload (a small JSON
+// document naming the signed digest), and its annotation
+// SignatureAnnotation holds the base64 signature of the payload's bytes.
+const (
+	// SignatureAnnotation is the layer annotation holding a signature.
+	SignatureAnnotation = "dev.cosignproject.cosign/signature"
+	// SimpleSigningMediaType is the media type of payload layers.
+	SimpleSigningMediaType = "application/vnd.dev.cosign.simplesigning.v1+json"
+	// signatureType is the payload's critical.type.
+	signatureType = "cosign container image signature"
+	// maxPayload bounds one payload, maxSignatures the layers read.
+	maxPayload    = 64 << 10
+	maxSignatures = 64
+	// maxKeyFile bounds a public key file.
+	maxKeyFile = 64 << 10
+)
+
+// PublicKey is a public key signatures are verified with, loaded by
+// [LoadPublicKey]. It is safe to copy and to use from several
+// goroutines.
+type PublicKey struct {
+	// File is the PEM file it was read from.
+	File string
+	// Fingerprint is "sha256:<hex>" of the key's DER (PKIX) encoding, as
+	// Image.Signers records it.
+	Fingerprint string
+	verifier    signature.Verifier
+}
+
+// LoadPublicKey reads a PEM public key (ECDSA, Ed25519 or RSA, as `cosign
+// generate-key-pair` writes to cosign.pub). Errors wrap [ErrInvalid] and
+// name the file.
+func LoadPublicKey(file string) (PublicKey, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("%w: verify key: %v", ErrInvalid, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
+	}
+	if len(data) > maxKeyFile {
+		return PublicKey{}, fmt.Errorf("%w: verify key %s: larger than %d bytes", ErrInvalid, file, maxKeyFile)
+	}
+	pub, err := cryptoutils.UnmarshalPEMToPublicKey(data)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("%w: verify key %s: not a PEM public key: %v", ErrInvalid, file, err)
+	}
+	return NewPublicKey(file, pub)
+}
+
+// NewPublicKey makes a PublicKey of pub; file only names it.
+func NewPublicKey(file string, pub crypto.PublicKey) (PublicKey, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
+	}
+	v, err := signature.LoadVerifier(pub, crypto.SHA256)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
+	}
+	sum := sha256.Sum256(der)
+	return PublicKey{File: file, Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), verifier: v}, nil
+}
+
+// simpleSigning is the part of a payload that is checked.
+type simpleSigning struct {
+	Critical struct {
+		Image struct {
+			DockerManifestDigest string `json:"docker-manifest-digest"`
+		} `json:"image"`
+		Type string `json:"type"`
+	} `json:"critical"`
+}
+
+// SignatureTag is the tag of the signatures of digest ("sha256:<hex>").
+func SignatureTag(digest string) string {
+	return strings.Replace(digest, ":", "-", 1) + ".sig"
+}
+
+// VerifySignature checks that repository (as the registry names it, e.g.
+// "127.0.0.1:5000/tools") holds a cosign signature of digest made by one
+// of keys, and returns the fingerprints of the keys that verified (at
+// least one). A signature counts only when it verifies over its payload
+// and the payload names digest as the signed image. Errors wrap
+// [ErrVerify] and say why: no signatures, or none verified (with each
+// signature's reason), or the registry could not be asked.
+func VerifySignature(ctx context.Context, regs *Registries, repository, digest string, keys []PublicKey) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: %s@%s: no keys to verify with", ErrVerify, repository, digest)
+	}
+	ref := repository + ":" + SignatureTag(digest)
+	var opts []name.Option
+	if first, _, ok := strings.Cut(repository, "/"); ok && regs.Insecure(first) {
+		opts = append(opts, name.Insecure)
+	}
+	tagRef, err := name.NewTag(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signature reference %q: %v", ErrInvalid, ref, err)
+	}
+	img, err := remote.Image(tagRef, regs.remoteOptions(ctx)...)
+	if err != nil {
+		if errors.Is(registryError(ref, "fetch signatures", err), ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s@%s is not signed: the registry has no signature image %s", ErrVerify, repository, digest, ref)
+		}
+		return nil, fmt.Errorf("%w: %s@%s: signatures: %v", ErrVerify, repository, digest, registryError(ref, "fetch", err))
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s@%s: signature manifest: %v", ErrVerify, repository, digest, err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != len(m.Layers) {
+		return nil, fmt.Errorf("%w: %s@%s: signature image %s: unreadable layers", ErrVerify, repository, digest, ref)
+	}
+	var reasons []string
+	var signers []string
+	for i, d := range m.Layers {
+		if i == maxSignatures {
+			reasons = append(reasons, fmt.Sprintf("more than %d signatures; the rest were not read", maxSignatures))
+			break
+		}
+		sig64, ok := d.Annotations[SignatureAnnotation]
+		if !ok || string(d.MediaType) != SimpleSigningMediaType {
+			reasons = append(reasons, fmt.Sprintf("layer %d is not a simple-signing signature", i+1))
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(sig64)
+		if err != nil {
+			reasons = append(reasons, fmt.Sprintf("signature %d is not base64", i+1))
+			continue
+		}
+		if d.Size > maxPayload {
+			reasons = append(reasons, fmt.Sprintf("payload %d is %d bytes, more than %d", i+1, d.Size, maxPayload))
+			continue
+		}
+		payload, err := readPayload(layers[i], d.Digest.String())
+		if err != nil {
+			reasons = append(reasons, fmt.Sprintf("payload %d: %v", i+1, err))
+			continue
+		}
+		var by []string
+		for _, k := range keys {
+			if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(payload)) == nil {
+				by = append(by, k.Fingerprint)
+			}
+		}
+		if len(by) == 0 {
+			reasons = append(reasons, fmt.Sprintf("signature %d does not verify with any of the %d keys", i+1, len(keys)))
+			continue
+		}
+		var p simpleSigning
+		if err := json.Unmarshal(payload, &p); err != nil {
+			reasons = append(reasons, fmt.Sprintf("payload %d is not a simple-signing document", i+1))
+			continue
+		}
+		if p.Critical.Type != signatureType {
+			reasons = append(reasons, fmt.Sprintf("payload %d has type %q, want %q", i+1, p.Critical.Type, signatureType))
+			continue
+		}
+		if p.Critical.Image.DockerManifestDigest != digest {
+			reasons = append(reasons, fmt.Sprintf("signature %d signs %q, not %s", i+1, p.Critical.Image.DockerManifestDigest, digest))
+			continue
+		}
+		for _, f := range by {
+			if !slices.Contains(signers, f) {
+				signers = append(signers, f)
+			}
+		}
+	}
+	if len(signers) == 0 {
+		if len(reasons) == 0 {
+			reasons = append(reasons, "the signature image has no layers")
+		}
+		return nil, fmt.Errorf("%w: %s@%s: no valid signature by the policy's keys: %s", ErrVerify, repository, digest, strings.Join(reasons, "; "))
+	}
+	return signers, nil
+}
+
+// readPayload reads one payload layer, checked against its digest.
+func readPayload(l interface {
+	Compressed() (io.ReadCloser, error)
+}, digest string) ([]byte, error) {
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxPayload+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxPayload {
+		return nil, fmt.Errorf("more than %d bytes", maxPayload)
+	}
+	if sum := sha256.Sum256(data); "sha256:"+hex.EncodeToString(sum[:]) != digest {
+		return nil, fmt.Errorf("content does not match its digest %s", digest)
+	}
+	return data, nil
+}
