@@ -29,7 +29,8 @@ eval "$(scripts/daemons.sh start)"
 
 echo "== kubernetes test cluster"
 # A real single-node cluster (scripts/kube.sh: Kubernetes built from the
-# Go module proxy, cached by GOCACHE; its own etcd and containerd) for the
+# Go module proxy, the binaries cached in ~/.cache/dsh-sandbox/kube and
+# their build in GOCACHE; its own etcd and containerd) for the
 # kubernetes backend's tests; stopped at the end only when this run
 # started it.
 kube_started=0
