@@ -69,6 +69,13 @@ func rawUnix(t *testing.T, sock, method, path, body string) (int, string) {
 // socket at sock instead of the default place in e's home.
 func startServeAt(t *testing.T, e env, sock string, args ...string) *service {
 	t.Helper()
+	return startServeEnv(t, e, sock, nil, args...)
+}
+
+// startServeEnv is startServeAt with extraEnv added to the service's
+// minimal environment.
+func startServeEnv(t *testing.T, e env, sock string, extraEnv []string, args ...string) *service {
+	t.Helper()
 	sv := &service{
 		sock:   sock,
 		audit:  filepath.Join(e.data, "audit.jsonl"),
@@ -77,7 +84,7 @@ func startServeAt(t *testing.T, e env, sock string, args ...string) *service {
 	}
 	full := append(append([]string{"serve"}, e.flags("")...), args...)
 	sv.cmd = exec.Command(binary, full...)
-	sv.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	sv.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, extraEnv...)
 	sv.cmd.Stderr = &lockedWriter{w: sv.stderr}
 	if err := sv.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -353,15 +353,7 @@ func TestCVEDoctor(t *testing.T) {
 	requireDaemons(t)
 	e := newEnv(t)
 	r := run(t, nil, append(append([]string{"doctor", "--json"}, e.flags("")...), daemonFlags()...)...)
-	var reports []struct {
-		Backend string `json:"backend"`
-		Runtime string `json:"runtime"`
-		Checks  []struct {
-			Name   string `json:"name"`
-			OK     bool   `json:"ok"`
-			Detail string `json:"detail"`
-		} `json:"checks"`
-	}
+	var reports []doctorReport
 	if err := json.Unmarshal([]byte(r.stdout), &reports); err != nil {
 		t.Fatalf("doctor --json: %v (exit %d, stdout %q, stderr %q)", err, r.code, r.stdout, r.stderr)
 	}
@@ -395,4 +387,15 @@ func TestCVEDoctor(t *testing.T) {
 			t.Errorf("doctor --json has no entry %s (saw %v)", want, seen)
 		}
 	}
+}
+
+// doctorReport is one entry of `doctor --json`.
+type doctorReport struct {
+	Backend string `json:"backend"`
+	Runtime string `json:"runtime"`
+	Checks  []struct {
+		Name   string `json:"name"`
+		OK     bool   `json:"ok"`
+		Detail string `json:"detail"`
+	} `json:"checks"`
 }

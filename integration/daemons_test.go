@@ -121,6 +121,22 @@ func importEverywhere(t *testing.T, e env, file, name string) {
 	}
 }
 
+// chownTrees gives every file under dirs to uid:uid.
+func chownTrees(t *testing.T, uid int, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, uid)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // sections splits output at lines "---".
 func sections(out string) []string {
 	return strings.Split(out, "---\n")
@@ -160,17 +176,7 @@ func TestDaemonBackendsMatchOCI(t *testing.T) {
 	path, before := seedTranscript(t, e, "s1")
 	// A workspace and transcript of an ordinary user: policy user "auto"
 	// then runs the call as that user on every backend.
-	for _, dir := range []string{e.workspace, e.root} {
-		err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(p, agentUID, agentUID)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	chownTrees(t, agentUID, e.workspace, e.root)
 
 	command := `env | sort; echo ---; id -u; id -g; grep '^Groups:' /proc/self/status; echo ---; ` +
 		`awk '{print $5, $6}' /proc/self/mountinfo | sort; echo ---; ` +

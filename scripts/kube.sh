@@ -34,12 +34,15 @@
 #                           directories and state; put back the sysctls
 #                           the kubelet changed.
 #   scripts/kube.sh env     print the assignments again.
+#   scripts/kube.sh status  exit 0 when the cluster of the state directory
+#                           runs, 1 when it does not.
 #
 # Build and start times are printed on stderr. The state directory is
 # $DSH_SANDBOX_KUBE_DIR (default /tmp/dsh-sandbox-kube: short, the
 # containerd socket path must stay under 108 bytes); the build cache is
-# $DSH_SANDBOX_KUBE_CACHE (default .cache/kube in the repository,
-# git-ignored). Logs go to NAME.log in the state directory. The cluster
+# $DSH_SANDBOX_KUBE_CACHE (default ~/.cache/dsh-sandbox/kube, outside the
+# repository so that every clone on a machine, CI's included, reuses the
+# binaries: the stamp says what they were built from). Logs go to NAME.log in the state directory. The cluster
 # listens on 127.0.0.1 only: etcd 23790/23800, kube-apiserver 16443,
 # kubelet 10250/10248, kube-controller-manager 10257, kube-scheduler 10259.
 set -euo pipefail
@@ -47,7 +50,7 @@ set -euo pipefail
 top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir=${DSH_SANDBOX_KUBE_DIR:-/tmp/dsh-sandbox-kube}
 dir=${dir%/}
-cache=${DSH_SANDBOX_KUBE_CACHE:-$top/.cache/kube}
+cache=${DSH_SANDBOX_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dsh-sandbox/kube}
 bin=$cache/bin
 sock=$dir/ctrd/containerd.sock
 api=https://127.0.0.1:16443
@@ -177,6 +180,13 @@ pki() {
 	printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >"$p/apiserver.ext"
 	openssl x509 -req -in "$p/apiserver.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 2 \
 		-extfile "$p/apiserver.ext" -out "$p/apiserver.crt" 2>/dev/null
+	# The API server's client certificate towards the kubelet (attach,
+	# logs): the kubelet accepts no anonymous request.
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+		-keyout "$p/kubelet-client.key" -out "$p/kubelet-client.csr" 2>/dev/null
+	printf 'extendedKeyUsage=clientAuth\n' >"$p/kubelet-client.ext"
+	openssl x509 -req -in "$p/kubelet-client.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 2 \
+		-extfile "$p/kubelet-client.ext" -out "$p/kubelet-client.crt" 2>/dev/null
 	openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
 	openssl rand -hex 32 >"$p/admin.token"
@@ -297,7 +307,7 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {}}
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $dir/pki/ca.crt}}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
 failCgroupV1: false
@@ -318,6 +328,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 resolvConf: ""
 protectKernelDefaults: false
+makeIPTablesUtilChains: false
 EOF
 	cat >"$dir/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
@@ -388,7 +399,10 @@ start() {
 	chmod 0711 "$dir"
 	hostdirs_record
 	sysctls_save
-	iptables-save 2>/dev/null | grep -o '^:[A-Z0-9-]*' | sort >"$dir/iptables-chains" || true
+	local fam
+	for fam in iptables ip6tables; do
+		"$fam-save" 2>/dev/null | grep -o '^:[A-Z0-9-]*' | sort -u >"$dir/$fam-chains" || true
+	done
 	pki
 	configs
 	cgroups_create
@@ -403,6 +417,7 @@ start() {
 		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port 16443 \
 		--tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
 		--token-auth-file "$dir/pki/tokens.csv" --authorization-mode Node,RBAC \
+		--kubelet-client-certificate "$dir/pki/kubelet-client.crt" --kubelet-client-key "$dir/pki/kubelet-client.key" \
 		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$dir/pki/sa.pub" \
 		--service-account-signing-key-file "$dir/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
 		--endpoint-reconciler-type none --audit-policy-file "$dir/audit-policy.yaml" \
@@ -517,6 +532,33 @@ unmount_all() {
 	return 0
 }
 
+# iptables_clean FAMILY: the KUBE-* chains of FAMILY (iptables or
+# ip6tables) that appeared while the cluster ran (the kubelet's canaries
+# and hints, should it make them despite makeIPTablesUtilChains: false):
+# the rules jumping to them, then the chains, in every table. Other
+# chains are other daemons'.
+iptables_clean() {
+	local fam=$1 t c rule words new
+	[ -f "$dir/$fam-chains" ] && command -v "$fam-save" >/dev/null || return 0
+	for t in filter nat mangle; do
+		new=$("$fam-save" -t "$t" 2>/dev/null | grep -o '^:KUBE-[A-Z0-9-]*' | sort -u | comm -13 "$dir/$fam-chains" -) || true
+		for c in $new; do
+			c=${c#:}
+			"$fam-save" -t "$t" 2>/dev/null | grep -E -- "^-A [A-Za-z0-9_-]+ (.* )?-j $c( |\$)" | while read -r rule; do
+				read -ra words <<<"-D${rule#-A}"
+				"$fam" -t "$t" "${words[@]}" 2>/dev/null || log "cannot delete the $fam rule $rule"
+			done
+		done
+		for c in $new; do
+			"$fam" -t "$t" -F "${c#:}" 2>/dev/null || true
+		done
+		for c in $new; do
+			"$fam" -t "$t" -X "${c#:}" 2>/dev/null || log "cannot delete the $fam chain ${c#:} in table $t"
+		done
+	done
+	return 0
+}
+
 stop() {
 	[ "$(id -u)" -eq 0 ] || die "stop needs root"
 	[ -d "$dir" ] || {
@@ -539,19 +581,8 @@ stop() {
 	if ip link show "$bridge" >/dev/null 2>&1; then
 		ip link del "$bridge" || log "cannot delete the bridge $bridge"
 	fi
-	# KUBE-* iptables chains that appeared while the cluster ran (the
-	# kubelet's canaries): flushed and deleted in every table; other
-	# chains are other daemons'.
-	if [ -f "$dir/iptables-chains" ] && command -v iptables-save >/dev/null; then
-		local t c
-		for t in filter nat mangle; do
-			for c in $(iptables-save -t "$t" 2>/dev/null | grep -o '^:KUBE-[A-Z0-9-]*' | sort | comm -13 "$dir/iptables-chains" -); do
-				c=${c#:}
-				iptables -t "$t" -F "$c" 2>/dev/null || true
-				iptables -t "$t" -X "$c" 2>/dev/null || true
-			done
-		done
-	fi
+	iptables_clean iptables
+	iptables_clean ip6tables
 	if [ -f "$dir/hostdirs" ]; then
 		local d
 		while read -r d; do
@@ -572,8 +603,9 @@ build) build ;;
 start) start ;;
 stop) stop ;;
 env) print_env ;;
+status) alive kube-apiserver && alive kubelet ;;
 *)
-	echo "usage: scripts/kube.sh build|start|stop|env" >&2
+	echo "usage: scripts/kube.sh build|start|stop|env|status" >&2
 	exit 2
 	;;
 esac

@@ -27,6 +27,19 @@ echo "== daemons"
 trap 'scripts/daemons.sh stop' EXIT
 eval "$(scripts/daemons.sh start)"
 
+echo "== kubernetes test cluster"
+# A real single-node cluster (scripts/kube.sh: Kubernetes built from the
+# Go module proxy, the binaries cached in ~/.cache/dsh-sandbox/kube and
+# their build in GOCACHE; its own etcd and containerd) for the
+# kubernetes backend's tests; stopped at the end only when this run
+# started it.
+kube_started=0
+if ! scripts/kube.sh status; then
+	kube_started=1
+fi
+trap '[ "$kube_started" = 1 ] && scripts/kube.sh stop; scripts/daemons.sh stop' EXIT
+eval "$(scripts/kube.sh start)"
+
 echo "== go test -race (every package, the backends against real runtimes and daemons)"
 # TestHostMemoryBounded measures the host process's resident set, which
 # the race detector's shadow memory inflates several times: it runs in

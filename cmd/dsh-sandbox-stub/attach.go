@@ -51,6 +51,28 @@ func (f *framer) write(kind byte, data []byte) {
 
 func (f *framer) report(r stub.Report) { f.write(stub.FrameReport, r.Encode()) }
 
+// readAttachedCall answers the executor's pings, each with a pong, until
+// its call message comes, and reads that.
+func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
+	for {
+		b, err := in.Peek(1)
+		if err != nil {
+			return nil, err
+		}
+		if b[0] != stub.FramePing {
+			return stub.ReadCall(in)
+		}
+		f, err := stub.ReadFrame(in)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Data) != 0 {
+			return nil, fmt.Errorf("%w: ping frame of %d bytes, want 0", stub.ErrMalformed, len(f.Data))
+		}
+		out.write(stub.FramePong, nil)
+	}
+}
+
 func runAttached() int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
@@ -60,8 +82,9 @@ func runAttached() int {
 		}
 	}()
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
-	out := &framer{out: os.Stdout}
-	c, err := stub.ReadCall(in)
+	// Escaped: no newline byte reaches the runtime's line logger.
+	out := &framer{out: stub.NewEscaper(os.Stdout)}
+	c, err := readAttachedCall(in, out)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return statusKilled // the executor let the pod go unused
@@ -76,6 +99,12 @@ func runAttached() int {
 	fail := func(status int, msg string) int {
 		out.write(stub.FrameStderr, []byte(stubErrorPrefix+msg+"\n"))
 		out.report(stub.Report{Kind: stub.Failed, Value: int32(status)})
+		hungUp := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, in)
+			close(hungUp)
+		}()
+		awaitHangUp(hungUp)
 		return status
 	}
 	if c.Terminal {
@@ -160,6 +189,7 @@ func runAttached() int {
 			out.write(stub.FrameOOM, nil)
 		}
 		out.report(stub.Report{Kind: stub.Exited, Value: int32(ws)})
+		awaitHangUp(gone)
 		if ws.Signaled() {
 			return 128 + int(ws.Signal())
 		}
@@ -170,7 +200,24 @@ func runAttached() int {
 	case <-expired:
 		killAll(pid, unix.SIGKILL)
 		out.report(stub.Report{Kind: stub.Expired})
+		awaitHangUp(gone)
 		return statusKilled
+	}
+}
+
+// hangUpWait bounds how long the stub waits, after its final report, for
+// the executor to close its stdin.
+const hangUpWait = 5 * time.Second
+
+// awaitHangUp waits until the executor closes the stub's stdin (gone), at
+// most hangUpWait: the executor does so once it has the final report. A
+// container's attach streams end when it exits, and the tail of what it
+// wrote just before could be lost on the way (a call of true lost its
+// report); while the stub waits, the stream stays open and delivers it.
+func awaitHangUp(gone <-chan struct{}) {
+	select {
+	case <-gone:
+	case <-time.After(hangUpWait):
 	}
 }
 

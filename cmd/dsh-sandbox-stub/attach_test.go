@@ -16,7 +16,7 @@ import (
 type attached struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
-	out io.ReadCloser
+	out io.Reader // the stub's stdout, unescaped
 }
 
 func startAttached(t *testing.T, c stub.Call) *attached {
@@ -27,9 +27,11 @@ func startAttached(t *testing.T, c stub.Call) *attached {
 	if a.in, err = a.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	if a.out, err = a.cmd.StdoutPipe(); err != nil {
+	stdout, err := a.cmd.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
+	a.out = stub.NewUnescaper(stdout)
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +40,16 @@ func startAttached(t *testing.T, c stub.Call) *attached {
 		_ = a.cmd.Process.Kill()
 		_ = a.cmd.Wait()
 	})
+	// The executor's handshake: pings, each answered with a pong,
+	// before the call.
+	for range 2 {
+		a.send(t, stub.FramePing, nil)
+	}
+	for i := range 2 {
+		if f, err := stub.ReadFrame(a.out); err != nil || f.Kind != stub.FramePong || len(f.Data) != 0 {
+			t.Fatalf("answer %d to a ping = %q %q, %v; want an empty pong", i, f.Kind, f.Data, err)
+		}
+	}
 	msg, err := c.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +146,8 @@ func TestAttachRunsCall(t *testing.T) {
 	if o.stderr != "err\n" {
 		t.Errorf("stderr = %q, want %q", o.stderr, "err\n")
 	}
+	// The stub waits for the executor to hang up after its report.
+	a.in.Close()
 	if err := a.cmd.Wait(); err == nil || a.cmd.ProcessState.ExitCode() != 3 {
 		t.Errorf("stub exit: %v, want status 3", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/local"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 )
@@ -16,6 +17,7 @@ var backends = newBackends(
 	docker.Descriptor(),
 	containerd.Descriptor(),
 	local.Descriptor(),
+	kubernetes.Descriptor(),
 )
 
 func newBackends(ds ...backend.Descriptor) *backend.Registry {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,13 @@ import (
 // outputDrain bounds how long the attach stream may trail the stub's
 // last report.
 const outputDrain = 5 * time.Second
+
+// pingEvery is how often the executor pings the stub until a pong
+// comes back; pingTimeout is how long it tries.
+const (
+	pingEvery   = 2 * time.Millisecond
+	pingTimeout = 30 * time.Second
+)
 
 // podContainer is a call's running pod, before the call is bound.
 type podContainer struct {
@@ -62,6 +70,8 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 	diag := &limitedBuffer{max: 4096}
 	p := &podProcess{
 		c: c, in: inW, cancel: cancel, diag: diag,
+		ready:    make(chan struct{}),
+		sent:     make(chan struct{}),
 		done:     make(chan struct{}),
 		streamed: make(chan error, 1),
 		decoded:  make(chan struct{}),
@@ -72,11 +82,35 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 		inR.Close()
 		p.streamed <- err
 	}()
-	go p.decode(outR, stdio)
-	// The call message first, then the stdin; the stream stays open
-	// until the call ends (its end is the stub's lifeline).
+	go p.decode(stub.NewUnescaper(outR), stdio)
+	// Pings until the stub's pong shows that its stdout reaches us
+	// (stub.FramePing), then the call message, then the stdin; the
+	// stream stays open until the call ends (its end is the stub's
+	// lifeline).
 	go func() {
-		if err := p.send(b); err != nil {
+		tick := time.NewTicker(pingEvery)
+		defer tick.Stop()
+		giveUp := time.After(pingTimeout)
+	ping:
+		for {
+			if p.frame(stub.FramePing, nil) != nil {
+				return
+			}
+			select {
+			case <-p.ready:
+				break ping
+			case <-p.decoded:
+				return
+			case <-giveUp:
+				p.pingLost.Store(true)
+				p.cancel()
+				return
+			case <-tick.C:
+			}
+		}
+		err := p.send(b)
+		close(p.sent)
+		if err != nil {
 			return
 		}
 		if src := stdio.Stdin; src != nil {
@@ -109,6 +143,11 @@ type podProcess struct {
 	in     *io.PipeWriter
 	cancel context.CancelFunc
 	diag   *limitedBuffer
+
+	ready     chan struct{} // closed by decode at the stub's first pong
+	sent      chan struct{} // closed once the call message is written (or failed to be)
+	readyOnce sync.Once
+	pingLost  atomic.Bool // no pong came within pingTimeout
 
 	done     chan struct{} // closed once the outcome is known or lost
 	decoded  chan struct{} // closed when decode returns
@@ -153,6 +192,8 @@ func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
 			_, _ = stdio.Stderr.Write(f.Data)
 		case stub.FrameOOM:
 			p.oom = true
+		case stub.FramePong:
+			p.readyOnce.Do(func() { close(p.ready) })
 		case stub.FrameReport:
 			rep, err := stub.FrameReportValue(f)
 			if err != nil {
@@ -173,8 +214,16 @@ func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
 
 func (p *podProcess) Done() <-chan struct{} { return p.done }
 
-// Signal sends sig to every process of the call, through the stub.
-func (p *podProcess) Signal(_ context.Context, sig syscall.Signal) error {
+// Signal sends sig to every process of the call, through the stub, once
+// the call message is sent: the stub reads nothing but pings before it.
+func (p *podProcess) Signal(ctx context.Context, sig syscall.Signal) error {
+	select {
+	case <-p.sent:
+	case <-p.decoded:
+		return nil // the stream ended: nothing runs any more
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return p.frame(stub.FrameSignal, stub.SignalFrame(int(sig)))
 }
 
@@ -198,6 +247,9 @@ func (p *podProcess) Wait(context.Context, bool) (driver.Exit, error) {
 	}
 	if p.report == nil {
 		why := "the attach stream ended without the stub's report"
+		if p.pingLost.Load() {
+			why = fmt.Sprintf("the stub did not answer within %v (is its stub the same version?)", pingTimeout)
+		}
 		if serr != nil {
 			why += ": " + serr.Error()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
+
+// MinMinor is the oldest Kubernetes 1.x minor release the backend
+// supports: older ones are past their upstream support.
+const MinMinor = 30
 
 // doctorTimeout bounds each request of Doctor.
 const doctorTimeout = 10 * time.Second
@@ -26,7 +31,7 @@ var podVerbs = []struct{ verb, subresource string }{
 
 // Doctor reports whether the kubernetes backend is usable with opts, as
 // checks in this order: "cluster" (the API server answers, with its
-// version), "namespace" (opts.Namespace exists), "permissions" (what the
+// version), "version" (1.MinMinor or later), "namespace" (opts.Namespace exists), "permissions" (what the
 // backend needs on pods, asked with SelfSubjectAccessReviews), "nodes"
 // (how many are Ready: on more than one, the workspace and session
 // directories must be on storage every node sees at the same paths),
@@ -55,6 +60,13 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		return checks
 	}
 	add("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion)
+	major, _ := strconv.Atoi(v.Major)
+	minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
+	if major > 1 || (major == 1 && minor >= MinMinor) {
+		add("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
+	} else {
+		add("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
+	}
 	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	if _, err := cli.CoreV1().Namespaces().Get(dctx, opts.Namespace, metav1.GetOptions{}); err != nil {

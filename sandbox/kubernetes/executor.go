@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -112,6 +114,9 @@ type Executor struct {
 	pools   map[string]*warmPool
 }
 
+// quietClientGo silences client-go's own logging once per process.
+var quietClientGo sync.Once
+
 var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 // New checks opts, connects to the API server and locks the executor's
@@ -151,6 +156,13 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: stub %q: not a regular file (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
 	}
+	quietClientGo.Do(func() {
+		// client-go reports through klog on the process's stderr, which
+		// is the command's stderr under `dsh-sandbox exec`: e.g. "Copying
+		// stdin failed" when a call's attach stream closes as it ends.
+		// Everything that matters to a call reaches it as an error.
+		klog.SetLogger(logr.Discard())
+	})
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.UserAgent = "dsh-sandbox"
 	// A call makes few requests, but many calls run at once.
@@ -338,20 +350,31 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape
 	return &podContainer{e: e, call: call, name: name}, nil
 }
 
-// createAndWait creates pod and waits until its container runs. A
-// watch, opened before the create, sees every change.
+// createAndWait creates pod and waits until its container runs. The
+// watch starts at the resource version the create returned, so it sees
+// every later change, and the API server serves it from its watch cache
+// (a watch from "now" needs a consistent read, which etcd before 3.5
+// cannot give the cache: it then stalls until the cache sees a newer
+// event).
 func (e *Executor) createAndWait(ctx, bg context.Context, pod *corev1.Pod) error {
 	pods := e.cli.CoreV1().Pods(pod.Namespace)
 	wctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	created, err := pods.Create(bg, pod, metav1.CreateOptions{})
 	if err != nil {
+		return classify(err, "create pod %s", pod.Name)
+	}
+	w, err := pods.Watch(wctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
+		ResourceVersion: created.ResourceVersion,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s not started: %w", pod.Name, context.Cause(ctx))
+		}
 		return classify(err, "watch pod %s", pod.Name)
 	}
 	defer w.Stop()
-	if _, err := pods.Create(bg, pod, metav1.CreateOptions{}); err != nil {
-		return classify(err, "create pod %s", pod.Name)
-	}
 	for {
 		select {
 		case <-wctx.Done():

@@ -8,8 +8,9 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// The tests that need a cluster (scripts/kube.sh) are behind the build
-// tag kubecluster until CI starts one: go test -tags kubecluster.
+// The tests that need a cluster need root and the environment
+// scripts/kube.sh start prints (eval "$(scripts/kube.sh start)"); without
+// them they skip, saying what is missing, and under CI=true they fail.
 
 // stubPath is the stub TestMain builds; "" when it could not.
 var (

@@ -36,6 +36,10 @@ type podShape struct {
 	key string
 }
 
+// maskedPaths are the files every pod gets /dev/null over, besides the
+// container runtime's own masks.
+var maskedPaths = []string{"/sys/kernel/vmcoreinfo"}
+
 // Requests of every pod: small, so that the scheduler places as many
 // calls on a node as their limits allow to run at once.
 var (
@@ -83,6 +87,15 @@ func newPodShape(p sandbox.Policy, plan sandbox.Plan, uid, gid uint32, stubPath 
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: stubPath, Type: &stubType}},
 	}}
 	mounts := []corev1.VolumeMount{{Name: "stub", MountPath: StubTarget, ReadOnly: true}}
+	// The kernel facts the container runtime's default masks leave
+	// readable (the host's boot line, the kernel's crash-dump
+	// addresses), hidden as the other backends hide them: /dev/null
+	// over them. The pod API has no maskedPaths.
+	nullType := corev1.HostPathCharDev
+	volumes = append(volumes, corev1.Volume{Name: "mask", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null", Type: &nullType}}})
+	for _, p := range maskedPaths {
+		mounts = append(mounts, corev1.VolumeMount{Name: "mask", MountPath: p, ReadOnly: true})
+	}
 	for i, m := range plan.Mounts {
 		name := "m" + strconv.Itoa(i)
 		if m.Bind() {

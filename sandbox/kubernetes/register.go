@@ -33,6 +33,10 @@ const (
 func Descriptor() backend.Descriptor {
 	return backend.Descriptor{
 		Name: Backend,
+		// The API server is this backend's daemon: serve warns at start
+		// when it does not answer (its policies' calls fail until it
+		// does) instead of refusing to start.
+		Needs: backend.Needs{Daemon: &backend.Daemon{Binary: "kube-apiserver", Package: "none: scripts/kube.sh builds a test cluster"}},
 		Open: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) (sandbox.Executor, error) {
 			opts, err := options(cfg)
 			if err != nil {

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -86,6 +87,9 @@ func (p *warmPool) make() {
 	if err == nil && !p.closed {
 		p.ready = append(p.ready, warmPod{name: name, created: time.Now()})
 		p.mu.Unlock()
+		// A pod no call took within WarmTTL goes, and is not replaced:
+		// a shape (a session's) that gets no more calls keeps no pods.
+		time.AfterFunc(WarmTTL, func() { p.expire(name) })
 		return
 	}
 	p.mu.Unlock()
@@ -95,6 +99,25 @@ func (p *warmPool) make() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = p.e.deletePod(ctx, name)
+}
+
+// expire deletes the warm pod name if it still waits for a call.
+func (p *warmPool) expire(name string) {
+	p.mu.Lock()
+	i := slices.IndexFunc(p.ready, func(w warmPod) bool { return w.name == name })
+	if i < 0 || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.ready = slices.Delete(p.ready, i, i+1)
+	p.wg.Add(1)
+	p.mu.Unlock()
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.e.deletePod(ctx, name); err != nil {
+		p.e.log.Warn().Err(err).Str("pod", name).Msg("expired warm pod not deleted")
+	}
 }
 
 // close stops filling the pool and deletes its ready pods.

@@ -58,4 +58,12 @@ type Config struct {
 	// the Docker engine, containerd), where only EPERM and a masked,
 	// empty file pass.
 	OwnKernel bool
+
+	// NotApplicable names the cases that cannot apply to the backend,
+	// each with the reason, which must be a property of the platform the
+	// backend runs on (a pod API without the field, a node without the
+	// kernel feature), never a failure to fix. Run does not run them and
+	// logs them with their reasons; a name that is not a case fails the
+	// run, so a renamed case is not silently skipped.
+	NotApplicable map[string]string
 }

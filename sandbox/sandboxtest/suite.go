@@ -100,8 +100,17 @@ func Run(t *testing.T, cfg Config) {
 		})
 	}
 	s := &suite{cfg: cfg, exec: e}
+	for name := range cfg.NotApplicable {
+		if !slices.Contains(Cases(), name) {
+			t.Fatalf("sandboxtest: Config.NotApplicable names %q, which is not a case", name)
+		}
+	}
 	var notApplicable []string
 	for _, c := range cases() {
+		if why, ok := cfg.NotApplicable[c.name]; ok {
+			t.Logf("case %s does not apply to backend %q: %s", c.name, cfg.Policy.Backend, why)
+			continue
+		}
 		if c.isolated && !cfg.Isolated {
 			// The unsandboxed baseline has no isolation to test: these
 			// cases are not run at all (rather than skipped), and said so.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestFrames(t *testing.T) {
@@ -77,5 +79,49 @@ func FuzzReadFrame(f *testing.F) {
 			_, _ = FrameSignalNumber(fr)
 			_, _ = FrameReportValue(fr)
 		}
+	})
+}
+
+// TestEscapeRoundTrip: escaped output holds no newline and reads back
+// as written, however the reads split it; a broken escape is refused.
+func TestEscapeRoundTrip(t *testing.T) {
+	in := []byte("line 1\nline 2\n\xfe\xfe\n\xfen tail")
+	var b bytes.Buffer
+	w := NewEscaper(&b)
+	for _, part := range [][]byte{in[:3], in[3:9], in[9:]} {
+		if n, err := w.Write(part); err != nil || n != len(part) {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if bytes.IndexByte(b.Bytes(), '\n') >= 0 {
+		t.Fatalf("escaped %q holds a newline", b.Bytes())
+	}
+	out, err := io.ReadAll(io.LimitReader(NewUnescaper(iotest.OneByteReader(&b)), 1<<20))
+	if err != nil || !bytes.Equal(out, in) {
+		t.Fatalf("unescaped = %q, %v; want %q", out, err, in)
+	}
+	for _, bad := range []string{"ab\xfe", "ab\xfex"} {
+		if _, err := io.ReadAll(NewUnescaper(strings.NewReader(bad))); !errors.Is(err, ErrMalformed) {
+			t.Errorf("unescape %q: err %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	f.Add([]byte("a\nb\xfe"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var b bytes.Buffer
+		if _, err := NewEscaper(&b).Write(in); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.IndexByte(b.Bytes(), '\n') >= 0 {
+			t.Fatalf("escaped %q holds a newline", b.Bytes())
+		}
+		out, err := io.ReadAll(NewUnescaper(&b))
+		if err != nil || !bytes.Equal(out, in) {
+			t.Fatalf("round trip of %q = %q, %v", in, out, err)
+		}
+		// Any input unescapes to something or fails cleanly.
+		_, _ = io.ReadAll(NewUnescaper(bytes.NewReader(in)))
 	})
 }
