@@ -28,8 +28,9 @@ const lifelineMarker = "7.0127"
 func TestServeKilledLifeline(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	// A pool of 3: the 3 sessions' first calls fill it.
-	args := []string{"--pool-max", "3", "--max-concurrent", "8"}
+	// A pool of 3: the 3 sessions' first calls fill it (one workspace:
+	// their slots share a key, the session directory is mounted at Bind).
+	args := []string{"--pool-max", "3", "--pool-per-key", "3", "--max-concurrent", "8"}
 	sv := startServe(t, e, args...)
 	dead := instances(e)
 	sessions := []string{"life-a", "life-b", "life-c"}

@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
 // registryFlags are the global flags of the operator's registry
@@ -129,6 +130,21 @@ type pulling struct {
 
 func newPulling(ex sandbox.Executor, st *images.Store, ps *pullSettings, log func(string, *images.Image)) *pulling {
 	return &pulling{Executor: ex, store: st, ps: ps, log: log, locks: map[string]*sync.Mutex{}}
+}
+
+// PoolSize forwards the backend executor's warm pool size (the
+// dsh_sandbox_pool_ready and _preparing gauges); zero without a pool.
+func (p *pulling) PoolSize() pool.Size {
+	if ps, ok := p.Executor.(interface{ PoolSize() pool.Size }); ok {
+		return ps.PoolSize()
+	}
+	return pool.Size{}
+}
+
+// Pooled forwards whether the backend executor keeps a warm pool.
+func (p *pulling) Pooled() bool {
+	pe, ok := p.Executor.(interface{ Pooled() bool })
+	return ok && pe.Pooled()
 }
 
 // lock serializes the pulls of one reference.

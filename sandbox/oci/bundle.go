@@ -21,6 +21,10 @@ const (
 	bundleMarker = "dsh-sandbox.json"
 	bundlePid    = "container.pid"
 	bundleLog    = "runtime.log"
+	// bundleBound names the call a container prepared ahead of its call
+	// (the warm pool) was bound to: its spill files are named after it,
+	// and reap finds them through it.
+	bundleBound = "bound-call"
 	// bundleBinds holds the staging mounts of the call's binds, one
 	// numbered mount point per bind (stageBinds).
 	bundleBinds = "binds"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -195,22 +196,30 @@ func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func(
 			}
 			s.Removed(reap.Cgroups, m.Instance, cg)
 		}
+		// A pooled container ran a call of another id (bundleBound).
+		calls := []string{m.Container}
+		if data, err := os.ReadFile(filepath.Join(dir, bundleBound)); err == nil {
+			calls = append(calls, strings.TrimSpace(string(data)))
+		}
 		if err := (&bundle{dir: dir}).remove(); err != nil {
 			s.Fail(m.Instance, err)
 			continue
 		}
 		s.Removed(reap.Bundles, m.Instance, dir)
-		if sandbox.ValidCallID(m.Container) {
-			files, err := e.reapSpill(m.Container)
-			s.Removed(reap.Files, m.Instance, files...)
-			s.Fail(m.Instance, err)
+		for _, id := range calls {
+			if sandbox.ValidCallID(id) {
+				files, err := e.reapSpill(id)
+				s.Removed(reap.Files, m.Instance, files...)
+				s.Fail(m.Instance, err)
+			}
 		}
 	}
 }
 
 // reapSpill removes the spill files the dead call id left in the state
 // directory (a call without a session directory spills there, named
-// after its id, which is its container's). No one got the call's result,
+// after its id: its container's, or for a container from the warm pool
+// the one in the bundle's bundleBound file). No one got the call's result,
 // so no one knows their path.
 func (e *Executor) reapSpill(id string) ([]string, error) {
 	state, err := filepath.EvalSymlinks(e.opts.StateDir)

@@ -286,6 +286,12 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 			return nil, err
 		}
 	} else {
+		if call.ID != s.call.ID {
+			// From the pool: reap finds the call's spill files by this.
+			if err := os.WriteFile(s.b.path(bundleBound), []byte(call.ID+"\n"), 0o600); err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %v", call.ID, err)
+			}
+		}
 		if s.call.Request.Session.TranscriptDir == "" && call.Request.Session.TranscriptDir != "" {
 			// A slot for any session of its workspace (late.go).
 			if err := s.attachTranscript(call.Request); err != nil {
