@@ -347,7 +347,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
 	}
 	pl := &plan{img: img, bash: bash, opts: opts, ids: ids}
-	pl.poolKey, pl.late = e.poolKey(req)
+	pl.poolKey, pl.late = e.poolKey(req, uid, gid)
 	imageName := req.Policy.Image // as the policy names it
 	if imageName == "" {
 		imageName = img.Name

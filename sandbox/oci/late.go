@@ -36,8 +36,8 @@ var systemDirs = []string{"/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbi
 // lateTranscript reports whether req's session directory can be mounted
 // at Bind: the plan mounts it, at a path inside no bind mount of the plan
 // and below no system directory, with no other mount inside it, and the
-// call's identity does not depend on it.
-func lateTranscript(req *sandbox.Request) bool {
+// call's identity (uid:gid, resolved by the caller) does not depend on it.
+func lateTranscript(req *sandbox.Request, uid, gid uint32) bool {
 	pl := sandbox.NewPlan(req.Policy, req.Session, sandbox.Identity{})
 	td, ok := pl.Mount(sandbox.MountTranscript)
 	if !ok {
@@ -55,10 +55,6 @@ func lateTranscript(req *sandbox.Request) bool {
 		if within(m.Target, td.Target) || (m.Bind() && within(td.Target, m.Target)) {
 			return false
 		}
-	}
-	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
-	if err != nil {
-		return false
 	}
 	tuid, tgid, err := policy.ResolveUser(req.Policy, withoutTranscript(req).Session)
 	return err == nil && uid == tuid && gid == tgid

@@ -70,11 +70,11 @@ func (e *Executor) newWarm(opts pool.Options) *warm {
 // directory is mounted at Bind (late.go): the key then names the
 // workspace but no session, and the slot is prepared from
 // withoutTranscript(req).
-func (e *Executor) poolKey(req *sandbox.Request) (key string, late bool) {
+func (e *Executor) poolKey(req *sandbox.Request, uid, gid uint32) (key string, late bool) {
 	if e.warm == nil || !usesStub(e.rt.name) || req.Terminal != nil || req.Policy.Network == policy.NetworkAllowlist {
 		return "", false
 	}
-	late = lateTranscript(req)
+	late = lateTranscript(req, uid, gid)
 	fixed := req
 	if late {
 		fixed = withoutTranscript(req)
