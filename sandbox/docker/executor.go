@@ -24,6 +24,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
 // Backend is the backend name in policies and results.
@@ -55,6 +56,12 @@ type Options struct {
 	// reaches the outside; the zero value is the host's resolver and
 	// dialer (egress.Network).
 	Network egress.Network
+	// Stub is the static stub program (cmd/dsh-sandbox-stub), pid 1 of
+	// every container but one on a terminal (stub.go); empty means
+	// dsh-sandbox-stub next to the running executable, else on PATH
+	// (stub.Locate). Without it, those calls fail with
+	// sandbox.ErrUnavailable saying how to install it.
+	Stub string
 }
 
 // outputDrain bounds how long the output stream may trail the container's
@@ -81,6 +88,9 @@ type Executor struct {
 	runtimes   []string // the engine's runtimes when last asked; see checkRuntime
 
 	importMu sync.Mutex // held by ImportRootfs
+
+	stub    string // the stub program's absolute path; "" when stubErr says why not
+	stubErr error
 
 	remap  remap      // the engine's user namespace remapping, read by New
 	nsMu   sync.Mutex // guards userns
@@ -140,6 +150,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		instance: opts.InstanceID,
 		remap:    rm,
 	}
+	e.stub, e.stubErr = stub.Locate(opts.Stub)
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		err = fmt.Errorf("docker: %w", err)
 		_ = cli.Close()
@@ -300,6 +311,9 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
 		return driver.Target{}, nil, err
 	}
+	if req.Terminal == nil && e.stubErr != nil {
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: %v", e.stubErr)
+	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
 		return driver.Target{}, nil, err
@@ -334,9 +348,10 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}, &plan{uid: uid, gid: gid, user: user, mounts: mounts}, nil
 }
 
-// Prepare (no stub runs in a Docker container yet: the call is baked
-// in, and Bind starts it) stages the call's binds and creates its container, pushing the
-// removal of each onto the call's cleanup stack.
+// Prepare stages the call's binds and creates its container, pushing the
+// removal of each onto the call's cleanup stack. The container runs the
+// stub, which Bind starts and binds the call to (stub.go), except on a
+// terminal: there the call is baked in, and Bind starts it.
 func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu := call.Request, call.Log, call.Cleanup
@@ -387,6 +402,12 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 			return nil
 		})
 	}
+	var msg []byte
+	if req.Terminal == nil {
+		if msg, err = withStub(cfg, hc, e.stub, call.Timeout+e.opts.KillGrace+stubSlack); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: call %s: %v", call.ID, err)
+		}
+	}
 	created, err := e.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -399,7 +420,7 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 		return nil, e.callErr(bg, err, call.ID, "create container")
 	}
 	cu.Add("container", func(ctx context.Context) error { return e.remove(ctx, created.ID) })
-	return &callContainer{e: e, call: call, id: created.ID}, nil
+	return &callContainer{e: e, call: call, id: created.ID, msg: msg}, nil
 }
 
 // remove deletes the container (forcibly: it may still run). What it
@@ -542,14 +563,19 @@ type callContainer struct {
 	e    *Executor
 	call *driver.Call
 	id   string
+	msg  []byte // the call message for the stub; nil on a terminal
 }
 
 func (c *callContainer) ID() string { return c.id }
 
-// Bind attaches to the container and starts it. It attaches before the
-// start so that no output is lost, and waits for the next exit before
-// the start so that the exit is not missed either.
+// Bind attaches to the container and starts it: through the stub
+// (bindStub), or, on a terminal, with the call baked in. It attaches
+// before the start so that no output is lost, and waits for the next
+// exit before the start so that the exit is not missed either.
 func (c *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+	if c.msg != nil {
+		return c.bindStub(ctx, stdio)
+	}
 	e, call, id := c.e, c.call, c.id
 	bg := context.WithoutCancel(ctx)
 	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 )
 
 // defaultEngineSocket is where a Docker engine listens when DOCKER_HOST
@@ -28,8 +30,15 @@ const systemContainerdSocket = "/run/containerd/containerd.sock"
 // daemon that was replaced, stopped or started on a shared socket fails
 // the run.
 func TestMain(m *testing.M) {
+	// Containers run the stub (stub.go): build it and put it on PATH.
+	removeStub, err := fixtures.StubOnPath()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	before := sharedDaemons()
 	code := m.Run()
+	removeStub()
 	after := sharedDaemons()
 	if diff := compareDaemons(before, after); diff != "" {
 		fmt.Fprintf(os.Stderr, "FAIL: the tests changed a daemon they did not start: %s\n", diff)
