@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,10 +25,40 @@ import (
 // command's output and the reports leave as frames on stdout (package
 // stub has the protocol). It starts from init, before main, so that the
 // descriptor-3 mode of main stays as it is.
+//
+// With stub.LifelineArg PATH after it, the stub also opens PATH, a FIFO
+// whose write end the executor holds, and ends the call (killing
+// everything) when that reaches end of file: for a runtime whose stdin
+// never ends while the container runs (containerd's shim keeps a writer
+// of the stdin FIFO itself).
 func init() {
-	if len(os.Args) == 2 && os.Args[1] == stub.AttachArg {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == stub.AttachArg:
+		os.Exit(runAttached())
+	case len(os.Args) == 4 && os.Args[1] == stub.AttachArg && os.Args[2] == stub.LifelineArg:
+		go watchLifeline(os.Args[3])
 		os.Exit(runAttached())
 	}
+}
+
+// commandPid is the command's pid once it runs, for watchLifeline.
+var commandPid atomic.Int64
+
+// watchLifeline reads the FIFO at path until its writers are gone (the
+// executor died or let the call go), then kills every process of the
+// call and exits the stub.
+func watchLifeline(path string) {
+	f, err := os.Open(path)
+	if err == nil {
+		_, err = io.Copy(io.Discard, f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%slifeline %s: %v\n", stubErrorPrefix, path, err)
+	}
+	if pid := int(commandPid.Load()); pid > 0 || os.Getpid() == 1 {
+		killAll(pid, unix.SIGKILL)
+	}
+	os.Exit(statusKilled)
 }
 
 // drainGrace bounds how long the output of a call is read after its
@@ -147,6 +178,7 @@ func runAttached() int {
 		}
 		return fail(status, fmt.Sprintf("%s: %v", c.Argv[0], err))
 	}
+	commandPid.Store(int64(pid))
 	out.report(stub.Report{Kind: stub.Started, Value: int32(pid)})
 
 	var pumps sync.WaitGroup

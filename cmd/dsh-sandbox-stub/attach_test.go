@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -19,9 +21,9 @@ type attached struct {
 	out io.Reader // the stub's stdout, unescaped
 }
 
-func startAttached(t *testing.T, c stub.Call) *attached {
+func startAttached(t *testing.T, c stub.Call, args ...string) *attached {
 	t.Helper()
-	a := &attached{cmd: exec.Command(stubBin, stub.AttachArg)}
+	a := &attached{cmd: exec.Command(stubBin, append([]string{stub.AttachArg}, args...)...)}
 	a.cmd.Env = []string{}
 	var err error
 	if a.in, err = a.cmd.StdinPipe(); err != nil {
@@ -229,5 +231,59 @@ func TestAttachFailures(t *testing.T) {
 	o = a.read(t)
 	if o.final.Kind != stub.Expired {
 		t.Errorf("deadline: final %+v, want Expired", o.final)
+	}
+}
+
+// TestAttachLifelineFIFO: with stub.LifelineArg, the end of the FIFO's
+// writers kills the command and ends the stub although its stdin stays
+// open; while the executor holds the FIFO, a call runs to its end.
+func TestAttachLifelineFIFO(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		fifo := filepath.Join(t.TempDir(), "lifeline")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Read and write: the open does not wait for the stub.
+		w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `echo ran`
+		if drop {
+			script = `sleep 30`
+		}
+		a := startAttached(t, shCall(script), stub.LifelineArg, fifo)
+		if !drop {
+			a.send(t, stub.FrameStdinEnd, nil)
+			o := a.read(t)
+			w.Close()
+			if o.stdout != "ran\n" || o.final.Kind != stub.Exited {
+				t.Errorf("with the lifeline held: stdout %q, final %+v", o.stdout, o.final)
+			}
+			continue
+		}
+		f, err := stub.ReadFrame(a.out) // the started report
+		if err != nil || f.Kind != stub.FrameReport {
+			t.Fatalf("started report: %v %+v", err, f)
+		}
+		r, _ := stub.FrameReportValue(f)
+		w.Close() // the executor is gone; its stream (a.in) is not
+		exited := make(chan error, 1)
+		go func() { exited <- a.cmd.Wait() }()
+		select {
+		case err = <-exited:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stub still runs 10 s after its lifeline ended")
+		}
+		if err == nil || a.cmd.ProcessState.ExitCode() != statusKilled {
+			t.Errorf("stub exit %v, want status %d", err, statusKilled)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for syscall.Kill(int(r.Value), 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the command (pid %d) still runs", r.Value)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -51,6 +51,13 @@ const (
 // AttachArg is the argument that starts the stub in attach mode.
 const AttachArg = "--attach"
 
+// LifelineArg, after AttachArg, names a FIFO the stub reads besides its
+// stdin: when that reaches end of file (every writer, the executor, is
+// gone) the stub kills everything and exits. It is for a runtime that
+// holds the container's stdin open itself, as containerd's shim does,
+// so that the end of the executor never ends the stdin.
+const LifelineArg = "--lifeline"
+
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 1 << 20
 
