@@ -28,6 +28,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
 // Backend is the backend name in policies and results.
@@ -75,6 +76,12 @@ type Options struct {
 	// resolves names and dials; the zero value is the host's resolver
 	// and dialer. Tests point made-up names at local servers with it.
 	Network egress.Network
+	// Stub is the static stub program (cmd/dsh-sandbox-stub), pid 1 of
+	// every container but one on a terminal (stub.go); empty means
+	// dsh-sandbox-stub next to the running executable, else on PATH
+	// (stub.Locate). Without it, those calls fail with
+	// sandbox.ErrUnavailable saying how to install it.
+	Stub string
 }
 
 // outputDrain bounds how long the output may trail the task's exit
@@ -104,6 +111,9 @@ type Executor struct {
 	closed bool
 
 	active sandbox.ActiveCalls // calls whose container Run still owns
+
+	stub    string // the stub program's absolute path; "" when stubErr says why not
+	stubErr error
 
 	// foreignGrace is how long Reap leaves a stopped container of an
 	// unknown instance alone: sandbox.ForeignLeftoverGrace (tests
@@ -178,6 +188,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 
 		foreignGrace: sandbox.ForeignLeftoverGrace,
 	}
+	e.stub, e.stubErr = stub.Locate(opts.Stub)
 	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("containerd: %w", err)
@@ -309,6 +320,9 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if err := checkRuntime(string(req.Policy.Runtime)); err != nil {
 		return driver.Target{}, nil, err
 	}
+	if req.Terminal == nil && e.stubErr != nil {
+		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: %v", e.stubErr)
+	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
 		return driver.Target{}, nil, err
@@ -358,10 +372,11 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}, &plan{opts: opts, ids: ids, img: img}, nil
 }
 
-// Prepare (no stub runs in a containerd container yet: the call is
-// baked in, and Bind starts its task) builds the call's spec and creates its container and snapshot
+// Prepare builds the call's spec and creates its container and snapshot
 // (and, in a user namespace, its id-mapped rootfs), pushing the removal
-// of each onto the call's cleanup stack.
+// of each onto the call's cleanup stack. The container runs the stub,
+// which Bind starts and binds the call to (stub.go), except on a
+// terminal: there the call is baked in, and Bind starts its task.
 func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu, ids := call.Request, call.Log, call.Cleanup, pl.ids
@@ -432,6 +447,23 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 	if ids.Enabled {
 		spec.Root = &specs.Root{Path: rootfsDir(callDir), Readonly: true}
 	}
+	// The stub and its lifeline are the service's own files, not staged:
+	// no call can have swapped them.
+	var msg []byte
+	var lifeline *os.File
+	if req.Terminal == nil {
+		if lifeline, err = makeLifeline(callDir); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+		}
+		// Removed after the container, before the call's directory.
+		cu.Add("lifeline", func(context.Context) error {
+			lifeline.Close()
+			return failed(os.Remove(lifeline.Name()))
+		})
+		if msg, err = withStub(spec, e.stub, lifeline.Name(), call.Timeout+e.opts.KillGrace+stubSlack); err != nil {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %v", call.ID, err)
+		}
+	}
 
 	// The daemon's objects are made on a context the caller's
 	// cancellation does not reach: they are removed on every path.
@@ -464,7 +496,7 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 		})
 		return nil, classify(err, "call %s: create container", call.ID)
 	}
-	ct := &callContainer{e: e, call: call, c: c, bg: bg}
+	ct := &callContainer{e: e, call: call, c: c, bg: bg, msg: msg, lifeline: lifeline}
 	// The task, once Start created it; teardown then needs no lookup.
 	cu.Add("container", func(ctx context.Context) error {
 		return failed(e.remove(ctx, c, ct.task))
@@ -564,16 +596,25 @@ type callContainer struct {
 	c    containerd.Container
 	bg   context.Context // the namespace's context, detached
 	task containerd.Task
+
+	msg          []byte   // the call message for the stub; nil on a terminal
+	lifeline     *os.File // the executor's end of the stub's lifeline; nil on a terminal
+	lifelineOnce sync.Once
 }
 
 func (ct *callContainer) ID() string { return ct.c.ID() }
 
-// Bind creates the task with its stdio attached and starts it. On
+// Bind creates the task with its stdio attached and starts it, through
+// the stub (startStub) or, on a terminal, with the call baked in. On
 // failure the call's processes are killed through its cgroup: the
 // outcome is unknown, and whatever the daemon can no longer stop must
 // not keep running.
 func (ct *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
-	p, err := ct.start(ctx, stdio)
+	start := ct.start
+	if ct.msg != nil {
+		start = ct.startStub
+	}
+	p, err := start(ctx, stdio)
 	if err != nil {
 		ct.e.killCall(ct.call.Log, ct.call.ID)
 	}

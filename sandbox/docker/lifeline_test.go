@@ -1,20 +1,16 @@
 package docker
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -45,35 +41,6 @@ func runLifelineHelper() int {
 	return 1
 }
 
-// hostProcsWith lists the host's processes whose command line carries
-// marker.
-func hostProcsWith(marker string) []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(data), marker) {
-			continue
-		}
-		out = append(out, e.Name()+": "+strings.ReplaceAll(string(data), "\x00", " "))
-	}
-	return out
-}
-
-// waitProcs polls until the host's processes carrying marker are there
-// (present) or gone (!present), at most within; it returns how long it
-// took and the processes it last saw.
-func waitProcs(marker string, present bool, within time.Duration) (time.Duration, []string) {
-	t0 := time.Now()
-	for {
-		left := hostProcsWith(marker)
-		if (len(left) > 0) == present || time.Since(t0) > within {
-			return time.Since(t0), left
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestLifelineKilledSupervisor: kill -9 of the process that supervises
 // a running call ends the call within 2 s — the engine closes the stub's
 // stdin (the attach stream's), the stub kills everything and exits —
@@ -83,35 +50,8 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	state := t.TempDir()
 	dead := "lifeline-" + e.instance
 	marker := fmt.Sprintf("%d%d", 8400000, os.Getpid())
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lifelineHelperEnv+"=1", "DOCKER_TEST_STATE="+state, "DOCKER_TEST_INSTANCE="+dead, "DOCKER_TEST_MARKER="+marker, "DOCKER_TEST_CWD="+t.TempDir())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if line != "started\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("helper printed %q (%v), stderr %q; want started", line, err, stderr.String())
-	}
-	// "started" is printed before the shell forks the sleep.
-	if _, seen := waitProcs(marker, true, 30*time.Second); len(seen) == 0 {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal("the call's sleep is not visible on the host before the kill: the check below would prove nothing")
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, out)
-	_ = cmd.Wait()
-	took, left := waitProcs(marker, false, 2*time.Second)
+	took, left := fixtures.KillSupervisor(t, []string{lifelineHelperEnv + "=1", "DOCKER_TEST_STATE=" + state, "DOCKER_TEST_INSTANCE=" + dead,
+		"DOCKER_TEST_MARKER=" + marker, "DOCKER_TEST_CWD=" + t.TempDir()}, marker, 2*time.Second)
 	if len(left) > 0 {
 		t.Errorf("%v after kill -9 of the supervisor, the call still runs:\n  %s", took, strings.Join(left, "\n  "))
 	}

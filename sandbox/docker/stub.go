@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 	"syscall"
 	"time"
 
@@ -73,7 +72,7 @@ func (c *callContainer) bindStub(ctx context.Context, stdio driver.Stdio) (drive
 	}()
 	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
 	outR, outW := io.Pipe()
-	p := &stubProcess{c: c, bg: bg, hj: hj, stopWait: wcancel, diag: &limitedBuffer{max: 4096}, copied: make(chan error, 1), exited: make(chan struct{})}
+	p := &stubProcess{c: c, bg: bg, hj: hj, stopWait: wcancel, diag: &stub.LimitedBuffer{Max: 4096}, copied: make(chan error, 1), exited: make(chan struct{})}
 	go func() {
 		_, err := stdcopy.StdCopy(outW, p.diag, hj.Reader)
 		outW.CloseWithError(io.EOF)
@@ -116,9 +115,9 @@ type stubProcess struct {
 	hj       types.HijackedResponse
 	a        *stub.Attached
 	stopWait context.CancelFunc
-	diag     *limitedBuffer // the stub's own stderr
-	copied   chan error     // the output copy's end
-	exited   chan struct{}  // closed once status and waitErr are set
+	diag     *stub.LimitedBuffer // the stub's own stderr
+	copied   chan error          // the output copy's end
+	exited   chan struct{}       // closed once status and waitErr are set
 	status   int64
 	waitErr  error
 }
@@ -194,26 +193,4 @@ func (p *stubProcess) Wait(context.Context, bool) (driver.Exit, error) {
 		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "docker: call %s: status %d: %s", call.ID, p.status, why)
 	}
 	return driver.Exit{Status: int(p.status), Init: true, OOMKilled: oom || e.oomKilled(bg, call.Log, p.c.id)}, nil
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := l.max - len(l.b); n > 0 {
-		l.b = append(l.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }

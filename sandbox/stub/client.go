@@ -205,3 +205,28 @@ func (a *Attached) Outcome() (Report, bool, error) {
 	}
 	return Report{}, a.oom, ErrNoReport
 }
+
+// LimitedBuffer keeps the first Max bytes written to it (a stub's own
+// stderr, for an error message) and drops the rest. It is safe for
+// concurrent use.
+type LimitedBuffer struct {
+	Max int
+
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *LimitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.Max - len(l.b); n > 0 {
+		l.b = append(l.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *LimitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}
