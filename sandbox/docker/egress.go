@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,7 +240,7 @@ func (ce *callEgress) containerPid() (int, error) {
 
 // openNamespace opens the network namespace of pid, the container's
 // pid 1 as the engine reported it, and makes sure it is that process:
-// one that holds the call's FIFO open and was alive from before the
+// one that holds the call's FIFO open, or whose child does, and was alive from before the
 // namespace was opened until after the check (a pid 1 killed meanwhile,
 // by a timeout, and its pid reused by a host process, would otherwise
 // put the proxy in that process's namespace).
@@ -272,24 +273,46 @@ func (ce *callEgress) openNamespace(pid int) (*os.File, error) {
 	return ns, nil
 }
 
-// holdsFile reports, as an error, that process pid has no descriptor
-// open on the file f is.
+// holdsFile reports, as an error, that neither process pid nor a child
+// of it has a descriptor open on the file f is. The container's pid 1
+// is the stub (stub.go), which runs the ready script as its child.
 func holdsFile(pid int, f *os.File) error {
 	want, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	fds, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, fd := range fds {
-		if fi, err := os.Stat(filepath.Join(dir, fd.Name())); err == nil && os.SameFile(fi, want) {
-			return nil
+	for _, p := range append([]int{pid}, children(pid)...) {
+		dir := fmt.Sprintf("/proc/%d/fd", p)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			if p == pid {
+				return err
+			}
+			continue // the child ended
+		}
+		for _, fd := range fds {
+			if fi, err := os.Stat(filepath.Join(dir, fd.Name())); err == nil && os.SameFile(fi, want) {
+				return nil
+			}
 		}
 	}
-	return fmt.Errorf("pid %d does not hold the call's FIFO open", pid)
+	return fmt.Errorf("neither pid %d nor a child of it holds the call's FIFO open", pid)
+}
+
+// children lists the child processes of pid (those of each of its
+// threads, /proc/PID/task/TID/children).
+func children(pid int) []int {
+	var out []int
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(data)) {
+			if n, err := strconv.Atoi(w); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // reopen is the path that opens the call's FIFO through ref, whatever

@@ -340,6 +340,25 @@ func TestHoldsFile(t *testing.T) {
 	if err := holdsFile(child.Process.Pid, other); err == nil {
 		t.Errorf("holdsFile(child, other) = nil, want an error")
 	}
+	// A parent whose child holds the file (the stub and the ready
+	// script).
+	parent := exec.Command("sh", "-c", "sleep 30 <"+held.Name()+"; :")
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = parent.Process.Kill(); _ = parent.Wait() }()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err = holdsFile(parent.Process.Pid, held); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("holdsFile(parent of a holder, held) = %v, want nil", err)
+	}
+	if err := holdsFile(parent.Process.Pid, other); err == nil {
+		t.Errorf("holdsFile(parent, other) = nil, want an error")
+	}
 }
 
 // BenchmarkEgressCall times calls of `true` with network none and with
