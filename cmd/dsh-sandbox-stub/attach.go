@@ -26,19 +26,29 @@ import (
 // stub has the protocol). It starts from init, before main, so that the
 // descriptor-3 mode of main stays as it is.
 //
-// With stub.LifelineArg PATH after it, the stub also opens PATH, a FIFO
-// whose write end the executor holds, and ends the call (killing
-// everything) when that reaches end of file: for a runtime whose stdin
-// never ends while the container runs (containerd's shim keeps a writer
-// of the stdin FIFO itself).
+// Options may follow: stub.RawArg (the stub's stdout is not escaped),
+// then stub.LifelineArg PATH (the stub also opens PATH, a FIFO whose
+// write end the executor holds, and ends the call, killing everything,
+// when that reaches end of file: for a runtime whose stdin never ends
+// while the container runs, as containerd's shim keeps a writer of the
+// stdin FIFO itself).
 func init() {
-	switch {
-	case len(os.Args) == 2 && os.Args[1] == stub.AttachArg:
-		os.Exit(runAttached())
-	case len(os.Args) == 4 && os.Args[1] == stub.AttachArg && os.Args[2] == stub.LifelineArg:
-		go watchLifeline(os.Args[3])
-		os.Exit(runAttached())
+	if len(os.Args) < 2 || os.Args[1] != stub.AttachArg {
+		return
 	}
+	args := os.Args[2:]
+	raw := len(args) > 0 && args[0] == stub.RawArg
+	if raw {
+		args = args[1:]
+	}
+	switch {
+	case len(args) == 0:
+	case len(args) == 2 && args[0] == stub.LifelineArg:
+		go watchLifeline(args[1])
+	default:
+		return // main refuses the arguments
+	}
+	os.Exit(runAttached(raw))
 }
 
 // commandPid is the command's pid once it runs, for watchLifeline.
@@ -104,7 +114,7 @@ func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
 	}
 }
 
-func runAttached() int {
+func runAttached(raw bool) int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGPIPE)
@@ -113,8 +123,12 @@ func runAttached() int {
 		}
 	}()
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
-	// Escaped: no newline byte reaches the runtime's line logger.
+	// Escaped, unless raw: no newline byte reaches the runtime's line
+	// logger.
 	out := &framer{out: stub.NewEscaper(os.Stdout)}
+	if raw {
+		out.out = os.Stdout
+	}
 	c, err := readAttachedCall(in, out)
 	if err != nil {
 		if errors.Is(err, io.EOF) {

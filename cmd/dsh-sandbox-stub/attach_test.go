@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,9 @@ func startAttached(t *testing.T, c stub.Call, args ...string) *attached {
 		t.Fatal(err)
 	}
 	a.out = stub.NewUnescaper(stdout)
+	if slices.Contains(args, stub.RawArg) {
+		a.out = stdout
+	}
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +159,17 @@ func TestAttachRunsCall(t *testing.T) {
 	}
 }
 
+// TestAttachRaw: with stub.RawArg the stub's stdout is not escaped: the
+// frames are read straight, newlines and escape bytes as they are.
+func TestAttachRaw(t *testing.T) {
+	a := startAttached(t, shCall(`printf 'a\nb\376c\n'`), stub.RawArg)
+	a.send(t, stub.FrameStdinEnd, nil)
+	o := a.read(t)
+	if o.stdout != "a\nb\xfec\n" || o.final.Kind != stub.Exited {
+		t.Errorf("stdout %q, final %+v; want %q", o.stdout, o.final, "a\nb\xfec\n")
+	}
+}
+
 // TestAttachStdin: the stdin frames reach the command in order, and its
 // end is the command's end of file.
 func TestAttachStdin(t *testing.T) {
@@ -206,12 +221,17 @@ func TestAttachLifeline(t *testing.T) {
 	if err == nil || a.cmd.ProcessState.ExitCode() != statusKilled {
 		t.Errorf("stub exit %v, want status %d", err, statusKilled)
 	}
-	// The command's process group is gone (or a zombie nobody waits for
-	// is reaped by init soon).
+	commandGone(t, int(r.Value))
+}
+
+// commandGone fails the test unless the command pid is gone within 2 s
+// (a zombie nobody waits for is reaped by init soon).
+func commandGone(t *testing.T, pid int) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
-	for syscall.Kill(int(r.Value), 0) == nil {
+	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("the command (pid %d) still runs", r.Value)
+			t.Fatalf("the command (pid %d) still runs", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -252,7 +272,7 @@ func TestAttachLifelineFIFO(t *testing.T) {
 		if drop {
 			script = `sleep 30`
 		}
-		a := startAttached(t, shCall(script), stub.LifelineArg, fifo)
+		a := startAttached(t, shCall(script), stub.RawArg, stub.LifelineArg, fifo)
 		if !drop {
 			a.send(t, stub.FrameStdinEnd, nil)
 			o := a.read(t)
@@ -278,12 +298,6 @@ func TestAttachLifelineFIFO(t *testing.T) {
 		if err == nil || a.cmd.ProcessState.ExitCode() != statusKilled {
 			t.Errorf("stub exit %v, want status %d", err, statusKilled)
 		}
-		deadline := time.Now().Add(2 * time.Second)
-		for syscall.Kill(int(r.Value), 0) == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("the command (pid %d) still runs", r.Value)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		commandGone(t, int(r.Value))
 	}
 }

@@ -622,30 +622,15 @@ func (ct *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.
 }
 
 func (ct *callContainer) start(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
-	e, call, bg := ct.e, ct.call, ct.bg
+	call, bg := ct.call, ct.bg
 	var stdin io.Reader
 	stdinDone := make(chan struct{})
 	if stdio.Stdin != nil {
 		stdin = &eofReader{r: stdio.Stdin, eof: stdinDone}
 	}
-	// The FIFOs go to a directory of ours, explicitly: the client's
-	// default is under /run/containerd, which the daemon may not share.
-	creator := cio.NewCreator(ioOpts(call.Request, cio.WithStreams(stdin, stdio.Stdout, stdio.Stderr), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))...)
-	task, err := ct.c.NewTask(bg, creator)
+	task, exitC, err := ct.startTask(ctx, ioOpts(call.Request, cio.WithStreams(stdin, stdio.Stdout, stdio.Stderr))...)
 	if err != nil {
-		return nil, classify(err, "call %s: create task", call.ID)
-	}
-	ct.task = task
-	// Wait before start so that the exit is not missed.
-	exitC, err := task.Wait(bg)
-	if err != nil {
-		return nil, classify(err, "call %s: wait for the task", call.ID)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	if err := task.Start(bg); err != nil {
-		return nil, classify(err, "call %s: start task", call.ID)
+		return nil, err
 	}
 	p := &callTask{ct: ct, t: task, finished: make(chan struct{}), done: make(chan struct{})}
 	if stdin != nil && stdio.Terminal == nil {
@@ -667,6 +652,31 @@ func (ct *callContainer) start(ctx context.Context, stdio driver.Stdio) (driver.
 	}()
 	go followTerminal(bg, task, stdio.Terminal, p.done)
 	return p, nil
+}
+
+// startTask creates the call's task with the stdio of opts (its FIFOs
+// in a directory of ours, explicitly: the client's default is under
+// /run/containerd, which the daemon may not share), waits for its exit
+// (before the start, so that the exit is not missed) and starts it.
+func (ct *callContainer) startTask(ctx context.Context, opts ...cio.Opt) (containerd.Task, <-chan containerd.ExitStatus, error) {
+	e, call, bg := ct.e, ct.call, ct.bg
+	creator := cio.NewCreator(append(opts, cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))...)
+	task, err := ct.c.NewTask(bg, creator)
+	if err != nil {
+		return nil, nil, classify(err, "call %s: create task", call.ID)
+	}
+	ct.task = task
+	exitC, err := task.Wait(bg)
+	if err != nil {
+		return nil, nil, classify(err, "call %s: wait for the task", call.ID)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	if err := task.Start(bg); err != nil {
+		return nil, nil, classify(err, "call %s: start task", call.ID)
+	}
+	return task, exitC, nil
 }
 
 // callTask is a call's started task.
@@ -706,6 +716,23 @@ func (p *callTask) Signal(ctx context.Context, sig syscall.Signal) error {
 // during the call is an error: the outcome is unknown.
 func (p *callTask) Wait(_ context.Context, _ bool) (driver.Exit, error) {
 	defer close(p.finished)
+	e, call := p.ct.e, p.ct.call
+	p.drainOutput()
+	code, _, werr := p.status.Result()
+	if werr != nil {
+		e.killCall(call.Log, call.ID)
+		return driver.Exit{}, classify(werr, "call %s: wait for the task", call.ID)
+	}
+	return driver.Exit{
+		Status:    int(code),
+		Init:      true,
+		OOMKilled: sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID))),
+	}, nil
+}
+
+// drainOutput lets the output of the exited task trail its exit for
+// outputDrain, then cuts it.
+func (p *callTask) drainOutput() {
 	e, call, task := p.ct.e, p.ct.call, p.t
 	if p.status.Error() != nil {
 		// The daemon is gone (the shim may not be): stop the command
@@ -718,6 +745,7 @@ func (p *callTask) Wait(_ context.Context, _ bool) (driver.Exit, error) {
 		close(drained)
 	}()
 	drain := time.NewTimer(outputDrain)
+	defer drain.Stop()
 	select {
 	case <-drained:
 	case <-drain.C:
@@ -725,19 +753,7 @@ func (p *callTask) Wait(_ context.Context, _ bool) (driver.Exit, error) {
 		task.IO().Cancel()
 		<-drained
 	}
-	drain.Stop()
 	task.IO().Close()
-
-	code, _, werr := p.status.Result()
-	if werr != nil {
-		e.killCall(call.Log, call.ID)
-		return driver.Exit{}, classify(werr, "call %s: wait for the task", call.ID)
-	}
-	return driver.Exit{
-		Status:    int(code),
-		Init:      true,
-		OOMKilled: sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID))),
-	}, nil
 }
 
 // killCall sends SIGKILL to every process left in the call's cgroup,

@@ -10,8 +10,8 @@ import (
 // TestMain builds the stub, pid 1 of the calls' containers (stub.go),
 // and puts it on PATH for the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv(lifelineHelperEnv) != "" {
-		os.Exit(runLifelineHelper())
+	if s, ok := fixtures.SupervisorFromEnv(); ok {
+		os.Exit(runLifelineHelper(s))
 	}
 	os.Exit(fixtures.RunWithStub(m))
 }

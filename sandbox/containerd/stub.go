@@ -52,7 +52,7 @@ func withStub(spec *specs.Spec, host, fifo string, deadline time.Duration) ([]by
 	if err != nil {
 		return nil, err
 	}
-	p.Args = []string{stubTarget, stub.AttachArg, stub.LifelineArg, lifelineTarget}
+	p.Args = []string{stubTarget, stub.AttachArg, stub.RawArg, stub.LifelineArg, lifelineTarget} // the shim logs nothing
 	p.Env = []string{}
 	p.Cwd = "/"
 	spec.Mounts = append(spec.Mounts,
@@ -88,28 +88,12 @@ func makeLifeline(dir string) (*os.File, error) {
 // end of the stub's stream, starts it and binds the call through the
 // stub.
 func (ct *callContainer) startStub(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
-	e, call, bg := ct.e, ct.call, ct.bg
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	diag := &stub.LimitedBuffer{Max: 4096}
-	// The FIFOs go to a directory of ours, explicitly: the client's
-	// default is under /run/containerd, which the daemon may not share.
-	creator := cio.NewCreator(cio.WithStreams(inR, outW, diag), cio.WithFIFODir(filepath.Join(e.opts.StateDir, "containerd-fifo")))
-	task, err := ct.c.NewTask(bg, creator)
+	task, exitC, err := ct.startTask(ctx, cio.WithStreams(inR, outW, diag))
 	if err != nil {
-		return nil, classify(err, "call %s: create task", call.ID)
-	}
-	ct.task = task
-	// Wait before start so that the exit is not missed.
-	exitC, err := task.Wait(bg)
-	if err != nil {
-		return nil, classify(err, "call %s: wait for the task", call.ID)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	if err := task.Start(bg); err != nil {
-		return nil, classify(err, "call %s: start task", call.ID)
+		return nil, err
 	}
 	p := &stubTask{
 		callTask: callTask{ct: ct, t: task, finished: make(chan struct{}), done: make(chan struct{})},
@@ -150,36 +134,19 @@ type stubTask struct {
 // as a call without the stub does.
 func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	defer close(p.finished)
-	e, call, task := p.ct.e, p.ct.call, p.t
+	e, call := p.ct.e, p.ct.call
 	p.ct.closeLifeline()
 	_ = p.a.Hangup()
-	drain := time.NewTimer(outputDrain)
-	defer drain.Stop()
+	exit := time.NewTimer(outputDrain)
 	select {
 	case <-p.exited:
-	case <-drain.C:
+	case <-exit.C:
 		call.Log.Warn().Msg("the task did not exit after the call ended; killing it")
 		e.killCall(call.Log, call.ID)
 		<-p.exited
 	}
-	if p.status.Error() != nil {
-		// The daemon is gone (the shim may not be): stop the command
-		// before waiting for its output to end.
-		e.killCall(call.Log, call.ID)
-	}
-	drained := make(chan struct{})
-	go func() {
-		task.IO().Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-drain.C:
-		call.Log.Warn().Msg("output did not end after the task exited; closing it")
-		task.IO().Cancel()
-		<-drained
-	}
-	task.IO().Close()
+	exit.Stop()
+	p.drainOutput()
 	p.outW.CloseWithError(io.EOF)
 
 	rep, oom, rerr := p.a.Outcome()

@@ -576,77 +576,87 @@ func (c *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.S
 	if c.msg != nil {
 		return c.bindStub(ctx, stdio)
 	}
-	e, call, id := c.e, c.call, c.id
-	bg := context.WithoutCancel(ctx)
-	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
-		Stream: true,
-		Stdin:  stdio.Stdin != nil,
-		Stdout: true,
-		Stderr: true,
+	r, err := c.attachStart(ctx, stdio.Stdin != nil, func(out io.Reader) error {
+		return copyOutput(stdio.Stdout, stdio.Stderr, out, stdio.Terminal != nil)
 	})
 	if err != nil {
-		return nil, e.callErr(bg, err, call.ID, "attach")
+		return nil, err
 	}
-	p := &engineProcess{c: c, bg: bg, hj: hj, copied: make(chan error, 1), done: make(chan struct{})}
-	wctx, wcancel := context.WithCancel(bg)
-	p.stopWait = wcancel
-	started := false
-	defer func() {
-		if !started {
-			wcancel()
-			hj.Close()
-		}
-	}()
-	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
-	go func() {
-		p.copied <- copyOutput(stdio.Stdout, stdio.Stderr, hj.Reader, stdio.Terminal != nil)
-	}()
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
-		return nil, e.callErr(bg, err, call.ID, "start container")
-	}
-	started = true
+	p := &engineProcess{c: c, running: r}
 	if src := stdio.Stdin; src != nil {
 		go func() {
-			_, _ = io.Copy(hj.Conn, src) // fails once the attach is closed
+			_, _ = io.Copy(r.hj.Conn, src) // fails once the attach is closed
 			if stdio.Terminal == nil {
 				// On a terminal the engine would close the terminal
 				// itself: there, end of input is a key, ^D.
-				_ = hj.CloseWrite()
+				_ = r.hj.CloseWrite()
 			}
 		}()
 	}
-	go func() {
-		defer close(p.done)
-		select {
-		case w := <-waitC:
-			p.status = w.StatusCode
-			if w.Error != nil && w.Error.Message != "" {
-				p.waitErr = errors.New(w.Error.Message)
-			}
-		case err := <-waitErrC:
-			p.waitErr = err
-		}
-	}()
-	go e.followTerminal(bg, id, stdio.Terminal, p.done)
+	go c.e.followTerminal(r.bg, c.id, stdio.Terminal, r.exited)
 	return p, nil
 }
 
-// engineProcess is a call's started container.
-type engineProcess struct {
-	c        *callContainer
+// running is a started container: its attach stream and its exit.
+type running struct {
 	bg       context.Context
 	hj       types.HijackedResponse
 	stopWait context.CancelFunc
 	copied   chan error    // the output copy's end
-	done     chan struct{} // closed once status and waitErr are set
+	exited   chan struct{} // closed once status and waitErr are set
 	status   int64
 	waitErr  error
 }
 
-func (p *engineProcess) Done() <-chan struct{} { return p.done }
+// attachStart attaches to the container (to its stdin too when stdin),
+// copies its output with copyOut, waits for its next exit and starts
+// it. It attaches before the start so that no output is lost, and waits
+// for the next exit before the start so that the exit is not missed
+// either.
+func (c *callContainer) attachStart(ctx context.Context, stdin bool, copyOut func(io.Reader) error) (*running, error) {
+	e, call, id := c.e, c.call, c.id
+	bg := context.WithoutCancel(ctx)
+	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{Stream: true, Stdin: stdin, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, e.callErr(bg, err, call.ID, "attach")
+	}
+	wctx, wcancel := context.WithCancel(bg)
+	r := &running{bg: bg, hj: hj, stopWait: wcancel, copied: make(chan error, 1), exited: make(chan struct{})}
+	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
+	go func() { r.copied <- copyOut(hj.Reader) }()
+	err = ctx.Err()
+	if err != nil {
+		err = sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
+	} else if err = e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
+		err = e.callErr(bg, err, call.ID, "start container")
+	}
+	if err != nil {
+		wcancel()
+		hj.Close()
+		return nil, err
+	}
+	go func() {
+		defer close(r.exited)
+		select {
+		case w := <-waitC:
+			r.status = w.StatusCode
+			if w.Error != nil && w.Error.Message != "" {
+				r.waitErr = errors.New(w.Error.Message)
+			}
+		case err := <-waitErrC:
+			r.waitErr = err
+		}
+	}()
+	return r, nil
+}
+
+// engineProcess is a call's started container.
+type engineProcess struct {
+	c *callContainer
+	*running
+}
+
+func (p *engineProcess) Done() <-chan struct{} { return p.exited }
 
 func (p *engineProcess) Signal(_ context.Context, sig syscall.Signal) error {
 	return p.c.e.signal(p.bg, p.c.id, sig)

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -15,30 +16,21 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// lifelineHelperEnv makes the test binary a supervisor of one call (see
-// runLifelineHelper) instead of running the tests.
-const lifelineHelperEnv = "DOCKER_TEST_LIFELINE_HELPER"
-
-// runLifelineHelper runs, as instance $DOCKER_TEST_INSTANCE on state
-// directory $DOCKER_TEST_STATE, one call that prints "started" and then
-// sleeps $DOCKER_TEST_MARKER seconds, and waits for it: the test kills
-// this process with SIGKILL while the call runs.
-func runLifelineHelper() int {
-	e, err := New(context.Background(), Options{StateDir: os.Getenv("DOCKER_TEST_STATE"), InstanceID: os.Getenv("DOCKER_TEST_INSTANCE"), Logger: zerolog.Nop()})
+// runLifelineHelper is the helper process of
+// TestLifelineKilledSupervisor (fixtures.KillSupervisor): it supervises
+// one call, which the test kills it in the middle of.
+func runLifelineHelper(s fixtures.Supervisor) int {
+	e, err := New(context.Background(), Options{StateDir: s.State, InstanceID: s.Instance, Logger: zerolog.Nop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	p.Backend, p.Image = Backend, testImage
-	res, err := e.Run(context.Background(), &sandbox.Request{
-		Command: "echo started; sleep " + os.Getenv("DOCKER_TEST_MARKER"),
-		Policy:  p,
-		Session: sandbox.Session{ID: "s", Cwd: os.Getenv("DOCKER_TEST_CWD")},
-		Stdout:  os.Stdout,
+	return s.Run(func(command, cwd string, stdout io.Writer) error {
+		_, err := e.Run(context.Background(), &sandbox.Request{Command: command, Policy: p, Session: sandbox.Session{ID: "s", Cwd: cwd}, Stdout: stdout})
+		return err
 	})
-	fmt.Fprintln(os.Stderr, "the call returned although the test should have killed its supervisor:", res, err)
-	return 1
 }
 
 // TestLifelineKilledSupervisor: kill -9 of the process that supervises
@@ -50,8 +42,8 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	state := t.TempDir()
 	dead := "lifeline-" + e.instance
 	marker := fmt.Sprintf("%d%d", 8400000, os.Getpid())
-	took, left := fixtures.KillSupervisor(t, []string{lifelineHelperEnv + "=1", "DOCKER_TEST_STATE=" + state, "DOCKER_TEST_INSTANCE=" + dead,
-		"DOCKER_TEST_MARKER=" + marker, "DOCKER_TEST_CWD=" + t.TempDir()}, marker, 2*time.Second)
+	ws := t.TempDir()
+	took, left := fixtures.KillSupervisor(t, fixtures.Supervisor{State: state, Instance: dead, Cwd: ws, Marker: marker}, 2*time.Second)
 	if len(left) > 0 {
 		t.Errorf("%v after kill -9 of the supervisor, the call still runs:\n  %s", took, strings.Join(left, "\n  "))
 	}

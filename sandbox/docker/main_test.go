@@ -30,8 +30,8 @@ const systemContainerdSocket = "/run/containerd/containerd.sock"
 // daemon that was replaced, stopped or started on a shared socket fails
 // the run.
 func TestMain(m *testing.M) {
-	if os.Getenv(lifelineHelperEnv) != "" {
-		os.Exit(runLifelineHelper())
+	if s, ok := fixtures.SupervisorFromEnv(); ok {
+		os.Exit(runLifelineHelper(s))
 	}
 	// Containers run the stub (stub.go): build it and put it on PATH.
 	removeStub, err := fixtures.StubOnPath()

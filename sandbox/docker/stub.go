@@ -42,7 +42,7 @@ func withStub(cfg *container.Config, hc *container.HostConfig, host string, dead
 	if err != nil {
 		return nil, err
 	}
-	cfg.Cmd = []string{stubTarget, stub.AttachArg}
+	cfg.Cmd = []string{stubTarget, stub.AttachArg, stub.RawArg} // no log driver: see containerConfig
 	cfg.Entrypoint = []string{}
 	cfg.Env = []string{}
 	cfg.WorkingDir = "/"
@@ -52,52 +52,20 @@ func withStub(cfg *container.Config, hc *container.HostConfig, host string, dead
 }
 
 // bindStub attaches to the container (stdin too: it is the stub's
-// lifeline), starts it, and binds the call through the stub. It attaches
-// before the start so that no output is lost, and waits for the next
-// exit before the start so that the exit is not missed either.
+// lifeline), starts it, and binds the call through the stub.
 func (c *callContainer) bindStub(ctx context.Context, stdio driver.Stdio) (driver.Process, error) {
-	e, call, id := c.e, c.call, c.id
-	bg := context.WithoutCancel(ctx)
-	hj, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, e.callErr(bg, err, call.ID, "attach")
-	}
-	wctx, wcancel := context.WithCancel(bg)
-	started := false
-	defer func() {
-		if !started {
-			wcancel()
-			hj.Close()
-		}
-	}()
-	waitC, waitErrC := e.cli.ContainerWait(wctx, id, container.WaitConditionNextExit)
 	outR, outW := io.Pipe()
-	p := &stubProcess{c: c, bg: bg, hj: hj, stopWait: wcancel, diag: &stub.LimitedBuffer{Max: 4096}, copied: make(chan error, 1), exited: make(chan struct{})}
-	go func() {
-		_, err := stdcopy.StdCopy(outW, p.diag, hj.Reader)
+	diag := &stub.LimitedBuffer{Max: 4096}
+	r, err := c.attachStart(ctx, true, func(out io.Reader) error {
+		_, err := stdcopy.StdCopy(outW, diag, out)
 		outW.CloseWithError(io.EOF)
-		p.copied <- err
-	}()
-	if err := ctx.Err(); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s not started: %w", call.ID, context.Cause(ctx))
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
-		return nil, e.callErr(bg, err, call.ID, "start container")
-	}
-	started = true
-	p.a = stub.Attach(hijackedStdin{hj}, outR, c.msg, stdio.Stdin, stdio.Stdout, stdio.Stderr)
-	go func() {
-		defer close(p.exited)
-		select {
-		case w := <-waitC:
-			p.status = w.StatusCode
-			if w.Error != nil && w.Error.Message != "" {
-				p.waitErr = errors.New(w.Error.Message)
-			}
-		case err := <-waitErrC:
-			p.waitErr = err
-		}
-	}()
+	p := &stubProcess{c: c, running: r, diag: diag}
+	p.a = stub.Attach(hijackedStdin{r.hj}, outR, c.msg, stdio.Stdin, stdio.Stdout, stdio.Stderr)
 	return p, nil
 }
 
@@ -110,16 +78,10 @@ func (h hijackedStdin) Close() error                { return h.hj.CloseWrite() }
 
 // stubProcess is a call bound through the stub.
 type stubProcess struct {
-	c        *callContainer
-	bg       context.Context
-	hj       types.HijackedResponse
-	a        *stub.Attached
-	stopWait context.CancelFunc
-	diag     *stub.LimitedBuffer // the stub's own stderr
-	copied   chan error          // the output copy's end
-	exited   chan struct{}       // closed once status and waitErr are set
-	status   int64
-	waitErr  error
+	c *callContainer
+	*running
+	a    *stub.Attached
+	diag *stub.LimitedBuffer // the stub's own stderr
 }
 
 // Done is closed at the stub's final report, or when its stream ends

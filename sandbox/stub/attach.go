@@ -51,7 +51,13 @@ const (
 // AttachArg is the argument that starts the stub in attach mode.
 const AttachArg = "--attach"
 
-// LifelineArg, after AttachArg, names a FIFO the stub reads besides its
+// RawArg, right after AttachArg, makes the stub write its stdout
+// unescaped (see NewEscaper): for a runtime that does not log the
+// container's stdout line by line (the Docker engine without a log
+// driver, containerd), where the escaping only costs time.
+const RawArg = "--raw"
+
+// LifelineArg, after AttachArg (and RawArg), names a FIFO the stub reads besides its
 // stdin: when that reaches end of file (every writer, the executor, is
 // gone) the stub kills everything and exits. It is for a runtime that
 // holds the container's stdin open itself, as containerd's shim does,

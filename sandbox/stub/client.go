@@ -47,7 +47,8 @@ type Attached struct {
 }
 
 // Attach binds call (an encoded Call) to the stub whose stdin is in and
-// whose (escaped) stdout is out: it pings until the stub answers, sends
+// whose stdout, unescaped (NewUnescaper, unless the stub runs with
+// RawArg), is out: it pings until the stub answers, sends
 // the call message, then stdin (nil: empty) as frames and the end of
 // the stdin; it writes the command's output to stdout and stderr as the
 // frames come. Done is closed at the stub's final report or the end of
@@ -59,7 +60,7 @@ func Attach(in io.WriteCloser, out io.Reader, call []byte, stdin io.Reader, stdo
 		sent:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	go a.decode(NewUnescaper(out), stdout, stderr)
+	go a.decode(out, stdout, stderr)
 	go a.feed(call, stdin)
 	return a
 }
