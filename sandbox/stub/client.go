@@ -31,8 +31,10 @@ var ErrNoReport = errors.New("the stream ended without the stub's final report")
 // until Hangup: its end is the call's lifeline, so a supervisor that
 // dies ends the call.
 type Attached struct {
-	inMu sync.Mutex
-	in   io.WriteCloser
+	inMu      sync.Mutex // held by each write to in
+	in        io.WriteCloser
+	hangup    sync.Once
+	hangupErr error
 
 	ready     chan struct{} // closed at the stub's first pong
 	readyOnce sync.Once
@@ -182,11 +184,13 @@ func (a *Attached) Signal(sig int, cancel <-chan struct{}) error {
 }
 
 // Hangup closes the stub's stdin: a stub that reported the call's end
-// exits, one whose call runs kills it. It is idempotent.
+// exits, one whose call runs kills it. It does not wait for a write in
+// progress (a stub that stopped reading would hold it up for good): in
+// must allow Close concurrently with Write, as pipes and connections do.
+// It is idempotent.
 func (a *Attached) Hangup() error {
-	a.inMu.Lock()
-	defer a.inMu.Unlock()
-	return a.in.Close()
+	a.hangup.Do(func() { a.hangupErr = a.in.Close() })
+	return a.hangupErr
 }
 
 // Outcome returns, once Done is closed, the stub's final report (Exited,
