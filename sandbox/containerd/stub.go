@@ -135,6 +135,16 @@ type stubTask struct {
 func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	defer close(p.finished)
 	e, call := p.ct.e, p.ct.call
+	// Whether the stub's final report came before anything of the
+	// teardown: a report that comes after the daemon went away may be
+	// of a command the lifeline's end killed.
+	reported := false
+	select {
+	case <-p.a.Done():
+		_, _, rerr := p.a.Outcome()
+		reported = rerr == nil
+	default:
+	}
 	p.ct.closeLifeline()
 	_ = p.a.Hangup()
 	exit := time.NewTimer(outputDrain)
@@ -148,6 +158,11 @@ func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	exit.Stop()
 	p.drainOutput()
 	p.outW.CloseWithError(io.EOF)
+	if _, _, werr := p.status.Result(); werr != nil && !reported {
+		// The daemon went away during the call: its outcome is
+		// unknown (drainOutput killed what was left of it).
+		return driver.Exit{}, classify(werr, "call %s: wait for the task", call.ID)
+	}
 
 	rep, oom, rerr := p.a.Outcome()
 	oom = oom || sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID)))
@@ -162,11 +177,7 @@ func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	if errors.Is(rerr, stub.ErrMalformed) {
 		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %v", call.ID, rerr)
 	}
-	code, _, werr := p.status.Result()
-	if werr != nil {
-		e.killCall(call.Log, call.ID)
-		return driver.Exit{}, classify(werr, "call %s: wait for the task", call.ID)
-	}
+	code, _, _ := p.status.Result()
 	if errors.Is(rerr, stub.ErrNoPong) || code != 128+uint32(syscall.SIGKILL) {
 		// Not killed by us or the daemon, and no report: the stub
 		// failed.
