@@ -235,9 +235,9 @@ func TestDaemonBackendsMatchOCI(t *testing.T) {
 			switch {
 			case engine && slices.ContainsFunc(engineExtras, has), slices.ContainsFunc(devices, has):
 				continue
-			case has("/.dsh-sandbox-stub "):
-				// pid 1 of runc and crun calls (docs/pool.md); the daemon
-				// backends run their own init.
+			case has("/.dsh-sandbox-stub "), has("/.dsh-sandbox-lifeline "):
+				// pid 1 of every call but one on a terminal, and on
+				// containerd the call's lifeline FIFO (docs/pool.md).
 				continue
 			case slices.ContainsFunc(masked, has):
 				line, _, _ = strings.Cut(line, " ")
