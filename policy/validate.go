@@ -112,7 +112,7 @@ func checkImage(image string, ps *problems) {
 }
 
 // pullingBackends are the backends that pull and verify images.
-var pullingBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendDocker}
+var pullingBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendDocker, sandbox.BackendContainerd}
 
 // checkPull checks pull and verify.keys: keys are absolute paths, and
 // only an image from a registry can carry a signature.
