@@ -131,7 +131,19 @@ func (e *Executor) PulledImage(ctx context.Context, ref string) (*images.Image, 
 			return nil, unavailable(err, "image %q", canon)
 		}
 	}
-	if !strings.Contains(canon, "@") {
+	if strings.Contains(canon, "@") {
+		// A digest that a pull by tag brought.
+		for _, rec := range e.records() {
+			if p, err := images.CanonicalReference(rec.Pinned); err != nil || p != canon {
+				continue
+			}
+			if img, err := e.cli.ImageInspect(ctx, rec.Pinned); err == nil && img.ID == rec.ID {
+				out := rec.image(img.Size)
+				out.Name = canon
+				return out, nil
+			}
+		}
+	} else {
 		img, err := e.cli.ImageInspect(ctx, canon)
 		if err == nil && img.Config != nil && img.Config.Labels[sandbox.LabelOwner] == sandbox.LabelOwnerValue {
 			return &images.Image{Name: canon, Digest: img.ID, Size: img.Size}, nil
