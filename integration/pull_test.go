@@ -93,11 +93,19 @@ func TestImagesPullDocExamples(t *testing.T) {
 		l = strings.NewReplacer("127.0.0.1:5000", reg.Host, "sha256:<digest>", reg.digest, "cosign.pub", reg.signer.PublicKeyFile).Replace(l)
 		words := strings.Fields(l)[1:]
 		args := append(append(append([]string{}, words[:2]...), e.flags("")...), words[2:]...)
+		if strings.Contains(l, "--backend docker") {
+			requireDaemons(t)
+			args = append(args[:2], append(daemonFlags(), args[2:]...)...)
+		}
 		r := run(t, nil, args...)
 		if r.code != 0 {
 			t.Fatalf("%s exited %d: %s", l, r.code, r.stderr)
 		}
 		switch {
+		case strings.Contains(l, " rm --backend docker"):
+			if !strings.Contains(r.stdout, "removed "+reg.Ref("tools:1")+" from docker") {
+				t.Errorf("%s printed %q", l, r.stdout)
+			}
 		case strings.Contains(l, " list"):
 			if !strings.Contains(r.stdout, reg.digest) || !strings.Contains(r.stdout, reg.Ref("tools:1")) {
 				t.Errorf("%s printed\n%s\nwant the pulled images with digest and source", l, r.stdout)
