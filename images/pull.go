@@ -102,18 +102,13 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 	if err != nil {
 		return nil, err
 	}
-	event := func(e PullEvent) {
-		if o.Progress != nil {
-			e.Reference = canon
-			o.Progress(e)
-		}
-	}
 	// Resolve sends the resolved and verified events; the store
 	// checks, once they passed, whether it already has the content.
 	res, err := Resolve(ctx, canon, o)
 	if err != nil {
 		return nil, err
 	}
+	event := res.Emit(o)
 	digest, signers, layers := res.Digest, res.Signers, res.planned
 
 	// The store already has this content from this source (and, when

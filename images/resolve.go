@@ -57,12 +57,7 @@ func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) 
 	if err != nil {
 		return nil, err
 	}
-	event := func(e PullEvent) {
-		if o.Progress != nil {
-			e.Reference = canon
-			o.Progress(e)
-		}
-	}
+	event := o.emit(canon, "")
 	maxBytes := o.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxPullBytes
@@ -110,6 +105,26 @@ func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) 
 	}
 	return r, nil
 }
+
+// emit returns the function that sends o.Progress the events of a pull
+// of ref: each with ref as its Reference, and digest as its Digest when
+// it names none.
+func (o PullOptions) emit(ref, digest string) func(PullEvent) {
+	return func(e PullEvent) {
+		if o.Progress != nil {
+			e.Reference = ref
+			if e.Digest == "" {
+				e.Digest = digest
+			}
+			o.Progress(e)
+		}
+	}
+}
+
+// Emit returns the function that sends o.Progress the events of the
+// pull of r (Reference and Digest filled in), for the backends that pull
+// what Resolve checked.
+func (r *Resolved) Emit(o PullOptions) func(PullEvent) { return o.emit(r.Reference, r.Digest) }
 
 // Credentials returns the operator's credentials for registry (host[:port]
 // as in Resolved.Registry), for a daemon that pulls itself; false when

@@ -71,12 +71,7 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOp
 	if err != nil {
 		return nil, err
 	}
-	event := func(ev dshimages.PullEvent) {
-		if o.Progress != nil {
-			ev.Reference, ev.Digest = res.Reference, res.Digest
-			o.Progress(ev)
-		}
-	}
+	event := res.Emit(o)
 	maxBytes := o.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = dshimages.DefaultMaxPullBytes

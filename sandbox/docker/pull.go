@@ -182,12 +182,7 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o images.PullOptio
 	if err != nil {
 		return nil, err
 	}
-	event := func(ev images.PullEvent) {
-		if o.Progress != nil {
-			ev.Reference, ev.Digest = res.Reference, res.Digest
-			o.Progress(ev)
-		}
-	}
+	event := res.Emit(o)
 	if o.Registries.Insecure(res.Registry) {
 		if err := e.engineInsecure(ctx, res.Registry); err != nil {
 			return nil, err

@@ -170,6 +170,29 @@ func TestPullImageCredentials(t *testing.T) {
 	if err != nil || img.Digest != f.digest {
 		t.Fatalf("pull with the operator's credentials: %+v, %v", img, err)
 	}
+	first, err := e.cli.ImageInspect(t.Context(), f.img)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The tag moves to new content: pulling it again replaces the image,
+	// and the replaced one, unused, is removed.
+	f.reg.RequireAuth("", "")
+	moved := f.reg.Push(t, f.img, fixtures.TestImage(t, map[string]string{"a": "moved"}))
+	f.reg.RequireAuth("ci", "s3cret")
+	again, err := e.PullImage(t.Context(), f.img, images.PullOptions{Registries: regs})
+	if err != nil || again.Digest != moved {
+		t.Fatalf("pull of the moved tag: %+v, %v; want digest %s", again, err, moved)
+	}
+	if _, err := e.cli.ImageInspect(t.Context(), first.ID); !isNotFound(err) {
+		t.Errorf("the replaced image %s is still in the engine: %v", first.ID, err)
+	}
+	if rep, err := e.Reap(t.Context()); err != nil {
+		t.Errorf("Reap() = %+v, %v", rep, err)
+	}
+	if got, err := e.PulledImage(t.Context(), f.img); err != nil || got.Digest != moved {
+		t.Errorf("PulledImage after Reap = %+v, %v; want the moved tag's image", got, err)
+	}
 }
 
 // TestPullImageRefusals: a tampered layer, a signature that is missing
