@@ -248,3 +248,18 @@ func TestPullImageRefusals(t *testing.T) {
 		t.Errorf("the pull record lost the signers: %+v, %v", got, err)
 	}
 }
+
+// TestEngineInsecure: a plain-HTTP registry the operator lists is
+// pulled through the engine only when the engine reaches it over plain
+// HTTP too (loopback, by its default 127.0.0.0/8); another is refused,
+// naming the registry and the engine's setting.
+func TestEngineInsecure(t *testing.T) {
+	e := newTestExecutor(t)
+	if err := e.engineInsecure(t.Context(), "127.0.0.1:5000"); err != nil {
+		t.Errorf("loopback registry: %v, want nil (the engine's default insecure 127.0.0.0/8)", err)
+	}
+	err := e.engineInsecure(t.Context(), "registry.invalid:5000")
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "registry.invalid:5000") || !strings.Contains(err.Error(), "insecure-registries") {
+		t.Errorf("registry the engine reaches over HTTPS only: %v, want ErrInvalid naming it and the engine's insecure-registries", err)
+	}
+}
