@@ -345,7 +345,9 @@ func imagesPullCommand() *cli.Command {
 		Name:      "pull",
 		Usage:     "pull an image from its registry (by tag or by digest) into a backend's images",
 		ArgsUsage: "REF",
-		Description: `Fetches REF from its registry into the local image store (--backend oci, the default).
+		Description: `Fetches REF from its registry into the local image store (--backend oci, the default),
+or has the Docker engine or containerd pull it (--backend docker, containerd) after the same
+checks of digest, signature and declared size: the daemon pulls exactly the checked digest.
 REF is NAME[:TAG] or NAME@sha256:<64 hex digits> (NAME as for images import; a name
 without a registry is on Docker Hub). A digest gets exactly that image or fails. Every
 layer and the configuration are checked against their digests as they are read; the
@@ -365,6 +367,7 @@ Examples:
    dsh-sandbox images pull 127.0.0.1:5000/tools:1 --insecure-registries 127.0.0.1:5000
    dsh-sandbox images pull --registry-auth /etc/dsh-sandbox/registry.json registry.example/ci/golang:1.26
    dsh-sandbox images pull --verify-key /etc/dsh-sandbox/cosign.pub registry.example/ci/tools@sha256:…
+   dsh-sandbox images pull --backend docker --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools:1
    dsh-sandbox images list`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to pull into: oci (the local image store), docker (through the engine) or containerd"},
