@@ -102,67 +102,21 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 	if err != nil {
 		return nil, err
 	}
-	event := func(e PullEvent) {
-		if o.Progress != nil {
-			e.Reference = canon
-			o.Progress(e)
-		}
-	}
-	maxBytes := o.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxPullBytes
-	}
-	nr, err := o.Registries.reference(canon)
+	// Resolve sends the resolved and verified events; the store
+	// checks, once they passed, whether it already has the content.
+	res, err := Resolve(ctx, canon, o)
 	if err != nil {
 		return nil, err
 	}
-	ropts := o.Registries.remoteOptions(ctx)
-	desc, err := remote.Get(nr, ropts...)
-	if err != nil {
-		return nil, registryError(canon, "resolve", err)
-	}
-	digest := desc.Digest.String()
-	if isDigestTag(tag) && digest != tag[1:] {
-		return nil, fmt.Errorf("%w: %s: the registry's manifest has digest %s", ErrVerify, canon, digest)
-	}
-	event(PullEvent{Event: "resolved", Digest: digest})
-
-	var signers []string
-	if len(o.Keys) > 0 {
-		signers, err = VerifySignature(ctx, o.Registries, nr.Context().Name(), digest, o.Keys)
-		if err != nil {
-			return nil, err
-		}
-		for _, sg := range signers {
-			event(PullEvent{Event: "verified", Digest: digest, Signer: sg})
-		}
-	}
+	event := res.Emit(o)
+	digest, signers, layers := res.Digest, res.Signers, res.planned
 
 	// The store already has this content from this source (and, when
 	// keys are given, verified by them): nothing to fetch.
-	if old, err := s.load(repo, tag); err == nil && old.Digest == digest && old.Source == nr.Name() &&
+	if old, err := s.load(repo, tag); err == nil && old.Digest == digest && old.Source == res.Source &&
 		!slices.ContainsFunc(signers, func(f string) bool { return !slices.Contains(old.Signers, f) }) {
 		event(PullEvent{Event: "stored", Digest: digest})
 		return old, nil
-	}
-
-	img, err := desc.Image()
-	if err != nil {
-		return nil, registryError(canon, "read manifest", err)
-	}
-	// A pinned index resolves to its platform image; the image is then
-	// fetched by its own digest, which the registry client checks.
-	layers, total, err := plannedLayers(img)
-	if err != nil {
-		return nil, registryError(canon, "read manifest", err)
-	}
-	if total > maxBytes {
-		return nil, fmt.Errorf("%w: %s: the image is %d bytes compressed, more than the cap of %d", ErrVerify, canon, total, maxBytes)
-	}
-	for i, l := range layers {
-		if l.size > maxBytes {
-			return nil, fmt.Errorf("%w: %s: layer %d (%s) is %d bytes, more than the cap of %d", ErrVerify, canon, i+1, l.digest, l.size, maxBytes)
-		}
 	}
 
 	staging, release, err := s.stage("pull-")
@@ -175,8 +129,8 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 		return nil, fmt.Errorf("image store %s: %w", s.root, err)
 	}
 	rootfs := filepath.Join(imageDir, rootfsDir)
-	rec := record{Name: canon, Format: formatRegistry, Source: nr.Name(), Signers: signers}
-	if err := unpackRemote(ctx, img, layers, rootfs, &rec, func(i int, done int64) {
+	rec := record{Name: canon, Format: formatRegistry, Source: res.Source, Signers: signers}
+	if err := unpackRemote(ctx, res.img, layers, rootfs, &rec, func(i int, done int64) {
 		event(PullEvent{Event: "layer", Digest: digest, Layer: layers[i].digest, Index: i + 1, Layers: len(layers), Done: done, Total: layers[i].size})
 	}); err != nil {
 		return nil, pullError(canon, err)

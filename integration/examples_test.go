@@ -772,6 +772,9 @@ var (
 		`dsh-sandbox images list`: {listed: pullElsewhere},
 		`dsh-sandbox images pull --insecure-registries 127.0.0.1:5000 --verify-key cosign.pub --json 127.0.0.1:5000/tools:1`: {listed: pullElsewhere},
 		`dsh-sandbox images rm 127.0.0.1:5000/tools@sha256:<digest>`:                                                         {listed: pullElsewhere},
+		`dsh-sandbox images pull --backend docker --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools:1`:               {listed: pullElsewhere},
+		`dsh-sandbox images list --backend docker`:                                                                           {listed: pullElsewhere},
+		`dsh-sandbox images rm --backend docker 127.0.0.1:5000/tools:1`:                                                      {listed: pullElsewhere},
 	}
 	kubernetesExamples = map[string]example{
 		`export KUBECONFIG=$HOME/.kube/config`:                              {},

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,11 +93,19 @@ func TestImagesPullDocExamples(t *testing.T) {
 		l = strings.NewReplacer("127.0.0.1:5000", reg.Host, "sha256:<digest>", reg.digest, "cosign.pub", reg.signer.PublicKeyFile).Replace(l)
 		words := strings.Fields(l)[1:]
 		args := append(append(append([]string{}, words[:2]...), e.flags("")...), words[2:]...)
+		if strings.Contains(l, "--backend docker") {
+			requireDaemons(t)
+			args = append(args[:2], append(daemonFlags(), args[2:]...)...)
+		}
 		r := run(t, nil, args...)
 		if r.code != 0 {
 			t.Fatalf("%s exited %d: %s", l, r.code, r.stderr)
 		}
 		switch {
+		case strings.Contains(l, " rm --backend docker"):
+			if !strings.Contains(r.stdout, "removed "+reg.Ref("tools:1")+" from docker") {
+				t.Errorf("%s printed %q", l, r.stdout)
+			}
 		case strings.Contains(l, " list"):
 			if !strings.Contains(r.stdout, reg.digest) || !strings.Contains(r.stdout, reg.Ref("tools:1")) {
 				t.Errorf("%s printed\n%s\nwant the pulled images with digest and source", l, r.stdout)
@@ -132,6 +141,20 @@ func writePolicy(t *testing.T, body string) string {
 // a clear error and nothing runs.
 func TestPullPolicyOCI(t *testing.T) {
 	requireRoot(t)
+	testPullPolicy(t, "oci")
+}
+
+// TestPullPolicyDaemons is TestPullPolicyOCI on the docker and
+// containerd backends, which pull through their daemons; images rm then
+// removes the pulled tag and digest.
+func TestPullPolicyDaemons(t *testing.T) {
+	requireDaemons(t)
+	for _, b := range []string{"docker", "containerd"} {
+		t.Run(b, func(t *testing.T) { testPullPolicy(t, b) })
+	}
+}
+
+func testPullPolicy(t *testing.T, backend string) {
 	reg := startPullRegistry(t)
 	reg.RequireAuth("ci", "pull-secret")
 	e := newEnv(t)
@@ -140,9 +163,25 @@ func TestPullPolicyOCI(t *testing.T) {
 	marker := filepath.Join(e.workspace, "ran")
 	touch := "touch '" + marker + "'; echo $FROM_REGISTRY"
 	key := reg.signer.PublicKeyFile
+	flags := append(e.flags(""), daemonFlags()...)
 	exec := func(policyBody string, extra ...string) result {
-		args := append(append(append([]string{"exec", "--json", "--policy", writePolicy(t, policyBody)}, e.flags("")...), extra...), "--", touch)
+		args := append(append(append([]string{"exec", "--json", "--policy", writePolicy(t, "backend: "+backend+"\n"+policyBody)}, flags...), extra...), "--", touch)
 		return run(t, nil, args...)
+	}
+	// pulled lists the images of the test registry on the backend.
+	pulled := func() []string {
+		r := run(t, nil, append([]string{"images", "list", "--json", "--backend", backend}, flags...)...)
+		var listed []images.Image
+		if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil {
+			t.Fatalf("images list --backend %s = %s (%v)", backend, r.stdout, err)
+		}
+		var out []string
+		for _, img := range listed {
+			if strings.HasPrefix(img.Name, reg.Host+"/") {
+				out = append(out, img.Name+" "+img.Digest+" "+img.Source)
+			}
+		}
+		return out
 	}
 	wrong := "sha256:" + strings.Repeat("e", 64)
 	for _, tc := range []struct {
@@ -174,10 +213,8 @@ func TestPullPolicyOCI(t *testing.T) {
 			t.Fatalf("%s: the call ran after a refusal", tc.name)
 		}
 	}
-	r := run(t, nil, append([]string{"images", "list", "--json"}, e.flags("")...)...)
-	var listed []images.Image
-	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 1 {
-		t.Errorf("images list after the refusals = %s (%v); want only host", r.stdout, err)
+	if got := pulled(); len(got) != 0 {
+		t.Errorf("images list --backend %s after the refusals = %v; want nothing from the registry", backend, got)
 	}
 
 	// By tag with the operator's credentials and a verified signature,
@@ -204,6 +241,26 @@ func TestPullPolicyOCI(t *testing.T) {
 			t.Errorf("%s: the call did not run: %v", tc.name, err)
 		}
 	}
+	// images list shows the pulled tag and digest with their digest and
+	// source; images rm removes both.
+	want := []string{reg.Ref("tools:1") + " " + reg.digest + " " + reg.Ref("tools:1"), reg.Ref("tools@"+reg.digest) + " " + reg.digest + " " + reg.Ref("tools@"+reg.digest)}
+	if got := pulled(); !slices.Equal(sorted(got), sorted(want)) {
+		t.Errorf("images list --backend %s = %v, want %v", backend, got, want)
+	}
+	for _, n := range []string{reg.Ref("tools:1"), reg.Ref("tools@" + reg.digest)} {
+		if r := run(t, nil, append([]string{"images", "rm", "--backend", backend, n}, flags...)...); r.code != 0 {
+			t.Errorf("images rm --backend %s %s: exit %d: %s", backend, n, r.code, r.stderr)
+		}
+	}
+	if got := pulled(); len(got) != 0 {
+		t.Errorf("images list --backend %s after images rm = %v", backend, got)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
 
 // TestPullServeAuditAndRequestCredentials: the service pulls with the

@@ -111,6 +111,9 @@ func checkImage(image string, ps *problems) {
 	}
 }
 
+// pullingBackends are the backends that pull and verify images.
+var pullingBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendDocker, sandbox.BackendContainerd}
+
 // checkPull checks pull and verify.keys: keys are absolute paths, and
 // only an image from a registry can carry a signature.
 func checkPull(p *sandbox.Policy, ps *problems) {
@@ -132,13 +135,13 @@ func checkPull(p *sandbox.Policy, ps *problems) {
 			ps.add("verify.keys", "image %q is generated on this machine and carries no signature; name an image from a registry", p.Image)
 		case p.Backend == sandbox.BackendLocal:
 			ps.add("verify.keys", "backend local runs no image, so nothing can be verified")
-		case p.Backend != sandbox.BackendOCI:
+		case !slices.Contains(pullingBackends, p.Backend):
 			// Fail closed: these backends would run the image unverified.
-			ps.add("verify.keys", "backend %s does not pull or verify images yet (only oci does); refusing rather than running an unverified image", p.Backend)
+			ps.add("verify.keys", "backend %s does not pull or verify images yet (%s do); refusing rather than running an unverified image", p.Backend, sandbox.JoinModes(pullingBackends, ", "))
 		}
 	}
-	if p.Pull == sandbox.PullAlways && p.Backend != sandbox.BackendOCI && p.Backend != sandbox.BackendLocal {
-		ps.add("pull", "%q: backend %s does not pull images yet (only oci does); import the image into it", p.Pull, p.Backend)
+	if p.Pull == sandbox.PullAlways && !slices.Contains(pullingBackends, p.Backend) && p.Backend != sandbox.BackendLocal {
+		ps.add("pull", "%q: backend %s does not pull images yet (%s do); import the image into it", p.Pull, p.Backend, sandbox.JoinModes(pullingBackends, ", "))
 	}
 }
 

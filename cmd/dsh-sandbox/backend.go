@@ -84,20 +84,27 @@ func (s *settings) newExecutor(p sandbox.Policy) (sandbox.Executor, func(), erro
 		t.Runtime = cmp.Or(p.Runtime, d.Runtimes[0])
 	}
 	ex, closeEx, err := s.openTarget(context.Background(), t)
-	if err != nil || d.Images != backend.ImagesLocal {
+	if err != nil {
 		return ex, closeEx, err
 	}
-	// Calls on the local image store pull their image as the policy
-	// says (pull, verify.keys) before they run.
+	logPull := func(msg string, img *images.Image) {
+		s.log.Info().Str("image", img.Name).Str("digest", img.Digest).Str("source", img.Source).Strs("signers", img.Signers).Msg(msg)
+	}
+	// Calls pull their image as the policy says (pull, verify.keys)
+	// before they run: into the local image store, or through the
+	// daemon of a backend that pulls.
+	if p, ok := ex.(backend.Puller); ok && d.Images == backend.ImagesExecutor {
+		return newDaemonPulling(ex, p, s.pull, logPull), closeEx, nil
+	}
+	if d.Images != backend.ImagesLocal {
+		return ex, closeEx, nil
+	}
 	st, err := s.openImages()
 	if err != nil {
 		closeEx()
 		return nil, nil, err
 	}
-	pl := newPulling(ex, st, s.pull, func(msg string, img *images.Image) {
-		s.log.Info().Str("image", img.Name).Str("digest", img.Digest).Str("source", img.Source).Strs("signers", img.Signers).Msg(msg)
-	})
-	return pl, closeEx, nil
+	return newPulling(ex, st, s.pull, logPull), closeEx, nil
 }
 
 // openTarget opens an executor of t; closeEx releases it.

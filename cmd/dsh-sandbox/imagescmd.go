@@ -354,10 +354,10 @@ func imagesRemoveCommand() *cli.Command {
 		Name:      "rm",
 		Usage:     "remove an image from a backend",
 		ArgsUsage: "NAME",
-		Description: `Removes the image NAME (any spelling: "bb2" is "bb2:latest"; on oci also a pulled
-NAME@sha256:…) from the local store (--backend oci, the default) or from what dsh-sandbox imported into the Docker engine or
-containerd's namespace (--backend docker, containerd). Images dsh-sandbox did not import
-are left alone. An image a running call uses is refused (exit 125): on oci, one whose
+		Description: `Removes the image NAME (any spelling: "bb2" is "bb2:latest"; also a pulled
+NAME@sha256:…) from the local store (--backend oci, the default) or from what dsh-sandbox
+imported or pulled into the Docker engine or containerd's namespace (--backend docker,
+containerd). Images dsh-sandbox did not import or pull are left alone. An image a running call uses is refused (exit 125): on oci, one whose
 root filesystem a container has mounted; on docker and containerd, one a container uses.
 
 Examples:
@@ -376,8 +376,8 @@ Examples:
 				return err
 			}
 			name, err := imageName("NAME", c.Args().First())
-			if bd.Images == backend.ImagesLocal {
-				// The local store also holds images pulled by digest.
+			if err != nil && strings.Contains(c.Args().First(), "@") {
+				// Images pulled by digest are named by it.
 				if name, err = images.CanonicalReference(c.Args().First()); err != nil {
 					err = usageError("NAME: %v", err)
 				}

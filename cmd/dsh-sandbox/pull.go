@@ -112,15 +112,57 @@ func pullError(err error) error {
 	return sandbox.Errorf(sandbox.ErrUnavailable, "%w", err)
 }
 
-// pulling is the executor of a backend with a local image store: before
-// each call it makes sure the policy's image is there as policy.pull and
-// policy.verify ask (pulling it when needed), then runs the call on that
-// image named by its digest, so that the call runs exactly the image
-// that was checked even when another pull replaces the tag meanwhile. It
-// forwards Close and reaping to the backend's executor.
+// imageOrigin is where a pulling executor finds and pulls images: the
+// local image store, or a daemon that pulls itself (backend.Puller).
+type imageOrigin interface {
+	// get returns the image ref names; images.ErrNotFound when absent.
+	get(ctx context.Context, ref string) (*images.Image, error)
+	pull(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error)
+	// run is the image reference a call on img runs, given the policy's
+	// image name.
+	run(img *images.Image, name string) string
+}
+
+// storeSource is the local image store: every image, pulled or
+// imported, runs by its digest reference.
+type storeSource struct{ st *images.Store }
+
+func (s storeSource) get(_ context.Context, ref string) (*images.Image, error) { return s.st.Get(ref) }
+func (s storeSource) pull(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error) {
+	return s.st.Pull(ctx, ref, o)
+}
+func (storeSource) run(img *images.Image, _ string) string { return pinnedRef(img) }
+
+// daemonSource is a daemon that pulls: a pulled image runs by its
+// digest reference, an imported one by its name (the daemon knows it by
+// no digest reference).
+type daemonSource struct{ p backend.Puller }
+
+func (d daemonSource) get(ctx context.Context, ref string) (*images.Image, error) {
+	return d.p.PulledImage(ctx, ref)
+}
+func (d daemonSource) pull(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error) {
+	return d.p.PullImage(ctx, ref, o)
+}
+func (daemonSource) run(img *images.Image, name string) string {
+	if img.Source == "" {
+		return name
+	}
+	return pinnedRef(img)
+}
+
+// pulling is the executor of a backend that pulls images (the local
+// image store's, or a daemon's): before each call it makes sure the
+// policy's image is there as policy.pull and policy.verify ask (pulling
+// it when needed), then runs the call on that image named by its
+// digest, so that the call runs exactly the image that was checked even
+// when another pull replaces the tag meanwhile, and records the digest
+// in the result when the backend did not. It forwards Close and reaping
+// to the backend's executor.
 type pulling struct {
 	sandbox.Executor
-	store *images.Store
+	src   imageOrigin
+	store *images.Store // the local store, for reaping its staging; nil for a daemon
 	ps    *pullSettings
 	log   func(msg string, img *images.Image)
 
@@ -129,7 +171,12 @@ type pulling struct {
 }
 
 func newPulling(ex sandbox.Executor, st *images.Store, ps *pullSettings, log func(string, *images.Image)) *pulling {
-	return &pulling{Executor: ex, store: st, ps: ps, log: log, locks: map[string]*sync.Mutex{}}
+	return &pulling{Executor: ex, src: storeSource{st}, store: st, ps: ps, log: log, locks: map[string]*sync.Mutex{}}
+}
+
+// newDaemonPulling is newPulling for an executor whose daemon pulls.
+func newDaemonPulling(ex sandbox.Executor, p backend.Puller, ps *pullSettings, log func(string, *images.Image)) *pulling {
+	return &pulling{Executor: ex, src: daemonSource{p}, ps: ps, log: log, locks: map[string]*sync.Mutex{}}
 }
 
 // PoolSize forwards the backend executor's warm pool size (the
@@ -161,69 +208,76 @@ func (p *pulling) lock(ref string) func() {
 }
 
 func (p *pulling) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	pinned, err := p.ensure(ctx, req.Policy)
-	if err != nil || pinned == "" || pinned == req.Policy.Image {
-		if err != nil {
-			return nil, err
-		}
-		return p.Executor.Run(ctx, req)
+	pinned, img, err := p.ensure(ctx, req.Policy)
+	if err != nil {
+		return nil, err
 	}
-	r := *req
-	r.Policy.Image = pinned
-	res, err := p.Executor.Run(ctx, &r)
-	if res != nil && res.Sandbox.Image == pinned {
-		// The result names the image as the policy does; its digest is
-		// in ImageDigest.
-		res.Sandbox.Image = req.Policy.Image
+	r := req
+	if pinned != "" && pinned != req.Policy.Image {
+		c := *req
+		c.Policy.Image = pinned
+		r = &c
+	}
+	res, err := p.Executor.Run(ctx, r)
+	if res != nil && img != nil {
+		// The result names the image as the policy does, and the digest
+		// the call ran.
+		if res.Sandbox.Image == pinned {
+			res.Sandbox.Image = req.Policy.Image
+		}
+		if res.Sandbox.ImageDigest == "" {
+			res.Sandbox.ImageDigest = img.Digest
+		}
 	}
 	return res, err
 }
 
 // ensure makes the image of pol present (and verified) per its pull and
 // verify fields, and returns the digest reference to run
-// ("repository@sha256:…"), or "" for the host image.
-func (p *pulling) ensure(ctx context.Context, pol sandbox.Policy) (string, error) {
+// ("repository@sha256:…"; an image imported into a daemon runs by its
+// name) with the image, or "" and nil for the host image.
+func (p *pulling) ensure(ctx context.Context, pol sandbox.Policy) (string, *images.Image, error) {
 	if pol.Image == "" || pol.Image == images.HostName {
-		return "", nil
+		return "", nil, nil
 	}
 	ref, err := images.CanonicalReference(pol.Image)
 	if err != nil {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "policy.image: %v", err)
+		return "", nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.image: %v", err)
 	}
 	keys, err := loadKeys("policy.verify.keys", pol.VerifyKeys)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	mode := pol.Pull.Or()
 	unlock := p.lock(ref)
 	defer unlock()
-	have, err := p.store.Get(ref)
+	have, err := p.src.get(ctx, ref)
 	switch {
 	case errors.Is(err, images.ErrNotFound):
 		have = nil
 	case err != nil:
-		return "", pullError(fmt.Errorf("policy.image %q: %w", pol.Image, err))
+		return "", nil, pullError(fmt.Errorf("policy.image %q: %w", pol.Image, err))
 	}
 	verified := have != nil && signedBy(have, keys)
 	switch {
 	case mode == sandbox.PullAlways, have == nil && mode == sandbox.PullMissing, have != nil && !verified && mode == sandbox.PullMissing:
 	case have == nil:
-		return "", sandbox.Errorf(sandbox.ErrNotFound, "policy.image %q is not in the image store and policy.pull is never (images pull %s)", pol.Image, ref)
+		return "", nil, sandbox.Errorf(sandbox.ErrNotFound, "policy.image %q is not in the image store and policy.pull is never (images pull %s)", pol.Image, ref)
 	case !verified:
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "policy.image %q (%s) has no signature verified by policy.verify.keys and policy.pull is never; nothing ran (images pull --verify-key FILE %s)", pol.Image, have.Digest, ref)
+		return "", nil, sandbox.Errorf(sandbox.ErrInvalid, "policy.image %q (%s) has no signature verified by policy.verify.keys and policy.pull is never; nothing ran (images pull --verify-key FILE %s)", pol.Image, have.Digest, ref)
 	default:
-		return pinnedRef(have), nil
+		return p.src.run(have, pol.Image), have, nil
 	}
 	regs, err := p.ps.registries()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	img, err := p.store.Pull(ctx, ref, images.PullOptions{Registries: regs, MaxBytes: p.ps.maxBytes, Keys: keys})
+	img, err := p.src.pull(ctx, ref, images.PullOptions{Registries: regs, MaxBytes: p.ps.maxBytes, Keys: keys})
 	if err != nil {
-		return "", pullError(fmt.Errorf("policy.image %q: nothing ran: %w", pol.Image, err))
+		return "", nil, pullError(fmt.Errorf("policy.image %q: nothing ran: %w", pol.Image, err))
 	}
 	p.log("pulled image", img)
-	return pinnedRef(img), nil
+	return p.src.run(img, pol.Image), img, nil
 }
 
 // signedBy reports whether img was verified with one of keys when it was
@@ -255,6 +309,9 @@ func (p *pulling) Close() error {
 
 func (p *pulling) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 	rep, err := reapExecutor(ctx, p.Executor)
+	if p.store == nil {
+		return rep, err
+	}
 	return rep, errors.Join(err, reapStaging(p.store, &rep))
 }
 
@@ -265,6 +322,9 @@ func (p *pulling) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
 		rep, err = r.ReapDead(ctx)
 	} else {
 		rep, err = reapExecutor(ctx, p.Executor)
+	}
+	if p.store == nil {
+		return rep, err
 	}
 	return rep, errors.Join(err, reapStaging(p.store, &rep))
 }
@@ -285,7 +345,9 @@ func imagesPullCommand() *cli.Command {
 		Name:      "pull",
 		Usage:     "pull an image from its registry (by tag or by digest) into a backend's images",
 		ArgsUsage: "REF",
-		Description: `Fetches REF from its registry into the local image store (--backend oci, the default).
+		Description: `Fetches REF from its registry into the local image store (--backend oci, the default),
+or has the Docker engine or containerd pull it (--backend docker, containerd) after the same
+checks of digest, signature and declared size: the daemon pulls exactly the checked digest.
 REF is NAME[:TAG] or NAME@sha256:<64 hex digits> (NAME as for images import; a name
 without a registry is on Docker Hub). A digest gets exactly that image or fails. Every
 layer and the configuration are checked against their digests as they are read; the
@@ -305,9 +367,10 @@ Examples:
    dsh-sandbox images pull 127.0.0.1:5000/tools:1 --insecure-registries 127.0.0.1:5000
    dsh-sandbox images pull --registry-auth /etc/dsh-sandbox/registry.json registry.example/ci/golang:1.26
    dsh-sandbox images pull --verify-key /etc/dsh-sandbox/cosign.pub registry.example/ci/tools@sha256:…
+   dsh-sandbox images pull --backend docker --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools:1
    dsh-sandbox images list`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to pull into: oci"},
+			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to pull into: oci (the local image store), docker (through the engine) or containerd"},
 			&cli.StringSliceFlag{Name: "verify-key", Usage: "PEM public key `FILE` of which one must have signed the image (repeatable)"},
 			jsonFlag,
 		},
@@ -318,9 +381,6 @@ Examples:
 			bd, err := imageBackend(c)
 			if err != nil {
 				return err
-			}
-			if bd.Images != backend.ImagesLocal {
-				return usageError("--backend %s: images pull fills the local image store (oci); pull into %s is not supported yet", bd.Name, bd.Name)
 			}
 			ref, err := images.CanonicalReference(c.Args().First())
 			if err != nil {
@@ -338,14 +398,30 @@ Examples:
 			if err != nil {
 				return err
 			}
-			st, err := s.openImages()
-			if err != nil {
-				return err
-			}
-			show := pullDisplay(c)
-			img, err := st.Pull(c.Context, ref, images.PullOptions{Registries: regs, MaxBytes: s.pull.maxBytes, Keys: keys, Progress: show})
-			if err != nil {
-				return pullError(err)
+			opts := images.PullOptions{Registries: regs, MaxBytes: s.pull.maxBytes, Keys: keys, Progress: pullDisplay(c)}
+			var img *images.Image
+			if bd.Images == backend.ImagesLocal {
+				st, err := s.openImages()
+				if err != nil {
+					return err
+				}
+				img, err = st.Pull(c.Context, ref, opts)
+				if err != nil {
+					return pullError(err)
+				}
+			} else {
+				st, closeSt, err := s.openImageStore(c.Context, bd)
+				if err != nil {
+					return err
+				}
+				defer closeSt()
+				p, ok := st.(backend.Puller)
+				if !ok {
+					return usageError("--backend %s: images pull is not supported by %s; import the image into it", bd.Name, bd.Name)
+				}
+				if img, err = p.PullImage(c.Context, ref, opts); err != nil {
+					return pullError(err)
+				}
 			}
 			if c.Bool("json") {
 				return writeJSON(c.App.Writer, struct {

@@ -172,7 +172,13 @@ func (r *recordingExecutor) Run(_ context.Context, req *sandbox.Request) (*sandb
 	r.runs++
 	r.last = req.Policy.Image
 	code := 0
-	return &sandbox.Result{ExitCode: &code, Sandbox: sandbox.Info{Backend: "oci", Image: req.Policy.Image, ImageDigest: req.Policy.Image[strings.LastIndexByte(req.Policy.Image, '@')+1:]}}, nil
+	// Like the oci backend, it names the digest of a digest reference;
+	// like the daemon backends, nothing for an image named by tag.
+	var digest string
+	if i := strings.LastIndexByte(req.Policy.Image, '@'); i >= 0 {
+		digest = req.Policy.Image[i+1:]
+	}
+	return &sandbox.Result{ExitCode: &code, Sandbox: sandbox.Info{Backend: "oci", Image: req.Policy.Image, ImageDigest: digest}}, nil
 }
 
 // TestConformancePulledImage runs the sandboxtest suite on the oci
@@ -279,4 +285,53 @@ func mustRegistries(t *testing.T, insecure ...string) *images.Registries {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// fakePuller is a daemon's image store for the logic of the pulling
+// executor on daemon backends: it has the imported image "bb2:latest"
+// and pulls any reference as digest sha256:aa….
+type fakePuller struct {
+	pulls int
+	keys  int
+}
+
+const fakeDigest = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+func (f *fakePuller) PullImage(_ context.Context, ref string, o images.PullOptions) (*images.Image, error) {
+	f.pulls++
+	f.keys = len(o.Keys)
+	return &images.Image{Name: ref, Digest: fakeDigest, Source: ref}, nil
+}
+
+func (f *fakePuller) PulledImage(_ context.Context, ref string) (*images.Image, error) {
+	if ref == "bb2:latest" {
+		return &images.Image{Name: ref, Digest: "sha256:" + strings.Repeat("b", 64)}, nil
+	}
+	return nil, images.ErrNotFound
+}
+
+// TestDaemonPulling: on a daemon backend an imported image runs by its
+// name without a pull, a missing one is pulled and runs by digest, and
+// pull never refuses a missing one before anything runs; the result
+// names the digest either way.
+func TestDaemonPulling(t *testing.T) {
+	rec := &recordingExecutor{}
+	fp := &fakePuller{}
+	ex := newDaemonPulling(rec, fp, &pullSettings{maxBytes: images.DefaultMaxPullBytes}, func(string, *images.Image) {})
+	call := func(image string, pull sandbox.PullMode) (*sandbox.Result, error) {
+		p, _ := policy.Builtin(policy.WorkspaceWrite)
+		p.Image, p.Pull = image, pull
+		return ex.Run(context.Background(), &sandbox.Request{Command: "true", Policy: p})
+	}
+	if _, err := call("registry.example/tools:1", sandbox.PullNever); err == nil || !strings.Contains(err.Error(), "policy.pull is never") || rec.runs != 0 || fp.pulls != 0 {
+		t.Errorf("pull never of a missing image: %v (runs %d, pulls %d); want a refusal before anything", err, rec.runs, fp.pulls)
+	}
+	res, err := call("bb2", "")
+	if err != nil || rec.last != "bb2" || fp.pulls != 0 || res.Sandbox.ImageDigest != "sha256:"+strings.Repeat("b", 64) {
+		t.Errorf("imported image: %+v, %v; ran %q with %d pulls; want it run by name, unpulled, with a digest", res, err, rec.last, fp.pulls)
+	}
+	res, err = call("registry.example/tools:1", "")
+	if err != nil || fp.pulls != 1 || rec.last != "registry.example/tools@"+fakeDigest || res.Sandbox.Image != "registry.example/tools:1" || res.Sandbox.ImageDigest != fakeDigest {
+		t.Errorf("missing image: %+v, %v; ran %q after %d pulls; want a pull and a run by digest", res, err, rec.last, fp.pulls)
+	}
 }

@@ -151,6 +151,22 @@ type ImageStore interface {
 	RemoveImage(ctx context.Context, name string) (string, error)
 }
 
+// Puller is an ImageStore whose daemon pulls images from registries
+// itself (docker, containerd). Both methods take a reference in any
+// spelling images.CanonicalReference takes.
+type Puller interface {
+	// PullImage checks ref with images.Resolve (digest, signature under
+	// o.Keys, size cap) and has the daemon pull exactly the resolved
+	// digest, with o.Registries' credentials of that registry alone; it
+	// returns the image (Name the canonical reference, Digest, Source,
+	// Signers). Errors wrap images.ErrVerify, ErrNotFound or ErrInvalid
+	// as images.Store.Pull's do, or a sandbox error class.
+	PullImage(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error)
+	// PulledImage returns the image ref names in the daemon: a pulled one
+	// (Source set), else an imported one; images.ErrNotFound when absent.
+	PulledImage(ctx context.Context, ref string) (*images.Image, error)
+}
+
 // Opened is what an Open function returns for New's (ex, err): ex as a
 // sandbox.Executor, or a nil interface with err, so that a nil *Executor
 // never hides in a non-nil interface.

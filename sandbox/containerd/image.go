@@ -148,9 +148,21 @@ func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
 		if err != nil {
 			return nil, classify(err, "image %q: size", rec.Name)
 		}
-		out = append(out, dshimages.Image{Name: rec.Name, Digest: rec.Target.Digest.String(), Size: size, Imported: rec.CreatedAt.UTC()})
+		img := recordImage(rec)
+		img.Size = size
+		out = append(out, *img)
 	}
 	return out, nil
+}
+
+// canonicalRef is canonicalImage for a name that may end in a digest
+// (images.CanonicalReference): policy images and pulled images.
+func canonicalRef(field, name string) (string, error) {
+	canon, err := dshimages.CanonicalReference(name)
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s: %w", field, err)
+	}
+	return canon, nil
 }
 
 // canonicalImage returns name in its canonical form
@@ -186,7 +198,7 @@ func qualifiedName(canon string) string {
 // canonical name dsh-sandbox imports under, else the fully qualified
 // Docker Hub name other clients of the namespace use.
 func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Image, error) {
-	canon, err := canonicalImage("policy.image", name)
+	canon, err := canonicalRef("policy.image", name)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +218,8 @@ func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Ima
 }
 
 // RemoveImage removes the image called name (any spelling of it: "bb2"
-// is "bb2:latest") that dsh-sandbox imported into the executor's
+// is "bb2:latest"; a pulled one also "NAME@sha256:…") that dsh-sandbox
+// imported or pulled into the executor's
 // namespace, with its content and snapshots once nothing else refers to
 // them, and returns its canonical name. An image without the owner label
 // is not dsh-sandbox's to remove (sandbox.ErrInvalid); a missing one is
@@ -214,7 +227,7 @@ func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Ima
 // (a running call, or one a crash left behind) is refused with
 // sandbox.ErrUnavailable naming the container.
 func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
-	canon, err := canonicalImage("image name", name)
+	canon, err := canonicalRef("image name", name)
 	if err != nil {
 		return "", err
 	}

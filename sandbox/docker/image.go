@@ -155,7 +155,17 @@ func (e *Executor) Images(ctx context.Context) ([]images.Image, error) {
 			out = append(out, images.Image{Name: tag, Digest: img.ID, Size: img.Size, Imported: time.Unix(img.Created, 0).UTC()})
 		}
 	}
-	return out, nil
+	return append(out, e.pulledImages(ctx)...), nil
+}
+
+// canonicalRef is canonicalImage for a name that may end in a digest
+// (images.CanonicalReference): policy images and pulled images.
+func canonicalRef(field, name string) (string, error) {
+	canon, err := images.CanonicalReference(name)
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s: %w", field, err)
+	}
+	return canon, nil
 }
 
 // canonicalImage returns name in its canonical form
@@ -173,16 +183,23 @@ func canonicalImage(field, name string) (string, error) {
 }
 
 // RemoveImage removes the image called name (any spelling of it:
-// "bb2" is "bb2:latest") that dsh-sandbox imported into the engine, and
-// returns its canonical name. An image without the owner label is not
+// "bb2" is "bb2:latest"; a pulled one also by "NAME@sha256:…") that
+// dsh-sandbox imported or pulled into the engine, and returns its
+// canonical name. An image without the owner label is not
 // dsh-sandbox's to remove (sandbox.ErrInvalid); a missing one is
 // sandbox.ErrNotFound; one that a container still uses (a running call,
 // or the container of a call an engine crash left behind) is refused
 // with sandbox.ErrUnavailable naming the container. When the image has
 // other names too, only this name goes.
 func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
-	canon, err := canonicalImage("image name", name)
+	canon, err := canonicalRef("image name", name)
 	if err != nil {
+		return "", err
+	}
+	if pulled, err := e.removePulled(ctx, canon); pulled || err != nil {
+		return canon, err
+	}
+	if canon, err = canonicalImage("image name", name); err != nil {
 		return "", err
 	}
 	img, err := e.cli.ImageInspect(ctx, canon)
@@ -190,16 +207,10 @@ func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error)
 		return "", unavailable(err, "image %q", canon)
 	}
 	if img.Config == nil || img.Config.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: image %q: not imported by dsh-sandbox (no label %s=%s); remove it with docker rmi", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: image %q: not imported or pulled by dsh-sandbox (no label %s=%s, no pull record); remove it with docker rmi", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
 	}
-	users, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", img.ID))})
-	if err != nil {
-		return "", unavailable(err, "image %q: list its containers", canon)
-	}
-	for _, c := range users {
-		if c.ImageID == img.ID {
-			return "", sandbox.Errorf(sandbox.ErrUnavailable, "docker: image %q: in use by container %s (%s); remove it when the call has ended", canon, strings.TrimPrefix(firstName(c.Names), "/"), c.State)
-		}
+	if err := e.refuseInUse(ctx, canon, img.ID); err != nil {
+		return "", err
 	}
 	if _, err := e.cli.ImageRemove(ctx, canon, image.RemoveOptions{PruneChildren: true}); err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -208,6 +219,21 @@ func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error)
 		return "", unavailable(err, "remove image %q", canon)
 	}
 	return canon, nil
+}
+
+// refuseInUse is an ErrUnavailable error naming the container that uses
+// the image id (canon), nil when none does.
+func (e *Executor) refuseInUse(ctx context.Context, canon, id string) error {
+	users, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", id))})
+	if err != nil {
+		return unavailable(err, "image %q: list its containers", canon)
+	}
+	for _, c := range users {
+		if c.ImageID == id {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "docker: image %q: in use by container %s (%s); remove it when the call has ended", canon, strings.TrimPrefix(firstName(c.Names), "/"), c.State)
+		}
+	}
+	return nil
 }
 
 // firstName returns the first of a container's names, "" when it has

@@ -74,6 +74,7 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 	s.EachCall(reap.Mounts, e.reapBinds)
 	s.EachCall(reap.Files, e.reapEgress)
 	imgs, err := e.reapImages(ctx, danglingGrace)
+	e.reapReplaced(ctx, &imgs)
 	s.Removed(reap.Images, "", imgs...)
 	s.Fail("", err)
 	return s.Finish()
