@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,10 @@ const (
 	EnvSeccompDir = "DSH_SANDBOX_KUBE_SECCOMP_DIR"
 	EnvSeccomp    = "DSH_SANDBOX_KUBE_SECCOMP"
 	EnvWarm       = "DSH_SANDBOX_KUBE_WARM"
+	// EnvNode is Options.Node.
+	EnvNode = "DSH_SANDBOX_KUBE_NODE"
+	// EnvNodeContainerd is Options.NodeContainerd.
+	EnvNodeContainerd = "DSH_SANDBOX_KUBE_NODE_CONTAINERD"
 )
 
 // Descriptor describes the kubernetes backend to the registry: the
@@ -45,6 +50,16 @@ func Descriptor() backend.Descriptor {
 			return backend.Opened(New(ctx, opts))
 		},
 		Reaps: true,
+		Bench: &backend.Bench{
+			Baseline: "pod run (API)",
+			Image:    true,
+			// As the oci backend's user auto resolves on a workspace of
+			// root's, named: pods run without a user namespace.
+			User: "0:0",
+			Run: func(ctx context.Context, _ backend.Config, image string) (time.Duration, error) {
+				return BenchPodRun(ctx, os.Getenv(EnvNamespace), image)
+			},
+		},
 		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
 			opts, err := options(cfg)
 			if err != nil {
@@ -78,13 +93,20 @@ func options(cfg backend.Config) (Options, error) {
 		return Options{}, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %v", err)
 	}
 	opts := Options{
-		Config:     rc,
-		Namespace:  os.Getenv(EnvNamespace),
-		StateDir:   cfg.StateDir,
-		Stub:       stubPath,
-		SeccompDir: os.Getenv(EnvSeccompDir),
-		Getenv:     cfg.Getenv,
-		Logger:     cfg.Logger,
+		Config:         rc,
+		Namespace:      os.Getenv(EnvNamespace),
+		StateDir:       cfg.StateDir,
+		Stub:           stubPath,
+		SeccompDir:     os.Getenv(EnvSeccompDir),
+		Node:           os.Getenv(EnvNode),
+		NodeContainerd: os.Getenv(EnvNodeContainerd),
+		Getenv:         cfg.Getenv,
+		Logger:         cfg.Logger,
+	}
+	if cfg.Pool != nil {
+		// The warm pool asked for (serve --pool, bench's warm series):
+		// as many pods per shape as it keeps slots per key.
+		opts.Warm = max(cfg.Pool.PerKey, 1)
 	}
 	switch v := os.Getenv(EnvSeccomp); v {
 	case "", "localhost":
