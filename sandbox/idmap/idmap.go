@@ -282,11 +282,11 @@ func Stage(spec *specs.Spec, how Staging, dir string, in func(func() error) erro
 		if l == nil || len(l.UIDMappings) == 0 || len(l.GIDMappings) == 0 {
 			return nil, fmt.Errorf("id-mapped mounts: the spec has no user namespace mappings")
 		}
-		ns, err := NewUserNamespace(l.UIDMappings, l.GIDMappings)
+		ns, release, err := namespaceFor(l.UIDMappings, l.GIDMappings)
 		if err != nil {
 			return nil, err
 		}
-		defer ns.Close()
+		defer release()
 		usernsFD = int(ns.Fd())
 	}
 	for i := range spec.Mounts {

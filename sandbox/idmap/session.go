@@ -42,40 +42,41 @@ func SessionMaps(ownerUID, ownerGID, uid, gid uint32) (uids, gids []specs.LinuxI
 		[]specs.LinuxIDMapping{{ContainerID: ownerGID, HostID: gid, Size: 1}}
 }
 
-// maxSessionNamespaces bounds the user namespaces sessionNamespace keeps
-// open for reuse (one open file each).
-const maxSessionNamespaces = 64
+// maxNamespaces bounds the user namespaces namespaceFor keeps open for
+// reuse (one open file each).
+const maxNamespaces = 64
 
-// sessionNamespaces are the user namespaces of SessionMaps made so far,
-// by owner and call ids: a namespace only carries maps, so one serves
-// every mount with the same maps, and making one (a traced child) is
-// most of the cost of an id-mapped session mount.
-var sessionNamespaces struct {
+// namespaces are the user namespaces made so far for id-mapped mounts,
+// by their maps: a namespace only carries maps, so one serves every
+// mount with the same maps, and making one (a traced child) is most of
+// the cost of an id-mapped mount. The session directory's maps differ
+// by owner and call ids (SessionMaps); those of a call in a user
+// namespace are its spec's, the same for every call of a policy.
+var namespaces struct {
 	sync.Mutex
-	m map[[4]uint32]*os.File
+	m map[string]*os.File
 }
 
-// sessionNamespace returns a user namespace with SessionMaps(ownerUID,
-// ownerGID, uid, gid), kept for reuse while fewer than
-// maxSessionNamespaces are; release closes one that is not kept.
-func sessionNamespace(ownerUID, ownerGID, uid, gid uint32) (ns *os.File, release func(), err error) {
-	key := [4]uint32{ownerUID, ownerGID, uid, gid}
-	sessionNamespaces.Lock()
-	defer sessionNamespaces.Unlock()
-	if ns := sessionNamespaces.m[key]; ns != nil {
+// namespaceFor returns a user namespace with the maps uids and gids,
+// kept for reuse while fewer than maxNamespaces are; release closes one
+// that is not kept.
+func namespaceFor(uids, gids []specs.LinuxIDMapping) (ns *os.File, release func(), err error) {
+	key := fmt.Sprint(uids, gids)
+	namespaces.Lock()
+	defer namespaces.Unlock()
+	if ns := namespaces.m[key]; ns != nil {
 		return ns, func() {}, nil
 	}
-	uids, gids := SessionMaps(ownerUID, ownerGID, uid, gid)
 	if ns, err = NewUserNamespace(uids, gids); err != nil {
 		return nil, nil, err
 	}
-	if len(sessionNamespaces.m) >= maxSessionNamespaces {
+	if len(namespaces.m) >= maxNamespaces {
 		return ns, func() { ns.Close() }, nil
 	}
-	if sessionNamespaces.m == nil {
-		sessionNamespaces.m = map[[4]uint32]*os.File{}
+	if namespaces.m == nil {
+		namespaces.m = map[string]*os.File{}
 	}
-	sessionNamespaces.m[key] = ns
+	namespaces.m[key] = ns
 	return ns, func() {}, nil
 }
 
@@ -138,7 +139,7 @@ func SessionClone(source string, uid, gid uint32, attrs uint64) (tfd int, dir bo
 		}
 		return tfd, dir, nil
 	}
-	ns, release, err := sessionNamespace(st.Uid, st.Gid, uid, gid)
+	ns, release, err := namespaceFor(SessionMaps(st.Uid, st.Gid, uid, gid))
 	if err != nil {
 		return fail(err)
 	}

@@ -32,13 +32,29 @@ func writeAs(t *testing.T, uid, gid uint32, path string, n int) error {
 // workspace limited to 1 MiB takes a write of 512 KiB and refuses one
 // that would pass the limit with EDQUOT ("Disk quota exceeded"), also
 // in a subdirectory made before the limit (the walk gave it the
-// project) and one made after it (inherited). It skips on a kernel
-// without CONFIG_QFMT_V2 (the CI machines' kernel): there the btrfs
-// tests (btrfs_test.go) are the ones that cover Limit.
+// project) and one made after it (inherited). On a kernel without
+// CONFIG_QFMT_V2 (the CI machines' kernel), which cannot mount such a
+// file system, it checks instead that Check and Limit refuse a plain
+// ext4 with ErrUnsupported; the btrfs tests (btrfs_test.go) cover
+// Limit there.
 func TestLimitEnforced(t *testing.T) {
 	mnt, err := quotatest.LoopFS(t, quotatest.ProjectQuotaMkfs, quotatest.ProjectQuotaMount)
 	if err != nil {
-		t.Skipf("the kernel cannot mount ext4 with project quotas (it needs CONFIG_QUOTA and CONFIG_QFMT_V2): %v", err)
+		if quotatest.KernelHasProjectQuota(t) {
+			t.Fatalf("the kernel has CONFIG_QFMT_V2, yet ext4 with project quotas does not mount: %v", err)
+		}
+		t.Logf("this kernel lacks CONFIG_QFMT_V2 (%v): checking the refusal on a plain ext4", err)
+		plain, err := quotatest.LoopFS(t, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(plain); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("Check(plain ext4) = %v, want ErrUnsupported", err)
+		}
+		if u, err := Limit(plain, 1<<20); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("Limit(plain ext4) = %+v, %v; want ErrUnsupported", u, err)
+		}
+		return
 	}
 	ws := filepath.Join(mnt, "ws")
 	if err := os.MkdirAll(filepath.Join(ws, "old"), 0o755); err != nil {

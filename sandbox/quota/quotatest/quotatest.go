@@ -4,7 +4,10 @@
 package quotatest
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,28 @@ var ProjectQuotaMkfs = []string{"-O", "quota,project", "-E", "quotatype=prjquota
 
 // ProjectQuotaMount is the mount option that enforces project quotas.
 const ProjectQuotaMount = "prjquota"
+
+// KernelHasProjectQuota reports whether the running kernel was built
+// with the quota format ext4 needs for project quotas (CONFIG_QFMT_V2,
+// read from /proc/config.gz); without /proc/config.gz it reports true,
+// so that a mount that fails there fails its test.
+func KernelHasProjectQuota(t *testing.T) bool {
+	t.Helper()
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("/proc/config.gz: %v", err)
+	}
+	config, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatalf("/proc/config.gz: %v", err)
+	}
+	return bytes.Contains(config, []byte("\nCONFIG_QFMT_V2=y"))
+}
 
 // LoopFS makes an ext4 file system of 64 MiB in an image in a temporary
 // directory (mkfs.ext4 with the extra options opts), mounts it on a loop
