@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +22,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -153,9 +157,16 @@ func runBench(c *cli.Context) error {
 		all = append(all, baseline)
 		for _, t := range backends.Targets(func(x *backend.Descriptor) bool { return x == d }) {
 			ex, closeEx, err := s.openTarget(ctx, t)
+			var st backend.ImageStore
+			closeSt := func() {}
 			if err == nil && image != "" {
-				if err = tarErr; err == nil {
-					err = importBenchImage(ctx, ex, tarball)
+				if st, closeSt, err = benchStore(ctx, s, t, ex); err == nil {
+					if err = tarErr; err == nil {
+						err = st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
+					}
+					if err != nil {
+						closeSt()
+					}
 				}
 				if err != nil {
 					closeEx()
@@ -170,7 +181,8 @@ func runBench(c *cli.Context) error {
 			}
 			defer closeEx()
 			if image != "" {
-				defer removeBenchImage(ctx, s, ex) // before closeEx: defers run last first
+				defer closeSt()
+				defer removeBenchImage(ctx, s, st) // before closeSt and closeEx: defers run last first
 			}
 			p := base
 			p.Backend, p.Runtime = t.Name, t.Runtime
@@ -337,28 +349,56 @@ func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work s
 // name without one means Docker Hub's.
 const benchImage = "dsh-sandbox.local/dsh-sandbox-bench:latest"
 
-// importBenchImage imports the bench image (tarball, a root file
-// system) through ex, the executor of a backend whose images live in its
-// daemon.
-func importBenchImage(ctx context.Context, ex sandbox.Executor, tarball []byte) error {
-	st, ok := ex.(backend.ImageStore)
-	if !ok {
-		return sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
+// benchStore is where bench imports its image for ex, the executor of
+// target t: ex itself when its images live in its daemon; for the
+// kubernetes backend, whose cluster's API cannot import an image, the
+// node's containerd (kubernetes.EnvNodeContainerd), on a single-node
+// cluster whose node is this host.
+func benchStore(ctx context.Context, s *settings, t backend.Target, ex sandbox.Executor) (backend.ImageStore, func(), error) {
+	if st, ok := ex.(backend.ImageStore); ok {
+		return st, func() {}, nil
 	}
-	return st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
+	if t.Name != kubernetes.Backend {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
+	}
+	addr := os.Getenv(kubernetes.EnvNodeContainerd)
+	if addr == "" {
+		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "bench: the cluster's API cannot import the bench image: set %s to the node's containerd socket (single-node clusters), "+
+			"or import %s on every node (ctr -n %s images import)", kubernetes.EnvNodeContainerd, benchImage, kubernetes.CRINamespace)
+	}
+	if err := kubernetes.KubeletName(benchImage); err != nil {
+		return nil, nil, err
+	}
+	dir := filepath.Join(s.stateDir, "kubernetes-images")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, StateDir: dir, Logger: s.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ce, func() { _ = ce.Close() }, nil
 }
 
-// removeBenchImage removes the bench image from ex's daemon again, also
-// when the run was interrupted: bench leaves nothing behind.
-func removeBenchImage(ctx context.Context, s *settings, ex sandbox.Executor) {
-	st, ok := ex.(backend.ImageStore)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+// removeBenchImage removes the bench image from st again, also when the
+// run was interrupted: bench leaves nothing behind. A container still
+// using it (a kubelet removes a deleted pod's containers shortly after
+// the pod) makes the store refuse with ErrUnavailable: it tries again
+// for at most a minute.
+func removeBenchImage(ctx context.Context, s *settings, st backend.ImageStore) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()
-	if _, err := st.RemoveImage(ctx, benchImage); err != nil {
-		s.log.Warn().Err(err).Str("image", benchImage).Msg("bench: removing the bench image failed")
+	giveUp := time.Now().Add(time.Minute)
+	for {
+		_, err := st.RemoveImage(ctx, benchImage)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, sandbox.ErrUnavailable) || time.Now().After(giveUp) {
+			s.log.Warn().Err(err).Str("image", benchImage).Msg("bench: removing the bench image failed")
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -92,11 +92,6 @@ type Options struct {
 	// and an event (two API writes) per pod and its share of a cold
 	// start. The kubelet still refuses a pod that does not fit.
 	Node string
-	// NodeContainerd is the node's containerd socket, on a single-node
-	// cluster whose node is this host: ImportRootfs, Images and
-	// RemoveImage work on its images (namespace k8s.io). Empty: they
-	// fail, naming it.
-	NodeContainerd string
 	// Logger receives debug events per call and errors of teardown; the
 	// zero value logs nothing. Env values are never logged.
 	Logger zerolog.Logger

@@ -2,10 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/distribution/reference"
@@ -17,32 +13,17 @@ import (
 
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
 )
 
-// criNamespace is the containerd namespace of the images a kubelet runs.
-const criNamespace = "k8s.io"
+// CRINamespace is the containerd namespace of the images a kubelet runs.
+const CRINamespace = "k8s.io"
 
-// nodeImages opens the node's containerd (Options.NodeContainerd), in
-// the kubelet's namespace, for the images commands: the cluster's API
-// cannot import an image. Without it they fail, naming the setting.
-func (e *Executor) nodeImages(ctx context.Context) (*containerd.Executor, error) {
-	if e.opts.NodeContainerd == "" {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: images live in the nodes' container runtime, which the cluster's API cannot import into: "+
-			"on a single-node cluster set %s to the node's containerd socket; else import on every node (ctr -n %s images import)", EnvNodeContainerd, criNamespace)
-	}
-	dir := filepath.Join(e.opts.StateDir, "kubernetes-images")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %v", err)
-	}
-	return containerd.New(ctx, containerd.Options{Address: e.opts.NodeContainerd, Namespace: criNamespace, StateDir: dir, Logger: e.log})
-}
-
-// kubeletName checks that the kubelet can find image name in the node's
-// containerd, where it is stored under its canonical name: a kubelet
-// looks an image up by its fully qualified reference, which for a Docker
-// Hub name ("tools:1", stored as such) is docker.io/library/tools:1.
-func kubeletName(name string) error {
+// KubeletName checks that a kubelet can find image name in a node's
+// containerd when dsh-sandbox imports it there, where it is stored under
+// its canonical name: a kubelet looks an image up by its fully qualified
+// reference, which for a Docker Hub name ("tools:1", stored as such) is
+// docker.io/library/tools:1.
+func KubeletName(name string) error {
 	canon, err := dshimages.CanonicalName(name)
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
@@ -56,64 +37,6 @@ func kubeletName(name string) error {
 	}
 	return nil
 }
-
-// ImportRootfs imports a root-filesystem tarball as image name into the
-// node's containerd (Options.NodeContainerd); a name the kubelet would
-// not find there is refused (kubeletName).
-func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error {
-	if err := kubeletName(name); err != nil {
-		return err
-	}
-	ce, err := e.nodeImages(ctx)
-	if err != nil {
-		return err
-	}
-	defer ce.Close()
-	return ce.ImportRootfs(ctx, r, name, env)
-}
-
-// Images lists the images dsh-sandbox imported into the node's
-// containerd.
-func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
-	ce, err := e.nodeImages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer ce.Close()
-	return ce.Images(ctx)
-}
-
-// RemoveImage removes an image dsh-sandbox imported from the node's
-// containerd.
-//
-// The kubelet removes a deleted pod's container shortly after the pod:
-// while one still uses the image, containerd refuses
-// (sandbox.ErrUnavailable), and RemoveImage tries again, for at most
-// imageRemoveWait.
-func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
-	ce, err := e.nodeImages(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer ce.Close()
-	e.settle()
-	giveUp := time.Now().Add(imageRemoveWait)
-	for {
-		canon, err := ce.RemoveImage(ctx, name)
-		if !errors.Is(err, sandbox.ErrUnavailable) || time.Now().After(giveUp) {
-			return canon, err
-		}
-		select {
-		case <-ctx.Done():
-			return canon, err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// imageRemoveWait bounds how long RemoveImage waits for the kubelet to
-// remove the containers of deleted pods.
-const imageRemoveWait = 60 * time.Second
 
 // BenchPodRun is bench's baseline of this backend: a pod running true on
 // image (on the nodes already), created, watched until it succeeded and

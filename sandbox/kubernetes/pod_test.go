@@ -151,8 +151,8 @@ func TestKubeletName(t *testing.T) {
 		"someone/tools:3":                            false,
 		"Bad Name":                                   false,
 	} {
-		if err := kubeletName(name); (err == nil) != ok {
-			t.Errorf("kubeletName(%q) = %v, want ok %v", name, err, ok)
+		if err := KubeletName(name); (err == nil) != ok {
+			t.Errorf("KubeletName(%q) = %v, want ok %v", name, err, ok)
 		}
 	}
 }

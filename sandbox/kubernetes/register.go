@@ -28,7 +28,9 @@ const (
 	EnvWarm       = "DSH_SANDBOX_KUBE_WARM"
 	// EnvNode is Options.Node.
 	EnvNode = "DSH_SANDBOX_KUBE_NODE"
-	// EnvNodeContainerd is Options.NodeContainerd.
+	// EnvNodeContainerd is the node's containerd socket, on a
+	// single-node cluster whose node is this host: bench imports its
+	// image there (CRINamespace).
 	EnvNodeContainerd = "DSH_SANDBOX_KUBE_NODE_CONTAINERD"
 )
 
@@ -93,15 +95,14 @@ func options(cfg backend.Config) (Options, error) {
 		return Options{}, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: %v", err)
 	}
 	opts := Options{
-		Config:         rc,
-		Namespace:      os.Getenv(EnvNamespace),
-		StateDir:       cfg.StateDir,
-		Stub:           stubPath,
-		SeccompDir:     os.Getenv(EnvSeccompDir),
-		Node:           os.Getenv(EnvNode),
-		NodeContainerd: os.Getenv(EnvNodeContainerd),
-		Getenv:         cfg.Getenv,
-		Logger:         cfg.Logger,
+		Config:     rc,
+		Namespace:  os.Getenv(EnvNamespace),
+		StateDir:   cfg.StateDir,
+		Stub:       stubPath,
+		SeccompDir: os.Getenv(EnvSeccompDir),
+		Node:       os.Getenv(EnvNode),
+		Getenv:     cfg.Getenv,
+		Logger:     cfg.Logger,
 	}
 	if cfg.Pool != nil {
 		// The warm pool asked for (serve --pool, bench's warm series):
