@@ -382,19 +382,7 @@ func TestDaemonBackendsTimeoutDoctorReapBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench exited %d: %s", r.code, r.stderr)
 	}
-	var rep struct {
-		Rows []struct {
-			Name       string  `json:"name"`
-			MedianMs   float64 `json:"medianMs"`
-			Baseline   string  `json:"baseline"`
-			VsBaseline float64 `json:"vsBaseline"`
-			N          int     `json:"n"`
-			Error      string  `json:"error"`
-		} `json:"rows"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("bench --json printed %q: %v", r.stdout, err)
-	}
+	rep := parseBench(t, r.stdout)
 	want := map[string]string{"docker": "docker run --rm", "containerd": "ctr run --rm", "docker run --rm": "", "ctr run --rm": ""}
 	for _, row := range rep.Rows {
 		base, ok := want[row.Name]

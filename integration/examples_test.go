@@ -777,13 +777,15 @@ var (
 		`dsh-sandbox images rm --backend docker 127.0.0.1:5000/tools:1`:                                                      {listed: pullElsewhere},
 	}
 	kubernetesExamples = map[string]example{
-		`export KUBECONFIG=$HOME/.kube/config`:                              {},
-		`export DSH_SANDBOX_KUBE_SECCOMP_DIR=/var/lib/kubelet/seccomp`:      {},
-		`dsh-sandbox exec --policy kube.yaml -- uname -a`:                   {},
-		`eval "$(scripts/kube.sh start)"`:                                   {},
-		`go test -count=1 ./sandbox/kubernetes/`:                            {},
-		`go test -count=1 -tags integration -run Kubernetes ./integration/`: {},
-		`scripts/kube.sh stop`:                                              {},
+		`export KUBECONFIG=$HOME/.kube/config`:                                    {},
+		`export DSH_SANDBOX_KUBE_SECCOMP_DIR=/var/lib/kubelet/seccomp`:            {},
+		`dsh-sandbox exec --policy kube.yaml -- uname -a`:                         {},
+		`eval "$(scripts/kube.sh start)"`:                                         {},
+		`go test -count=1 ./sandbox/kubernetes/`:                                  {},
+		`go test -count=1 -tags integration -run Kubernetes ./integration/`:       {},
+		`scripts/kube.sh stop`:                                                    {},
+		`export DSH_SANDBOX_KUBE_NODE_CONTAINERD=/run/containerd/containerd.sock`: {},
+		`dsh-sandbox bench --backend oci --backend kubernetes --n 100`:            {},
 	}
 	mcpExamples = map[string]example{
 		`mkdir -p ~/proj && cd ~/proj`: {},

@@ -358,33 +358,39 @@ func BenchmarkKubernetesCall(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	// waitWarm waits until the warm executor's pool is full again: its one
-	// pod runs and no call holds it.
-	waitWarm := func() {
+	// pinned is warm with its pods on the node itself, not through the
+	// scheduler (DSH_SANDBOX_KUBE_NODE), for the request counts.
+	nodes, err := k.cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		b.Fatalf("list nodes: %v", err)
+	}
+	pinned, err := kubernetes.New(ctx, kubernetes.Options{Config: k.cfg, Namespace: k.namespace, StateDir: filepath.Join(base, "pinned"),
+		Stub: stubPath, SeccompDir: k.seccomp, Warm: 1, Node: nodes.Items[0].Name})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pinned.Close()
+	// waitWarm waits until ex's pool is full again: its one pod runs, is
+	// attached and has answered, and no call holds it.
+	waitWarm := func(ex *kubernetes.Executor) {
 		deadline := time.Now().Add(60 * time.Second)
-		for {
-			l, err := k.cli.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelInstance + "=" + warm.Instance()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(l.Items) == 1 && running(&l.Items[0]) {
-				return
-			}
+		for ex.WarmPods() < 1 {
 			if time.Now().After(deadline) {
-				b.Fatalf("the warm pool did not refill within 60 s (%d pods)", len(l.Items))
+				b.Fatal("the warm pool did not refill within 60 s")
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	call(oex, op)
 	call(cold, kp)
 	call(warm, kp) // makes the pool of the shape
+	call(pinned, kp)
 	var so, sc, sw []time.Duration
 	for b.Loop() {
 		so = append(so, call(oex, op))
 		sc = append(sc, call(cold, kp))
 		b.StopTimer()
-		waitWarm()
+		waitWarm(warm)
 		b.StartTimer()
 		sw = append(sw, call(warm, kp))
 	}
@@ -401,24 +407,29 @@ func BenchmarkKubernetesCall(b *testing.B) {
 	for _, s := range []struct {
 		name string
 		ex   *kubernetes.Executor
-	}{{"cold", cold}, {"warm", warm}} {
-		if s.ex == warm {
-			waitWarm()
+	}{{"cold", cold}, {"warm", warm}, {"warm-pinned", pinned}} {
+		if s.ex != cold {
+			// A call first: a pool whose pod no call took for 5 minutes
+			// (WarmTTL) is empty and refills on the next call.
+			call(s.ex, kp)
+			waitWarm(s.ex)
 		}
 		before := apiRequests(b, k)
 		for range n {
 			call(s.ex, kp)
-			if s.ex == warm {
-				waitWarm() // the refill is part of a warm call's cost
+			if s.ex != cold {
+				waitWarm(s.ex) // the refill is part of a warm call's cost
 			}
 		}
 		// The kubelet's last status updates trail the call: wait until
-		// the cold calls' pods are gone.
+		// the calls' pods are gone (a warm executor keeps its one).
+		keep := 1
 		if s.ex == cold {
-			deadline := time.Now().Add(30 * time.Second)
-			for p, _ := cold.Pods(ctx); len(p) > 0 && time.Now().Before(deadline); p, _ = cold.Pods(ctx) {
-				time.Sleep(50 * time.Millisecond)
-			}
+			keep = 0
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for p, _ := s.ex.Pods(ctx); len(p) > keep && time.Now().Before(deadline); p, _ = s.ex.Pods(ctx) {
+			time.Sleep(50 * time.Millisecond)
 		}
 		after := apiRequests(b, k)
 		b.ReportMetric((after.total-before.total)/n, s.name+"-apireq/call")
@@ -435,16 +446,6 @@ func BenchmarkKubernetesCall(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// running says whether p's container runs.
-func running(p *corev1.Pod) bool {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil {
-			return true
-		}
-	}
-	return false
-}
 
 // apiCounts are sums of the API server's apiserver_request_total.
 type apiCounts struct {
@@ -605,4 +606,64 @@ func TestKubernetesRBAC(t *testing.T) {
 		t.Errorf("exec as a service account without the binding = %d, stderr %q; want 125 naming the refusal", r.code, r.stderr)
 	}
 	k.waitPods(t, "pods left", func(p []string) bool { return len(p) == 0 })
+}
+
+// TestKubernetesBench: `bench` measures the kubernetes backend on the
+// cluster, against a bare pod's run through the API, in the same run as
+// the oci backend: a cold series (a pod per call made on demand) and a
+// warm one (one session's calls on warm pods). It imports its image into
+// the node's containerd and leaves neither image nor pod behind.
+func TestKubernetesBench(t *testing.T) {
+	k := requireKube(t)
+	e := newEnv(t)
+	env := append(k.env, "DSH_SANDBOX_KUBE_NODE_CONTAINERD="+k.containerd)
+	r := run(t, env, append([]string{"bench", "--n", "2", "--stream-bytes", "0", "--backend", "oci", "--backend", "kubernetes", "--json"}, e.flags("")...)...)
+	if r.code != 0 {
+		t.Fatalf("bench exited %d: %s", r.code, r.stderr)
+	}
+	rep := parseBench(t, r.stdout)
+	want := map[string]string{"kubernetes": "pod run (API)", "kubernetes warm": "pod run (API)", "pod run (API)": "", "oci/runc": "raw runc run"}
+	for _, row := range rep.Rows {
+		base, ok := want[row.Name]
+		if !ok {
+			continue
+		}
+		delete(want, row.Name)
+		if row.Error != "" || row.N != 2 || row.MedianMs <= 0 || row.P95Ms < row.MedianMs || (row.Name != "oci/runc" && row.Baseline != base) {
+			t.Errorf("bench row %+v: want 2 samples, a median and p95, baseline %q", row, base)
+		}
+		if row.PoolHits > row.N || (row.PoolHits > 0 && row.Name != "kubernetes warm") {
+			t.Errorf("bench row %+v: pool hits in a series without warm pods, or more than its calls", row)
+		}
+		t.Logf("bench %s: median %.1f ms, p95 %.1f ms, pool hits %d", row.Name, row.MedianMs, row.P95Ms, row.PoolHits)
+	}
+	if len(want) != 0 {
+		t.Errorf("bench rows missing: %v (stdout %s)", want, r.stdout)
+	}
+	k.waitPods(t, "pods left after bench", func(p []string) bool { return len(p) == 0 })
+	out, err := exec.Command("ctr", "--address", k.containerd, "-n", "k8s.io", "images", "ls", "-q").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "dsh-sandbox-bench") {
+		t.Errorf("ctr images ls after bench = %q, %v; want the bench image removed", out, err)
+	}
+}
+
+// benchRow is a row of `bench --json`.
+type benchRow struct {
+	Name       string  `json:"name"`
+	MedianMs   float64 `json:"medianMs"`
+	P95Ms      float64 `json:"p95Ms"`
+	Baseline   string  `json:"baseline"`
+	VsBaseline float64 `json:"vsBaseline"`
+	N          int     `json:"n"`
+	PoolHits   int     `json:"poolHits"`
+	Error      string  `json:"error"`
+}
+
+// parseBench reads what `bench --json` printed.
+func parseBench(t *testing.T, stdout string) (rep struct{ Rows []benchRow }) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("bench --json printed %q: %v", stdout, err)
+	}
+	return rep
 }

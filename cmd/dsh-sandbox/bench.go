@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +22,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -35,7 +39,10 @@ equivalent hand-made bundle. When the Docker engine and containerd answer (--doc
 (from busybox-static), against their own baselines on the same image: docker run --rm and
 ctr run --rm. Each OCI runtime with a warm pool (runc, crun) also runs as a "warm"
 series: one session's sequential calls through the pool (poolHits says how many found
-a prepared container). Also reports the executor's own preparation time (env, snapshot, spec,
+a prepared container); so does the kubernetes backend, when a cluster answers (KUBECONFIG),
+with a pod made per call ("kubernetes") and warm pods ("kubernetes warm"), against a bare
+pod run through the API; its image goes into the node's containerd
+(DSH_SANDBOX_KUBE_NODE_CONTAINERD). --backend picks backends. Also reports the executor's own preparation time (env, snapshot, spec,
 mounts) and the growth of this process's RSS while one call streams 200 MB of output.
 Prints medians and each series' ratio to its baseline; never fails on a slow result.
 
@@ -44,7 +51,8 @@ Example:
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "n", Value: 20, Usage: "calls per backend"},
 			&cli.Int64Flag{Name: "stream-bytes", Value: 200_000_000, Usage: "bytes of output for the RSS measurement (0 skips it)"},
-			&cli.BoolFlag{Name: "no-daemons", Usage: "measure the OCI runtimes only, not docker and containerd"},
+			&cli.BoolFlag{Name: "no-daemons", Usage: "measure the OCI runtimes only, not docker, containerd and kubernetes"},
+			&cli.StringSliceFlag{Name: "backend", Usage: "measure only this backend (repeatable; default: every one that answers)"},
 			jsonFlag,
 		},
 		Action:      runBench,
@@ -58,6 +66,7 @@ type benchRow struct {
 	MedianMs    float64 `json:"medianMs"`
 	MinMs       float64 `json:"minMs"`
 	MaxMs       float64 `json:"maxMs"`
+	P95Ms       float64 `json:"p95Ms"`
 	PrepareMs   float64 `json:"prepareMedianMs,omitempty"`
 	Baseline    string  `json:"baseline,omitempty"`
 	VsBaseline  float64 `json:"vsBaseline,omitempty"`
@@ -84,6 +93,12 @@ func runBench(c *cli.Context) error {
 	n := c.Int("n")
 	if n < 1 || n > 10000 {
 		return usageError("--n: must be between 1 and 10000, got %d", n)
+	}
+	only := c.StringSlice("backend")
+	for _, name := range only {
+		if _, err := flagBackend("--backend", sandbox.Backend(name), nil, ""); err != nil {
+			return err
+		}
 	}
 	ctx := c.Context
 	base, _ := policy.Builtin(policy.WorkspaceWrite)
@@ -115,7 +130,7 @@ func runBench(c *cli.Context) error {
 	var tarball []byte // the bench image, read once for every backend that needs it
 	var tarErr error
 	for _, d := range backends.All() {
-		if d.Bench == nil || (c.Bool("no-daemons") && d.Needs.Daemon != nil) {
+		if d.Bench == nil || (c.Bool("no-daemons") && d.Needs.Daemon != nil) || (len(only) > 0 && !slices.Contains(only, string(d.Name))) {
 			continue
 		}
 		cfg, err := s.backendConfig(d)
@@ -142,9 +157,16 @@ func runBench(c *cli.Context) error {
 		all = append(all, baseline)
 		for _, t := range backends.Targets(func(x *backend.Descriptor) bool { return x == d }) {
 			ex, closeEx, err := s.openTarget(ctx, t)
+			var st backend.ImageStore
+			closeSt := func() {}
 			if err == nil && image != "" {
-				if err = tarErr; err == nil {
-					err = importBenchImage(ctx, ex, tarball)
+				if st, closeSt, err = benchStore(ctx, s, t, ex); err == nil {
+					if err = tarErr; err == nil {
+						err = st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
+					}
+					if err != nil {
+						closeSt()
+					}
 				}
 				if err != nil {
 					closeEx()
@@ -159,12 +181,16 @@ func runBench(c *cli.Context) error {
 			}
 			defer closeEx()
 			if image != "" {
-				defer removeBenchImage(ctx, s, ex) // before closeEx: defers run last first
+				defer closeSt()
+				defer removeBenchImage(ctx, s, st) // before closeSt and closeEx: defers run last first
 			}
 			p := base
 			p.Backend, p.Runtime = t.Name, t.Runtime
 			if image != "" {
 				p.Image = image
+			}
+			if bench.User != "" {
+				p.User = sandbox.User(bench.User)
 			}
 			if p, err = policy.Normalize(p); err != nil {
 				return err
@@ -236,6 +262,9 @@ func runBench(c *cli.Context) error {
 			row.MedianMs = ms(med)
 			row.MinMs = ms(slices.Min(se.samples))
 			row.MaxMs = ms(slices.Max(se.samples))
+			sorted := slices.Clone(se.samples)
+			slices.Sort(sorted)
+			row.P95Ms = ms(percentile(sorted, 95))
 			if slices.ContainsFunc(se.prepare, func(d time.Duration) bool { return d > 0 }) {
 				row.PrepareMs = ms(median(se.prepare))
 			}
@@ -265,17 +294,17 @@ func runBench(c *cli.Context) error {
 		return writeJSON(c.App.Writer, rep)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "series\tmedian ms\tmin ms\tmax ms\tprepare ms\t× baseline\tbaseline\t× oci/runc\tn\t")
+	fmt.Fprintln(tw, "series\tmedian ms\tp95 ms\tmin ms\tmax ms\tprepare ms\t× baseline\tbaseline\t× oci/runc\tn\t")
 	for _, r := range rep.Rows {
 		baseline := r.Baseline
 		if baseline == "" {
 			baseline = "-"
 		}
 		if r.Error != "" && r.N == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t-\t0\t\n", r.Name, baseline)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t-\t0\t\n", r.Name, baseline)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.MedianMs, r.MinMs, r.MaxMs,
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.MedianMs, r.P95Ms, r.MinMs, r.MaxMs,
 			optional(r.PrepareMs, "%.3f"), optional(r.VsBaseline, "%.2f"), baseline, optional(r.VsBackendRc, "%.2f"), r.N)
 	}
 	tw.Flush()
@@ -315,31 +344,61 @@ func timeCall(ctx context.Context, ex sandbox.Executor, p sandbox.Policy, work s
 }
 
 // benchImage is the image bench imports into the daemons: busybox from
-// busybox-static, nothing else.
-const benchImage = "dsh-sandbox-bench:latest"
+// busybox-static, nothing else. Its name has a registry part: a kubelet
+// finds an image in containerd only by a fully qualified name, and a
+// name without one means Docker Hub's.
+const benchImage = "dsh-sandbox.local/dsh-sandbox-bench:latest"
 
-// importBenchImage imports the bench image (tarball, a root file
-// system) through ex, the executor of a backend whose images live in its
-// daemon.
-func importBenchImage(ctx context.Context, ex sandbox.Executor, tarball []byte) error {
-	st, ok := ex.(backend.ImageStore)
-	if !ok {
-		return sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
+// benchStore is where bench imports its image for ex, the executor of
+// target t: ex itself when its images live in its daemon; for the
+// kubernetes backend, whose cluster's API cannot import an image, the
+// node's containerd (kubernetes.EnvNodeContainerd), on a single-node
+// cluster whose node is this host.
+func benchStore(ctx context.Context, s *settings, t backend.Target, ex sandbox.Executor) (backend.ImageStore, func(), error) {
+	if st, ok := ex.(backend.ImageStore); ok {
+		return st, func() {}, nil
 	}
-	return st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
+	if t.Name != kubernetes.Backend {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "bench: the backend has no image store for the bench image")
+	}
+	addr := os.Getenv(kubernetes.EnvNodeContainerd)
+	if addr == "" {
+		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "bench: the cluster's API cannot import the bench image: set %s to the node's containerd socket (single-node clusters), "+
+			"or import %s on every node (ctr -n %s images import)", kubernetes.EnvNodeContainerd, benchImage, kubernetes.CRINamespace)
+	}
+	if err := kubernetes.KubeletName(benchImage); err != nil {
+		return nil, nil, err
+	}
+	dir := filepath.Join(s.stateDir, "kubernetes-images")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, StateDir: dir, Logger: s.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ce, func() { _ = ce.Close() }, nil
 }
 
-// removeBenchImage removes the bench image from ex's daemon again, also
-// when the run was interrupted: bench leaves nothing behind.
-func removeBenchImage(ctx context.Context, s *settings, ex sandbox.Executor) {
-	st, ok := ex.(backend.ImageStore)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+// removeBenchImage removes the bench image from st again, also when the
+// run was interrupted: bench leaves nothing behind. A container still
+// using it (a kubelet removes a deleted pod's containers shortly after
+// the pod) makes the store refuse with ErrUnavailable: it tries again
+// for at most a minute.
+func removeBenchImage(ctx context.Context, s *settings, st backend.ImageStore) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()
-	if _, err := st.RemoveImage(ctx, benchImage); err != nil {
-		s.log.Warn().Err(err).Str("image", benchImage).Msg("bench: removing the bench image failed")
+	giveUp := time.Now().Add(time.Minute)
+	for {
+		_, err := st.RemoveImage(ctx, benchImage)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, sandbox.ErrUnavailable) || time.Now().After(giveUp) {
+			s.log.Warn().Err(err).Str("image", benchImage).Msg("bench: removing the bench image failed")
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -93,6 +93,10 @@ type Bench struct {
 	// image, which bench first imports through the executor's
 	// ImageStore; otherwise both run on the host's file system.
 	Image bool
+	// User, when set, is the policy user of the backend's bench calls,
+	// for a backend that refuses user auto on bench's workspace (owned by
+	// whoever runs bench, root included).
+	User string
 }
 
 // Descriptor describes one backend. Name and Open are required; a nil

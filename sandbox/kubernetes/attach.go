@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,84 +29,102 @@ const (
 	pingTimeout = 30 * time.Second
 )
 
-// podContainer is a call's running pod, before the call is bound.
+// podContainer is a call's running pod, attached and answering, before
+// the call is bound.
 type podContainer struct {
-	e    *Executor
 	call *driver.Call
-	name string
+	p    *podProcess
 }
 
-func (c *podContainer) ID() string { return c.name }
+func (c *podContainer) ID() string { return c.p.name }
 
-// Bind binds the call to the pod: it attaches to the stub's stdio and
-// sends the call message (argv, environment, working directory,
-// deadline), then the stdin as frames; the output frames go to the
-// captures as they come.
-func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
-	call, req := c.call, c.call.Request
-	msg := stub.Call{
-		Argv:     sandbox.InitArgs(req, call.Env),
-		Env:      call.Env,
-		Dir:      call.Workdir,
-		Deadline: call.Timeout + c.e.opts.KillGrace + 2*time.Second,
-	}
-	b, err := msg.Encode()
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: call %s: %v", call.ID, err)
-	}
-	u := c.e.cli.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.e.opts.Namespace).Name(c.name).
+// attach opens the attach stream of the stub in pod name and pings the
+// stub until its pong shows that its stdout reaches us (stub.FramePing):
+// after it, binding a call is one write on an open stream, with no
+// request to the API server. It fails when no pong comes within
+// pingTimeout or ctx ends first; the stream is closed then.
+func (e *Executor) attach(ctx context.Context, name string) (*podProcess, error) {
+	u := e.cli.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.opts.Namespace).Name(name).
 		SubResource("attach").VersionedParams(&corev1.PodAttachOptions{
 		Container: containerName, Stdin: true, Stdout: true, Stderr: true,
 	}, scheme.ParameterCodec).URL()
-	ex, err := remotecommand.NewSPDYExecutor(c.e.cfg, "POST", u)
+	ex, err := remotecommand.NewSPDYExecutor(e.cfg, "POST", u)
 	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: call %s: attach: %v", call.ID, err)
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: pod %s: attach: %v", name, err)
 	}
-	bg := context.WithoutCancel(ctx)
-	actx, cancel := context.WithCancel(bg)
+	// The stream outlives ctx: it is the bound call's, until Wait or
+	// close ends it.
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	diag := &limitedBuffer{max: 4096}
 	p := &podProcess{
-		c: c, in: inW, cancel: cancel, diag: diag,
+		e: e, name: name, in: inW, cancel: cancel,
+		diag:     &limitedBuffer{max: 4096},
 		ready:    make(chan struct{}),
+		bound:    make(chan struct{}),
 		sent:     make(chan struct{}),
 		done:     make(chan struct{}),
 		streamed: make(chan error, 1),
 		decoded:  make(chan struct{}),
 	}
 	go func() {
-		err := ex.StreamWithContext(actx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: diag})
+		err := ex.StreamWithContext(actx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: p.diag})
 		outW.CloseWithError(io.EOF)
 		inR.Close()
 		p.streamed <- err
 	}()
-	go p.decode(stub.NewUnescaper(outR), stdio)
-	// Pings until the stub's pong shows that its stdout reaches us
-	// (stub.FramePing), then the call message, then the stdin; the
-	// stream stays open until the call ends (its end is the stub's
+	go p.decode(stub.NewUnescaper(outR))
+	go func() {
+		<-p.decoded
+		close(p.done)
+	}()
+	tick := time.NewTicker(pingEvery)
+	defer tick.Stop()
+	giveUp := time.NewTimer(pingTimeout)
+	defer giveUp.Stop()
+	for {
+		if err := p.frame(stub.FramePing, nil); err != nil {
+			p.close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: attach: %s", name, p.lost(err))
+		}
+		select {
+		case <-p.ready:
+			return p, nil
+		case <-p.decoded:
+			p.close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: attach: %s", name, p.lost(nil))
+		case <-giveUp.C:
+			p.close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: the stub did not answer within %v (is its stub the same version?)", name, pingTimeout)
+		case <-ctx.Done():
+			p.close()
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: pod %s: attach: %w", name, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// Bind binds the call to the pod: it sends the call message (argv,
+// environment, working directory, deadline) on the attached stream, then
+// the stdin as frames; the output frames go to the captures as they
+// come.
+func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+	call, req, p := c.call, c.call.Request, c.p
+	msg := stub.Call{
+		Argv:     sandbox.InitArgs(req, call.Env),
+		Env:      call.Env,
+		Dir:      call.Workdir,
+		Deadline: call.Timeout + p.e.opts.KillGrace + 2*time.Second,
+	}
+	b, err := msg.Encode()
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: call %s: %v", call.ID, err)
+	}
+	p.call, p.stdio = call, stdio
+	close(p.bound)
+	// The stream stays open until the call ends (its end is the stub's
 	// lifeline).
 	go func() {
-		tick := time.NewTicker(pingEvery)
-		defer tick.Stop()
-		giveUp := time.After(pingTimeout)
-	ping:
-		for {
-			if p.frame(stub.FramePing, nil) != nil {
-				return
-			}
-			select {
-			case <-p.ready:
-				break ping
-			case <-p.decoded:
-				return
-			case <-giveUp:
-				p.pingLost.Store(true)
-				p.cancel()
-				return
-			case <-tick.C:
-			}
-		}
 		err := p.send(b)
 		close(p.sent)
 		if err != nil {
@@ -129,25 +146,26 @@ func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.St
 		}
 		_ = p.frame(stub.FrameStdinEnd, nil)
 	}()
-	go func() {
-		<-p.decoded
-		close(p.done)
-	}()
 	return p, nil
 }
 
-// podProcess is a bound call.
+// podProcess is a pod's attach stream, and the call bound to it.
 type podProcess struct {
-	c      *podContainer
+	e      *Executor
+	name   string
 	inMu   sync.Mutex
 	in     *io.PipeWriter
 	cancel context.CancelFunc
 	diag   *limitedBuffer
 
 	ready     chan struct{} // closed by decode at the stub's first pong
+	bound     chan struct{} // closed by Bind once call and stdio are set
 	sent      chan struct{} // closed once the call message is written (or failed to be)
 	readyOnce sync.Once
-	pingLost  atomic.Bool // no pong came within pingTimeout
+
+	// Set by Bind before bound is closed.
+	call  *driver.Call
+	stdio driver.Stdio
 
 	done     chan struct{} // closed once the outcome is known or lost
 	decoded  chan struct{} // closed when decode returns
@@ -173,9 +191,47 @@ func (p *podProcess) frame(kind byte, data []byte) error {
 	return stub.WriteFrames(p.in, kind, data)
 }
 
+// close ends the stream of a pod no call was bound to: the stub sees its
+// stdin end and exits.
+func (p *podProcess) close() {
+	p.in.Close()
+	p.cancel()
+}
+
+// live says whether the stream still stands.
+func (p *podProcess) live() bool {
+	select {
+	case <-p.decoded:
+		return false
+	default:
+		return true
+	}
+}
+
+// lost says why the stream ended (err: the write that found it closed),
+// with the stream's error and what the stub said on its stderr.
+func (p *podProcess) lost(err error) string {
+	why := "the attach stream ended"
+	select {
+	case serr := <-p.streamed:
+		p.streamed <- serr
+		if serr != nil {
+			err = serr
+		}
+	case <-time.After(outputDrain):
+	}
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	if d := p.diag.String(); d != "" {
+		why += " (stub: " + d + ")"
+	}
+	return why
+}
+
 // decode reads the stub's frames until its final report or the end of
-// the stream.
-func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
+// the stream. Only pongs may come before a call is bound.
+func (p *podProcess) decode(r io.Reader) {
 	defer close(p.decoded)
 	for {
 		f, err := stub.ReadFrame(r)
@@ -185,11 +241,19 @@ func (p *podProcess) decode(r io.Reader, stdio driver.Stdio) {
 			}
 			return
 		}
+		if f.Kind != stub.FramePong {
+			select {
+			case <-p.bound:
+			default:
+				p.protoErr = fmt.Errorf("%w: frame %q from the stub before its call", stub.ErrMalformed, f.Kind)
+				return
+			}
+		}
 		switch f.Kind {
 		case stub.FrameStdout:
-			_, _ = stdio.Stdout.Write(f.Data)
+			_, _ = p.stdio.Stdout.Write(f.Data)
 		case stub.FrameStderr:
-			_, _ = stdio.Stderr.Write(f.Data)
+			_, _ = p.stdio.Stderr.Write(f.Data)
 		case stub.FrameOOM:
 			p.oom = true
 		case stub.FramePong:
@@ -231,32 +295,21 @@ func (p *podProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 // a final report (the pod or the cluster went away) is an
 // ErrUnavailable error: the outcome is unknown.
 func (p *podProcess) Wait(context.Context, bool) (driver.Exit, error) {
-	call := p.c.call
-	// The stub is done: end the stream (its stdin is the lifeline).
-	p.in.Close()
-	var serr error
-	select {
-	case serr = <-p.streamed:
-	case <-time.After(outputDrain):
-		p.cancel()
-		serr = <-p.streamed
+	call := p.call
+	// The stub has reported, or the stream is gone: end the stream (its
+	// stdin is the stub's lifeline). Everything the stub wrote before its
+	// report was decoded before it; nothing follows it.
+	if p.report != nil && p.protoErr == nil {
+		p.close()
+	} else {
+		p.in.Close()
+		defer p.cancel()
 	}
-	p.cancel()
 	if p.protoErr != nil {
-		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: call %s: pod %s: %v", call.ID, p.c.name, p.protoErr)
+		return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: call %s: pod %s: %v", call.ID, p.name, p.protoErr)
 	}
 	if p.report == nil {
-		why := "the attach stream ended without the stub's report"
-		if p.pingLost.Load() {
-			why = fmt.Sprintf("the stub did not answer within %v (is its stub the same version?)", pingTimeout)
-		}
-		if serr != nil {
-			why += ": " + serr.Error()
-		}
-		if d := p.diag.String(); d != "" {
-			why += " (stub: " + d + ")"
-		}
-		return driver.Exit{}, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: call %s: pod %s: %s", call.ID, p.c.name, why)
+		return driver.Exit{}, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: call %s: pod %s: %s without the stub's report", call.ID, p.name, p.lost(nil))
 	}
 	switch p.report.Kind {
 	case stub.Exited:

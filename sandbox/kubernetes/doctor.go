@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -108,10 +110,20 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 			}
 		}
 		detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
+		if opts.Node != "" {
+			i := slices.IndexFunc(nodes.Items, func(n corev1.Node) bool { return n.Name == opts.Node })
+			if i < 0 {
+				ready = 0
+				detail += fmt.Sprintf("; %s=%q names no node", EnvNode, opts.Node)
+			} else {
+				detail += fmt.Sprintf("; every pod goes to node %s (%s), not through the scheduler", opts.Node, EnvNode)
+			}
+		}
 		if len(nodes.Items) > 1 {
 			detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
 		}
 		add("nodes", ready > 0, "%s", detail)
+		add("user namespaces", true, "%s", userNamespaces(nodes.Items))
 	}
 	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
 		add("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", opts.Stub, EnvStub)
@@ -144,4 +156,33 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		}
 	}
 	return checks
+}
+
+// userNamespaces says which nodes' default runtime handler reports user
+// namespaces (hostUsers: false), as the kubelet does in
+// status.runtimeHandlers. This backend runs pods without them: uid 0 in
+// a pod is the node's root, so policy user auto resolving to root is
+// refused.
+func userNamespaces(nodes []corev1.Node) string {
+	var with, without []string
+	for _, n := range nodes {
+		ok := slices.ContainsFunc(n.Status.RuntimeHandlers, func(h corev1.NodeRuntimeHandler) bool {
+			return h.Name == "" && h.Features != nil && h.Features.UserNamespaces != nil && *h.Features.UserNamespaces
+		})
+		desc := fmt.Sprintf("%s (%s, kernel %s)", n.Name, n.Status.NodeInfo.ContainerRuntimeVersion, n.Status.NodeInfo.KernelVersion)
+		if ok {
+			with = append(with, desc)
+		} else {
+			without = append(without, desc)
+		}
+	}
+	msg := "pods run in the node's user namespace (hostUsers is not set)"
+	if len(without) > 0 {
+		msg += "; no user namespaces on " + strings.Join(without, ", ") +
+			": the kubelet reports none for the runtime's default handler (they need containerd 2.0 or later with runc 1.2 or later, and Linux 6.3 or later)"
+	}
+	if len(with) > 0 {
+		msg += "; " + strings.Join(with, ", ") + " would support them"
+	}
+	return msg
 }

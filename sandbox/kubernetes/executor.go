@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -82,8 +84,14 @@ type Options struct {
 	// Nil means PATH=images.DefaultPath.
 	ImageEnv []string
 	// Warm is how many pods each policy shape keeps ready ahead of its
-	// calls; 0 creates every call's pod on demand.
+	// calls, each attached and answering; 0 creates every call's pod on
+	// demand.
 	Warm int
+	// Node, when set, places every pod on this node itself
+	// (spec.nodeName): the scheduler is skipped, and with it a binding
+	// and an event (two API writes) per pod and its share of a cold
+	// start. The kubelet still refuses a pod that does not fit.
+	Node string
 	// Logger receives debug events per call and errors of teardown; the
 	// zero value logs nothing. Env values are never logged.
 	Logger zerolog.Logger
@@ -112,6 +120,8 @@ type Executor struct {
 
 	poolsMu sync.Mutex
 	pools   map[string]*warmPool
+
+	deleting sync.WaitGroup // deleteLater's deletions in flight
 }
 
 // quietClientGo silences client-go's own logging once per process.
@@ -132,6 +142,8 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: stub %q is not an absolute path (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
 	case opts.SeccompDir != "" && !filepath.IsAbs(opts.SeccompDir):
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: seccomp directory %q is not absolute", opts.SeccompDir)
+	case opts.Node != "" && len(validation.IsDNS1123Subdomain(opts.Node)) > 0:
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q is not a node name (%s)", opts.Node, strings.Join(validation.IsDNS1123Subdomain(opts.Node), "; "))
 	case opts.Warm < 0:
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: warm %d is negative", opts.Warm)
 	}
@@ -176,6 +188,13 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if _, err := cli.CoreV1().Namespaces().Get(pctx, opts.Namespace, metav1.GetOptions{}); err != nil {
 		return nil, classify(err, "namespace %q", opts.Namespace)
 	}
+	if opts.Node != "" {
+		if _, err := cli.CoreV1().Nodes().Get(pctx, opts.Node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q: the cluster has no such node", opts.Node)
+		} else if err != nil {
+			return nil, classify(err, "node %q", opts.Node)
+		}
+	}
 	lock, err := sandbox.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
 	if err != nil {
 		return nil, err
@@ -195,6 +214,23 @@ func instancesDir(stateDir string) string { return filepath.Join(stateDir, "kube
 
 // Instance returns the executor's instance id.
 func (e *Executor) Instance() string { return e.instance }
+
+// Pooled says whether the executor keeps warm pods (Options.Warm).
+func (e *Executor) Pooled() bool { return e.opts.Warm > 0 }
+
+// WarmPods returns how many warm pods, attached and answering, wait for
+// a call, over every shape.
+func (e *Executor) WarmPods() int {
+	e.poolsMu.Lock()
+	defer e.poolsMu.Unlock()
+	n := 0
+	for _, p := range e.pools {
+		p.mu.Lock()
+		n += len(p.ready)
+		p.mu.Unlock()
+	}
+	return n
+}
 
 // Namespace returns the namespace of the executor's pods.
 func (e *Executor) Namespace() string { return e.opts.Namespace }
@@ -216,6 +252,7 @@ func (e *Executor) Close() error {
 	for _, p := range pools {
 		errs = append(errs, p.close())
 	}
+	e.settle()
 	ctx, cancel := context.WithTimeout(context.Background(), driver.TeardownTimeout)
 	defer cancel()
 	// Whatever of this instance is left (a warm pod whose creation raced
@@ -333,22 +370,55 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape
 	bg := context.WithoutCancel(ctx)
 	if e.opts.Warm > 0 {
 		pool := e.pool(shape)
-		if name, ok := pool.take(); ok {
-			call.Cleanup.Add("pod", func(ctx context.Context) error { return e.deletePod(ctx, name) })
-			call.Log.Debug().Str("pod", name).Msg("warm pod")
-			return &podContainer{e: e, call: call, name: name}, nil
+		if p, ok := pool.take(); ok {
+			call.Result.Timings.Pool = sandbox.PoolHit
+			call.Cleanup.Add("pod", func(context.Context) error { e.deleteLater(p.name); return nil })
+			call.Log.Debug().Str("pod", p.name).Msg("warm pod")
+			return &podContainer{call: call, p: p}, nil
 		}
+		call.Result.Timings.Pool = sandbox.PoolMiss
 		call.Log.Debug().Msg("no warm pod: creating one")
 	}
 	name := podName()
-	pod := shape.pod(name, e.opts.Namespace, e.instance, shape.deadline(call.Timeout, e.opts.KillGrace))
+	pod := e.newPod(shape, name, shape.deadline(call.Timeout, e.opts.KillGrace))
 	// Deleted on every path, also when the create failed halfway.
-	call.Cleanup.Add("pod", func(ctx context.Context) error { return e.deletePod(ctx, name) })
+	call.Cleanup.Add("pod", func(context.Context) error { e.deleteLater(name); return nil })
 	if err := e.createAndWait(ctx, bg, pod); err != nil {
 		return nil, err
 	}
-	return &podContainer{e: e, call: call, name: name}, nil
+	p, err := e.attach(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &podContainer{call: call, p: p}, nil
 }
+
+// newPod is the pod of shape called name, on Options.Node if set.
+func (e *Executor) newPod(shape *podShape, name string, deadlineSeconds int64) *corev1.Pod {
+	pod := shape.pod(name, e.opts.Namespace, e.instance, deadlineSeconds)
+	pod.Spec.NodeName = e.opts.Node
+	return pod
+}
+
+// deleteLater deletes pod name off the call's path: its call has ended
+// and the stub with it (the stub is the pod's first process: the kernel
+// killed whatever the call left running), so what remains is an API
+// object. Close waits for the deletions in flight; one that fails is
+// logged, and `dsh-sandbox reap` finds the pod by its labels.
+func (e *Executor) deleteLater(name string) {
+	e.deleting.Add(1)
+	go func() {
+		defer e.deleting.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), driver.TeardownTimeout)
+		defer cancel()
+		if err := e.deletePod(ctx, name); err != nil {
+			e.log.Error().Err(err).Str("pod", name).Msg("pod not deleted; `dsh-sandbox reap --backend kubernetes` removes it")
+		}
+	}()
+}
+
+// settle waits until the deletions deleteLater started are done.
+func (e *Executor) settle() { e.deleting.Wait() }
 
 // createAndWait creates pod and waits until its container runs. The
 // watch starts at the resource version the create returned, so it sees

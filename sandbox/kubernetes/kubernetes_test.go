@@ -3,9 +3,11 @@ package kubernetes
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/rs/zerolog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -110,18 +114,25 @@ func importTestImage(t testing.TB) {
 // the test ends, with warm pods per shape.
 func newTestExecutor(t testing.TB, warm int) *Executor {
 	t.Helper()
+	return newTestExecutorWith(t, func(o *Options) { o.Warm = warm })
+}
+
+// newTestExecutorWith is newTestExecutor with options set changes.
+func newTestExecutorWith(t testing.TB, set func(*Options)) *Executor {
+	t.Helper()
 	cfg := requireCluster(t)
 	importTestImage(t)
-	e, err := New(t.Context(), Options{
+	opts := Options{
 		Config:     cfg,
 		Namespace:  os.Getenv(envNamespace),
 		StateDir:   t.TempDir(),
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(envSeccompDir),
 		ImageEnv:   testImageEnv,
-		Warm:       warm,
 		Logger:     zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-	})
+	}
+	set(&opts)
+	e, err := New(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -150,8 +161,10 @@ func testPolicy(t testing.TB) sandbox.Policy {
 	return p
 }
 
-// leftovers lists e's pods.
+// leftovers lists e's pods, once the deletions of ended calls' pods are
+// done.
 func leftovers(e *Executor) []string {
+	e.settle()
 	pods, err := e.Pods(context.Background())
 	if err != nil {
 		return []string{"list pods: " + err.Error()}
@@ -231,6 +244,54 @@ func TestWarmPod(t *testing.T) {
 		seen[id] = true
 		// Give the pool time to refill so that the next call is warm.
 		waitWarm(t, e)
+	}
+}
+
+// TestNodePinned: with Options.Node every pod goes to that node without
+// the scheduler (no Scheduled event for it, while the kubelet's Started
+// comes), and is refused at New when the cluster has no such node.
+func TestNodePinned(t *testing.T) {
+	cfg := requireCluster(t)
+	cli, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := cli.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("list nodes = %v, %v", nodes, err)
+	}
+	node := nodes.Items[0].Name
+	if _, err := New(t.Context(), Options{Config: cfg, Namespace: os.Getenv(envNamespace), StateDir: t.TempDir(), Stub: stubPath, Node: "no-such-node"}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no-such-node") {
+		t.Errorf("New(Node: no-such-node) = %v, want ErrInvalid naming it", err)
+	}
+	e := newTestExecutorWith(t, func(o *Options) { o.Node = node })
+	res := run(t, e, request(t, testPolicy(t), "echo pinned"))
+	if res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.Text != "pinned\n" {
+		t.Fatalf("exit %v stdout %q stderr %q", res.ExitCode, res.Stdout.Text, res.Stderr.Text)
+	}
+	pod := res.Sandbox.ContainerID
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs, err := cli.CoreV1().Events(e.Namespace()).List(t.Context(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reasons []string
+		for _, ev := range evs.Items {
+			reasons = append(reasons, ev.Reason)
+		}
+		if slices.Contains(reasons, "Scheduled") || slices.Contains(reasons, "MissingClusterDNS") {
+			t.Fatalf("pod %s on node %s: events %v; want neither the scheduler's nor a DNS fallback", pod, node, reasons)
+		}
+		if slices.Contains(reasons, "Started") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: events %v after 60 s, want Started", pod, reasons)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -116,6 +116,10 @@ func newPodShape(p sandbox.Policy, plan sandbox.Plan, uid, gid uint32, stubPath 
 		AutomountServiceAccountToken:  &no,
 		EnableServiceLinks:            &no,
 		TerminationGracePeriodSeconds: ptr(int64(0)),
+		// The node's resolver configuration, named: under ClusterFirst a
+		// kubelet without a cluster DNS falls back to it anyway, with an
+		// event (two API writes) per pod.
+		DNSPolicy: corev1.DNSDefault,
 		SecurityContext: &corev1.PodSecurityContext{
 			RunAsUser:      &uid64,
 			RunAsGroup:     &gid64,

@@ -138,3 +138,21 @@ func TestPodShapeRoot(t *testing.T) {
 		t.Errorf("runtime class %v", sh.spec.RuntimeClassName)
 	}
 }
+
+// TestKubeletName: an image imported into a node must have a name the
+// kubelet finds there: with a registry part, not a Docker Hub short name.
+func TestKubeletName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"dsh-sandbox.local/dsh-sandbox-bench:latest": true,
+		"example.org:5000/a/b:2":                     true,
+		"localhost/tools":                            true,
+		"dsh-sandbox-bench:latest":                   false,
+		"tools":                                      false,
+		"someone/tools:3":                            false,
+		"Bad Name":                                   false,
+	} {
+		if err := KubeletName(name); (err == nil) != ok {
+			t.Errorf("KubeletName(%q) = %v, want ok %v", name, err, ok)
+		}
+	}
+}

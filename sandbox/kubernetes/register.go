@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,12 @@ const (
 	EnvSeccompDir = "DSH_SANDBOX_KUBE_SECCOMP_DIR"
 	EnvSeccomp    = "DSH_SANDBOX_KUBE_SECCOMP"
 	EnvWarm       = "DSH_SANDBOX_KUBE_WARM"
+	// EnvNode is Options.Node.
+	EnvNode = "DSH_SANDBOX_KUBE_NODE"
+	// EnvNodeContainerd is the node's containerd socket, on a
+	// single-node cluster whose node is this host: bench imports its
+	// image there (CRINamespace).
+	EnvNodeContainerd = "DSH_SANDBOX_KUBE_NODE_CONTAINERD"
 )
 
 // Descriptor describes the kubernetes backend to the registry: the
@@ -45,6 +52,16 @@ func Descriptor() backend.Descriptor {
 			return backend.Opened(New(ctx, opts))
 		},
 		Reaps: true,
+		Bench: &backend.Bench{
+			Baseline: "pod run (API)",
+			Image:    true,
+			// As the oci backend's user auto resolves on a workspace of
+			// root's, named: pods run without a user namespace.
+			User: "0:0",
+			Run: func(ctx context.Context, _ backend.Config, image string) (time.Duration, error) {
+				return BenchPodRun(ctx, os.Getenv(EnvNamespace), image)
+			},
+		},
 		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
 			opts, err := options(cfg)
 			if err != nil {
@@ -83,8 +100,14 @@ func options(cfg backend.Config) (Options, error) {
 		StateDir:   cfg.StateDir,
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(EnvSeccompDir),
+		Node:       os.Getenv(EnvNode),
 		Getenv:     cfg.Getenv,
 		Logger:     cfg.Logger,
+	}
+	if cfg.Pool != nil {
+		// The warm pool asked for (serve --pool, bench's warm series):
+		// as many pods per shape as it keeps slots per key.
+		opts.Warm = max(cfg.Pool.PerKey, 1)
 	}
 	switch v := os.Getenv(EnvSeccomp); v {
 	case "", "localhost":

@@ -27,7 +27,7 @@ type warmPool struct {
 }
 
 type warmPod struct {
-	name    string
+	p       *podProcess
 	created time.Time
 }
 
@@ -45,25 +45,22 @@ func (e *Executor) pool(shape *podShape) *warmPool {
 	return p
 }
 
-// take hands out a ready pod, if there is one young enough, and refills
-// the pool.
-func (p *warmPool) take() (string, bool) {
+// take hands out a ready pod, attached and answering, if there is one
+// young enough whose stream still stands, and refills the pool.
+func (p *warmPool) take() (*podProcess, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.fillLocked()
 	for len(p.ready) > 0 {
 		w := p.ready[0]
 		p.ready = p.ready[1:]
-		if time.Since(w.created) < WarmTTL {
-			return w.name, true
+		if time.Since(w.created) < WarmTTL && w.p.live() {
+			return w.p, true
 		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			_ = p.e.deletePod(context.Background(), w.name)
-		}()
+		w.p.close()
+		p.e.deleteLater(w.p.name)
 	}
-	return "", false
+	return nil, false
 }
 
 // fillLocked starts making pods until ready and pending ones reach the
@@ -76,16 +73,21 @@ func (p *warmPool) fillLocked() {
 	}
 }
 
-// make creates one warm pod and adds it to the pool once it runs.
+// make creates one warm pod, attaches to its stub and adds it to the
+// pool once the stub answers.
 func (p *warmPool) make() {
 	defer p.wg.Done()
 	name := podName()
 	deadline := p.shape.deadline(WarmTTL+p.shape.maxTimeout, p.e.opts.KillGrace)
-	err := p.e.createAndWait(p.ctx, p.ctx, p.shape.pod(name, p.e.opts.Namespace, p.e.instance, deadline))
+	err := p.e.createAndWait(p.ctx, p.ctx, p.e.newPod(p.shape, name, deadline))
+	var att *podProcess
+	if err == nil {
+		att, err = p.e.attach(p.ctx, name)
+	}
 	p.mu.Lock()
 	p.pending--
 	if err == nil && !p.closed {
-		p.ready = append(p.ready, warmPod{name: name, created: time.Now()})
+		p.ready = append(p.ready, warmPod{p: att, created: time.Now()})
 		p.mu.Unlock()
 		// A pod no call took within WarmTTL goes, and is not replaced:
 		// a shape (a session's) that gets no more calls keeps no pods.
@@ -93,6 +95,9 @@ func (p *warmPool) make() {
 		return
 	}
 	p.mu.Unlock()
+	if att != nil {
+		att.close()
+	}
 	if err != nil && p.ctx.Err() == nil {
 		p.e.log.Warn().Err(err).Str("pod", name).Msg("warm pod did not start")
 	}
@@ -104,17 +109,19 @@ func (p *warmPool) make() {
 // expire deletes the warm pod name if it still waits for a call.
 func (p *warmPool) expire(name string) {
 	p.mu.Lock()
-	i := slices.IndexFunc(p.ready, func(w warmPod) bool { return w.name == name })
+	i := slices.IndexFunc(p.ready, func(w warmPod) bool { return w.p.name == name })
 	if i < 0 || p.closed {
 		p.mu.Unlock()
 		return
 	}
+	att := p.ready[i].p
 	p.ready = slices.Delete(p.ready, i, i+1)
 	p.wg.Add(1)
 	p.mu.Unlock()
 	defer p.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	att.close()
 	if err := p.e.deletePod(ctx, name); err != nil {
 		p.e.log.Warn().Err(err).Str("pod", name).Msg("expired warm pod not deleted")
 	}
@@ -133,7 +140,8 @@ func (p *warmPool) close() error {
 	defer cancel()
 	var first error
 	for _, w := range ready {
-		if err := p.e.deletePod(ctx, w.name); err != nil && first == nil {
+		w.p.close()
+		if err := p.e.deletePod(ctx, w.p.name); err != nil && first == nil {
 			first = err
 		}
 	}
