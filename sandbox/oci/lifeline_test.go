@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -24,7 +25,7 @@ var stubRuntimes = []string{RuntimeRunc, RuntimeCrun}
 func gone(marker string, within time.Duration) (time.Duration, []string) {
 	t0 := time.Now()
 	for {
-		left := hostProcsWith(marker)
+		left := fixtures.HostProcsWith(marker)
 		if len(left) == 0 {
 			return time.Since(t0), nil
 		}
@@ -39,7 +40,7 @@ func gone(marker string, within time.Duration) (time.Duration, []string) {
 // command line.
 func visible(marker string, within time.Duration) bool {
 	for t0 := time.Now(); time.Since(t0) < within; time.Sleep(5 * time.Millisecond) {
-		if len(hostProcsWith(marker)) > 0 {
+		if len(fixtures.HostProcsWith(marker)) > 0 {
 			return true
 		}
 	}

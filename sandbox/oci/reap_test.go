@@ -169,7 +169,7 @@ func TestReapAfterCrash(t *testing.T) {
 					t.Errorf("cgroup %s of the dead instance remains (%v)", d, err)
 				}
 			}
-			if left := hostProcsWith(marker); len(left) > 0 {
+			if left := fixtures.HostProcsWith(marker); len(left) > 0 {
 				t.Errorf("processes of the dead instance survive:\n  %s", strings.Join(left, "\n  "))
 			}
 			entries, _ := os.ReadDir(reaper.bundlesDir())

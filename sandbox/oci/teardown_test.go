@@ -10,25 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // callSteps are the steps of a call at which a failure is injected.
 var callSteps = []string{"bundle", "rootfs", "config", "start", "started"}
-
-// hostProcsWith lists host processes whose command line contains marker.
-func hostProcsWith(marker string) []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(data), marker) {
-			continue
-		}
-		out = append(out, e.Name()+": "+strings.ReplaceAll(string(data), "\x00", " "))
-	}
-	return out
-}
 
 // waitForPidFile waits until the runtime has written the pid file of the
 // executor's only call, i.e. until its container runs.
@@ -97,7 +84,7 @@ func TestTeardownAfterInjectedFailure(t *testing.T) {
 					if left := leftovers(t, e); len(left) > 0 {
 						t.Errorf("after a failure at %q, left behind:\n  %s", step, strings.Join(left, "\n  "))
 					}
-					if left := hostProcsWith(marker); len(left) > 0 {
+					if left := fixtures.HostProcsWith(marker); len(left) > 0 {
 						t.Errorf("after a failure at %q, processes survive:\n  %s", step, strings.Join(left, "\n  "))
 					}
 				})

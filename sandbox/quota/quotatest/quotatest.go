@@ -44,6 +44,24 @@ func KernelHasProjectQuota(t *testing.T) bool {
 	return bytes.Contains(config, []byte("\nCONFIG_QFMT_V2=y"))
 }
 
+// PlainExt4 is what a test of project quotas checks instead when
+// LoopFS could not mount ext4 with them (mountErr): on a kernel without
+// CONFIG_QFMT_V2 it returns the mount point of a plain ext4 made by
+// LoopFS, on which quotas must be refused; on a kernel with it, the
+// failed mount fails the test.
+func PlainExt4(t *testing.T, mountErr error) string {
+	t.Helper()
+	if KernelHasProjectQuota(t) {
+		t.Fatalf("the kernel has CONFIG_QFMT_V2, yet ext4 with project quotas does not mount: %v", mountErr)
+	}
+	t.Logf("this kernel lacks CONFIG_QFMT_V2 (%v): checking the refusal on a plain ext4", mountErr)
+	mnt, err := LoopFS(t, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mnt
+}
+
 // LoopFS makes an ext4 file system of 64 MiB in an image in a temporary
 // directory (mkfs.ext4 with the extra options opts), mounts it on a loop
 // device with the mount options mopts (mount -o loop,…; the loop device
