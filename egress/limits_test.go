@@ -218,3 +218,50 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// TestCountsWriteInFlightAtClose: a Write whose bytes left before the
+// connection closed is counted in the record even when it returns only
+// after Close began (the writing goroutine was descheduled between the
+// write and its count, while the reply was read and the connection
+// closed).
+func TestCountsWriteInFlightAtClose(t *testing.T) {
+	p := newTestProxy(t, nil, Network{})
+	slow := &slowWriteConn{wrote: make(chan struct{}), closed: make(chan struct{})}
+	c := &countedConn{Conn: slow, p: p, rec: sandbox.Connection{Host: "web.test", Port: 80, Verdict: Allowed}}
+	if !p.track(c) {
+		t.Fatal("track refused a connection of an open proxy")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		done <- err
+	}()
+	<-slow.wrote
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Write = %v", err)
+	}
+	recs := p.close()
+	if len(recs) != 1 || recs[0].BytesUp != 18 {
+		t.Errorf("record %+v, want one connection of 18 bytes up", recs)
+	}
+}
+
+// slowWriteConn is a net.Conn whose Write takes the bytes, signals wrote
+// and returns only once the connection is closed.
+type slowWriteConn struct {
+	net.Conn
+	wrote, closed chan struct{}
+	once          sync.Once
+}
+
+func (c *slowWriteConn) Write(b []byte) (int, error) {
+	close(c.wrote)
+	<-c.closed
+	return len(b), nil
+}
+
+func (c *slowWriteConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
+}

@@ -438,9 +438,14 @@ func (p *proxy) close() []sandbox.Connection {
 // connection, which the proxy's tunnels use.
 type countedConn struct {
 	net.Conn
-	p         *proxy
-	rec       sandbox.Connection
-	up, down  atomic.Int64
+	p        *proxy
+	rec      sandbox.Connection
+	up, down atomic.Int64
+	// io is held shared by every Read and Write until its bytes are
+	// counted, and whole by Close before it records them: a Write whose
+	// reply arrived is counted even when the connection closes before
+	// the writing goroutine runs again.
+	io        sync.RWMutex
 	closeOnce sync.Once
 	// Of a terminated tunnel's upstream: the credential, the requests
 	// sent and how many of them got it.
@@ -449,12 +454,16 @@ type countedConn struct {
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
+	c.io.RLock()
+	defer c.io.RUnlock()
 	n, err := c.Conn.Read(b)
 	c.down.Add(int64(n))
 	return n, err
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	c.io.RLock()
+	defer c.io.RUnlock()
 	n, err := c.Conn.Write(b)
 	c.up.Add(int64(n))
 	return n, err
@@ -480,6 +489,10 @@ func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
 		c.p.untrack(c)
+		// The close ended every Read and Write in progress; wait until
+		// they counted their bytes.
+		c.io.Lock()
+		defer c.io.Unlock()
 		c.rec.BytesUp, c.rec.BytesDown = c.up.Load(), c.down.Load()
 		if c.cred != "" {
 			c.rec.Reason += "; " + credentialUse(c.cred, c.requests.Load(), c.injected.Load())
