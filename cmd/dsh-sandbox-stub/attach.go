@@ -181,6 +181,8 @@ func runAttached(raw bool) int {
 		Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
 	pid, err := syscall.ForkExec(path, c.Argv, attr)
 	stdinR.Close()
 	stdoutW.Close()
@@ -216,7 +218,7 @@ func runAttached(raw bool) int {
 		}()
 	}
 	exited := make(chan unix.WaitStatus, 1)
-	go reap(pid, exited)
+	go reap(pid, chld, exited)
 	gone := make(chan struct{})
 	go readInput(in, stdinW, pid, gone)
 

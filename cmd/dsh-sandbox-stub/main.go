@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,9 @@ func main() {
 }
 
 func run() int {
+	// One processor: the stub's goroutines mostly wait, and the runtime
+	// then starts no threads to run them in parallel.
+	runtime.GOMAXPROCS(1)
 	// Nobody in the container may read this process through /proc or
 	// ptrace it: not its memory, descriptors or environment.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -72,12 +76,20 @@ func run() int {
 		for range sigs {
 		}
 	}()
+	// The control channel is read and written through the runtime's
+	// poller, and the command reaped on SIGCHLD, so that waiting for
+	// either holds no thread: the threads the stub has when its call
+	// arrives are all it has (the executor counts them out of the
+	// call's task limit then).
+	if err := unix.SetNonblock(stub.ControlFD, true); err != nil {
+		return statusProtocol
+	}
 	ctl := os.NewFile(stub.ControlFD, "control")
 	if ctl == nil {
 		return statusProtocol
 	}
 	report(ctl, stub.Report{Kind: stub.Ready})
-	head, stdio, err := readHeader()
+	head, stdio, err := readHeader(ctl)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return statusKilled // the executor let the slot go
@@ -118,6 +130,8 @@ func run() int {
 		_ = unix.IoctlSetInt(0, unix.TIOCNOTTY, 0)
 		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
 	}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
 	pid, err := syscall.ForkExec(path, c.Argv, attr)
 	if err != nil {
 		status = statusCannotRun
@@ -138,7 +152,7 @@ func run() int {
 	report(ctl, stub.Report{Kind: stub.Started, Value: int32(pid)})
 
 	exited := make(chan unix.WaitStatus, 1)
-	go reap(pid, exited)
+	go reap(pid, chld, exited)
 	gone := make(chan struct{})
 	go func() {
 		var b [1]byte
@@ -161,16 +175,25 @@ func run() int {
 }
 
 // readHeader reads the header of the call message from the control
-// channel with the descriptors attached to it (close-on-exec): the
-// command's stdin, stdout and stderr, or none.
-func readHeader() ([]byte, []int, error) {
+// channel ctl (non-blocking) with the descriptors attached to it
+// (close-on-exec): the command's stdin, stdout and stderr, or none.
+func readHeader(ctl *os.File) ([]byte, []int, error) {
+	rc, err := ctl.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
 	head := make([]byte, stub.HeaderSize)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	var fds []int
 	for n := 0; n < len(head); {
-		rn, oobn, _, _, err := unix.Recvmsg(stub.ControlFD, head[n:], oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
+		var rn, oobn int
+		var err error
+		rerr := rc.Read(func(fd uintptr) bool {
+			rn, oobn, _, _, err = unix.Recvmsg(int(fd), head[n:], oob, unix.MSG_CMSG_CLOEXEC)
+			return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)
+		})
+		if err == nil {
+			err = rerr
 		}
 		if err != nil {
 			return nil, nil, err
@@ -199,21 +222,24 @@ func readHeader() ([]byte, []int, error) {
 	return head, fds, nil
 }
 
-// reap waits for every child (pid 1 inherits the orphans of the
-// container) and sends the wait status of pid once it ends.
-func reap(pid int, exited chan<- unix.WaitStatus) {
-	for {
-		var ws unix.WaitStatus
-		wpid, err := unix.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if wpid == pid {
-			exited <- ws
-			return
+// reap reaps every child that ended (pid 1 inherits the orphans of the
+// container) each time chld (SIGCHLD) fires, and sends the wait status
+// of pid once it ends.
+func reap(pid int, chld <-chan os.Signal, exited chan<- unix.WaitStatus) {
+	for range chld {
+		for {
+			var ws unix.WaitStatus
+			wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || wpid <= 0 {
+				break // none ended (0), or no children left
+			}
+			if wpid == pid {
+				exited <- ws
+				return
+			}
 		}
 	}
 }

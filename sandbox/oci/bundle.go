@@ -67,6 +67,10 @@ type bundle struct {
 	// without a user namespace): what the executor creates in the
 	// container's own file systems belongs to it.
 	rootUID, rootGID uint32
+	// tasks is the call's task limit (0: none) when the container runs
+	// the stub: its pids.max is higher by stubTaskReserve until Bind
+	// (see limitTasks).
+	tasks int64
 }
 
 // inNamespace runs f in the runtime's mount namespace.

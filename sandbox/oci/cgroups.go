@@ -180,6 +180,64 @@ func withinRoot(root, p string) (string, bool) {
 	return "", false
 }
 
+// controllerDir returns the directory of the absolute cgroup path p in
+// the hierarchy of controller: the cgroup v1 one, or the cgroup2 one on
+// a pure cgroup2 host; "" when the host has neither.
+func (l cgroupLayout) controllerDir(p, controller string) string {
+	for _, m := range l.mounts {
+		if m.v2 != l.v2 || (!m.v2 && !slices.Contains(m.subsystems, controller)) {
+			continue
+		}
+		if inner, ok := withinRoot(m.root, p); ok {
+			return filepath.Join(m.point, inner)
+		}
+	}
+	return ""
+}
+
+// stubTaskReserve is how many tasks above the call's limit the container
+// of a stub may hold until Bind: room for the stub's own threads (a Go
+// program's; 7 or 8 of them measured when it reports Ready).
+const stubTaskReserve = 32
+
+// reserveStubTasks raises the task limit of spec, the spec of a stub's
+// container, by stubTaskReserve and returns the call's limit (0: none).
+func reserveStubTasks(spec *specs.Spec) int64 {
+	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Pids == nil {
+		return 0
+	}
+	pids := spec.Linux.Resources.Pids
+	if pids.Limit == nil || *pids.Limit <= 0 {
+		return 0
+	}
+	limit := *pids.Limit
+	pids.Limit = ptr(limit + stubTaskReserve)
+	return limit
+}
+
+// limitTasks sets the task limit of cgroup path p, a stub's container
+// whose stub waits for its call, to limit plus the tasks in it now (the
+// stub's threads): the command then gets the call's limit whole, and
+// the stub's threads do not count against it.
+func (l cgroupLayout) limitTasks(p string, limit int64) error {
+	dir := l.controllerDir(p, "pids")
+	if dir == "" {
+		return fmt.Errorf("no pids cgroup hierarchy for %s", p)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return fmt.Errorf("pids cgroup %s: %w", dir, err)
+	}
+	stub, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("pids cgroup %s: pids.current: %w", dir, err)
+	}
+	if err := writeCgroupFile(filepath.Join(dir, "pids.max"), strconv.FormatInt(limit+stub, 10)); err != nil {
+		return fmt.Errorf("pids cgroup %s: limit: %w", dir, err)
+	}
+	return nil
+}
+
 // removeCgroupDirs removes each cgroup directory and everything below it,
 // deepest first, and verifies that none remains. A directory that still
 // holds tasks is retried for a short while (a runtime's helper processes
@@ -299,15 +357,7 @@ func (l cgroupLayout) prepareOOMAccounting(p string, spec *specs.Spec) (*oomWatc
 	if mem.Limit == nil || *mem.Limit <= 0 {
 		return nil, nil
 	}
-	var dir string
-	for _, m := range l.mounts {
-		if m.v2 || !slices.Contains(m.subsystems, "memory") {
-			continue
-		}
-		if inner, ok := withinRoot(m.root, p); ok {
-			dir = filepath.Join(m.point, inner)
-		}
-	}
+	dir := l.controllerDir(p, "memory")
 	if dir == "" {
 		return nil, nil // no memory hierarchy: the runtime has none to limit either
 	}

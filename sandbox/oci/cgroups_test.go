@@ -58,6 +58,33 @@ func TestCgroupLayoutDirsFor(t *testing.T) {
 	}
 }
 
+// TestCgroupLayoutControllerDir: a controller's directory is that of
+// its v1 hierarchy on a hybrid host (never the controller-less cgroup2
+// mount), the cgroup2 one on a pure cgroup2 host, and none where no
+// mount has it.
+func TestCgroupLayoutControllerDir(t *testing.T) {
+	hybrid := cgroupLayout{mounts: []cgroupMount{
+		{point: "/sys/fs/cgroup/unified", root: "/", v2: true},
+		{point: "/sys/fs/cgroup/memory", root: "/", subsystems: []string{"memory"}},
+		{point: "/sys/fs/cgroup/pids", root: "/", subsystems: []string{"pids"}},
+	}, hybrid: true}
+	v2 := cgroupLayout{mounts: []cgroupMount{{point: "/sys/fs/cgroup", root: "/", v2: true}}, v2: true}
+	for _, tc := range []struct {
+		l          cgroupLayout
+		controller string
+		want       string
+	}{
+		{hybrid, "pids", "/sys/fs/cgroup/pids/d/c"},
+		{hybrid, "memory", "/sys/fs/cgroup/memory/d/c"},
+		{hybrid, "rdma", ""},
+		{v2, "pids", "/sys/fs/cgroup/d/c"},
+	} {
+		if got := tc.l.controllerDir("/d/c", tc.controller); got != tc.want {
+			t.Errorf("controllerDir(%q) = %q, want %q", tc.controller, got, tc.want)
+		}
+	}
+}
+
 func TestWithinRootCases(t *testing.T) {
 	for _, tc := range []struct {
 		root, p, want string

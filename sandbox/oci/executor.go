@@ -556,6 +556,9 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
 		}
 	}
+	if usesStub(e.rt.name) {
+		b.tasks = reserveStubTasks(spec)
+	}
 	oom, err := e.layout.prepareOOMAccounting(cgroupsPath(e.instance, call.ID), spec)
 	if err != nil {
 		return nil, internal(err)

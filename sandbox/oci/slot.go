@@ -298,6 +298,11 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: mount the session directory: %v", call.ID, err)
 			}
 		}
+		if s.b.tasks > 0 {
+			if err := s.e.layout.limitTasks(containerCgroupsPath(s.e.instance, s.call.ID), s.b.tasks); err != nil {
+				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: task limit: %v", call.ID, err)
+			}
+		}
 		msg, err := (&stub.Call{
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,

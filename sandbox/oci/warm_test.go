@@ -260,3 +260,31 @@ func TestWarmNewSession(t *testing.T) {
 		})
 	}
 }
+
+// TestStubOutsideTaskLimit: the stub's threads do not count against the
+// call's task limit. Under limits.pids 16 a shell starting up to 40 background
+// sleeps gets 15 of them (the shell is the 16th task), or 14 when the
+// stub started a thread after its call was bound; before, the stub's
+// 7 or 8 threads left it about half.
+func TestStubOutsideTaskLimit(t *testing.T) {
+	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
+		t.Run(rt, func(t *testing.T) {
+			e := newTestExecutor(t, rt)
+			p := testPolicy(t, rt)
+			p.Limits.Pids = 16
+			res, err := e.Run(context.Background(), &sandbox.Request{
+				// dash, which does not retry a refused fork as bash does.
+				Argv:      []string{"/bin/sh", "-c", `i=0; while [ $i -lt 40 ] && { sleep 30 & } 2>/dev/null; do echo started; i=$((i+1)); done; kill $(jobs -p)`},
+				Session:   sandbox.Session{ID: "s", Cwd: t.TempDir()},
+				Policy:    p,
+				TimeoutMs: 20000,
+			})
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if n := strings.Count(res.Stdout.Text, "started"); n < 14 || n > 15 {
+				t.Errorf("%d background sleeps under limits.pids 16, want 14 or 15 (stderr %q)", n, res.Stderr.Text)
+			}
+		})
+	}
+}
