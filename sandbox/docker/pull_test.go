@@ -13,6 +13,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // pullFixture is a loopback registry holding a runnable busybox image
@@ -262,4 +263,43 @@ func TestEngineInsecure(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "registry.invalid:5000") || !strings.Contains(err.Error(), "insecure-registries") {
 		t.Errorf("registry the engine reaches over HTTPS only: %v, want ErrInvalid naming it and the engine's insecure-registries", err)
 	}
+}
+
+// TestConformancePulledImage runs the sandboxtest suite, unchanged, on
+// an image the engine pulled from a loopback registry, named by its
+// digest; the image's environment (with FROM_REGISTRY=yes) is the one
+// the suite's exact-environment cases expect, so they see the pulled
+// image and not the imported test image.
+func TestConformancePulledImage(t *testing.T) {
+	requireEngine(t)
+	var tar bytes.Buffer
+	if err := testRootfsTar(&tar); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + images.DefaultPath, "FROM_REGISTRY=yes"}
+	reg := fixtures.StartRegistry(t)
+	tag := reg.Ref("conformance:1")
+	digest := reg.Push(t, tag, fixtures.ImageFromTar(t, tar.Bytes(), env...))
+	regs, err := images.LoadRegistries("", []string{reg.Host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t)
+	p.Image = reg.Ref("conformance") + "@" + digest
+	var e *Executor
+	sandboxtest.Run(t, sandboxtest.Config{
+		New: func(t *testing.T) sandbox.Executor {
+			e = newTestExecutor(t)
+			t.Cleanup(func() { removeRepo(e, reg.Ref("conformance")) })
+			img, err := e.PullImage(t.Context(), tag, images.PullOptions{Registries: regs})
+			if err != nil || img.Digest != digest {
+				t.Fatalf("pull %s: %+v, %v; want digest %s", tag, img, err, digest)
+			}
+			return e
+		},
+		Policy:    p,
+		ImageEnv:  env,
+		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
+		Isolated:  true,
+	})
 }
