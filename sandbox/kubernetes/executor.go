@@ -324,7 +324,11 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if err != nil {
 		return driver.Target{}, nil, err
 	}
-	shape, err := newPodShape(req.Policy, plan, uid, gid, e.opts.Stub, seccomp, runtimeClass)
+	image, digest, err := e.podImage(ctx, req.Policy.Image)
+	if err != nil {
+		return driver.Target{}, nil, err
+	}
+	shape, err := newPodShape(req.Policy, image, plan, uid, gid, e.opts.Stub, seccomp, runtimeClass)
 	if err != nil {
 		return driver.Target{}, nil, err
 	}
@@ -335,7 +339,9 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 			Backend: Backend,
 			Runtime: string(req.Policy.Runtime),
 			Image:   req.Policy.Image,
-			Policy:  req.Policy.Name,
+			// The digest the pod spec names, resolved once above.
+			ImageDigest: digest,
+			Policy:      req.Policy.Name,
 		},
 	}, shape, nil
 }

@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/distribution/reference"
@@ -28,6 +30,12 @@ func KubeletName(name string) error {
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
 	}
+	return kubeletReference(name, canon)
+}
+
+// kubeletReference checks that canon, the canonical form of the image
+// reference name, is the reference a kubelet looks up.
+func kubeletReference(name, canon string) error {
 	ref, err := reference.ParseNormalizedNamed(canon)
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
@@ -36,6 +44,76 @@ func KubeletName(name string) error {
 		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: the kubelet would look for %q, and an image imported into containerd is stored as %q: name it with a registry part, e.g. dsh-sandbox.local/%s", name, ref.String(), canon, canon)
 	}
 	return nil
+}
+
+// podImage resolves the policy's image to the reference the pod spec
+// names, once per call, and the digest the call runs: a digest
+// reference ("repository@sha256:…") as it is; a tag as
+// repository@sha256:… when the nodes' image lists (node status, which
+// the kubelet keeps) show a digest of the repository on the image of
+// that tag, as for an image pulled into the nodes' container runtime
+// (`images pull --backend containerd` into namespace k8s.io). Nodes that
+// disagree on the tag's digest refuse the call. A tag the nodes know by
+// no digest (an image imported by name) stays a tag, with no digest.
+func (e *Executor) podImage(ctx context.Context, name string) (image, digest string, err error) {
+	canon, err := dshimages.CanonicalReference(name)
+	if err != nil {
+		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.image: %v", err)
+	}
+	if err := kubeletReference(name, canon); err != nil {
+		return "", "", err
+	}
+	if _, d, pinned := strings.Cut(canon, "@"); pinned {
+		return canon, d, nil
+	}
+	var nodes []corev1.Node
+	if e.opts.Node != "" {
+		n, err := e.cli.CoreV1().Nodes().Get(ctx, e.opts.Node, metav1.GetOptions{})
+		if err != nil {
+			return "", "", classify(err, "policy.image %q: node %s", name, e.opts.Node)
+		}
+		nodes = []corev1.Node{*n}
+	} else {
+		l, err := e.cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", "", classify(err, "policy.image %q: list nodes", name)
+		}
+		nodes = l.Items
+	}
+	return nodeDigest(name, canon, nodes)
+}
+
+// nodeDigest is podImage's answer for the tag canon (policy.image name)
+// from the image lists of nodes.
+func nodeDigest(name, canon string, nodes []corev1.Node) (image, digest string, err error) {
+	repo := canon[:strings.LastIndexByte(canon, ':')]
+	found := map[string][]string{} // digest: nodes
+	for _, n := range nodes {
+		for _, img := range n.Status.Images {
+			if !slices.Contains(img.Names, canon) {
+				continue
+			}
+			for _, in := range img.Names {
+				if d, ok := strings.CutPrefix(in, repo+"@"); ok && !slices.Contains(found[d], n.Name) {
+					found[d] = append(found[d], n.Name)
+				}
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return canon, "", nil
+	case 1:
+		for d := range found {
+			return repo + "@" + d, d, nil
+		}
+	}
+	var parts []string
+	for d, ns := range found {
+		parts = append(parts, d+" on "+strings.Join(ns, ", "))
+	}
+	slices.Sort(parts)
+	return "", "", sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.image %q names different images on the nodes (%s): name one by digest (%s@sha256:…), or make the nodes agree", name, strings.Join(parts, "; "), repo)
 }
 
 // BenchPodRun is bench's baseline of this backend: a pod running true on

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
@@ -48,12 +47,8 @@ var (
 )
 
 // newPodShape builds the pod spec of a call of policy p with plan, run as
-// uid:gid.
-func newPodShape(p sandbox.Policy, plan sandbox.Plan, uid, gid uint32, stubPath string, seccomp *corev1.SeccompProfile, runtimeClass string) (*podShape, error) {
-	image, err := images.CanonicalName(p.Image)
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.image: %v", err)
-	}
+// uid:gid, on image (policy.image as podImage resolved it).
+func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uint32, stubPath string, seccomp *corev1.SeccompProfile, runtimeClass string) (*podShape, error) {
 	uid64, gid64 := int64(uid), int64(gid)
 	nonRoot := uid != 0
 	no, yes := false, true

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func TestPodShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "dsh-sandbox/abc.json"
-	sh, err := newPodShape(p, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
+	sh, err := newPodShape(p, p.Image, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +100,13 @@ func TestPodShape(t *testing.T) {
 		t.Errorf("labels %v", pod.Labels)
 	}
 	// The same shape for the same policy and session: a warm pod fits.
-	sh2, _ := newPodShape(p, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
+	sh2, _ := newPodShape(p, p.Image, plan, 1000, 1000, "/opt/stub", &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, "")
 	if sh2.key != sh.key {
 		t.Error("equal shapes have different keys")
 	}
 	// Another session's directory is another shape.
 	plan3, _ := policy.Plan(p, sandbox.Session{ID: "s2", Cwd: ws, TranscriptDir: tr + "x"}, policy.Identity{UID: 1000, GID: 1000})
-	sh3, _ := newPodShape(p, plan3, 1000, 1000, "/opt/stub", nil, "")
+	sh3, _ := newPodShape(p, p.Image, plan3, 1000, 1000, "/opt/stub", nil, "")
 	if sh3.key == sh.key {
 		t.Error("shapes of different sessions share a key")
 	}
@@ -126,7 +127,7 @@ func TestPodShapeRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := newPodShape(p, plan, 0, 0, "/opt/stub", nil, "runsc")
+	sh, err := newPodShape(p, p.Image, plan, 0, 0, "/opt/stub", nil, "runsc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +154,48 @@ func TestKubeletName(t *testing.T) {
 	} {
 		if err := KubeletName(name); (err == nil) != ok {
 			t.Errorf("KubeletName(%q) = %v, want ok %v", name, err, ok)
+		}
+	}
+}
+
+// TestNodeDigest: a tag resolves to the digest the nodes' image lists
+// show for it, stays a tag when they show none, and is refused when
+// nodes disagree.
+func TestNodeDigest(t *testing.T) {
+	const repo = "reg.example/tools"
+	a, b := "sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("b", 64)
+	node := func(name string, imgs ...[]string) corev1.Node {
+		n := corev1.Node{}
+		n.Name = name
+		for _, names := range imgs {
+			n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: names})
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name         string
+		nodes        []corev1.Node
+		image, error string
+	}{
+		{"pinned", []corev1.Node{node("n1", []string{repo + ":1", repo + "@" + a}, []string{repo + ":2", repo + "@" + b})}, repo + "@" + a, ""},
+		{"agree", []corev1.Node{node("n1", []string{repo + "@" + a, repo + ":1"}), node("n2", []string{repo + ":1", "other.example/x@" + b, repo + "@" + a})}, repo + "@" + a, ""},
+		{"imported", []corev1.Node{node("n1", []string{repo + ":1"}, []string{repo + "@" + b})}, repo + ":1", ""},
+		{"absent", []corev1.Node{node("n1")}, repo + ":1", ""},
+		{"disagree", []corev1.Node{node("n1", []string{repo + ":1", repo + "@" + a}), node("n2", []string{repo + ":1", repo + "@" + b})}, "", a + " on n1; " + b + " on n2"},
+	} {
+		image, digest, err := nodeDigest("tools", repo+":1", tc.nodes)
+		if tc.error != "" {
+			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.error) || !strings.Contains(err.Error(), `"tools"`) {
+				t.Errorf("%s: %q, %v; want ErrInvalid naming %q", tc.name, image, err, tc.error)
+			}
+			continue
+		}
+		want := ""
+		if i := strings.IndexByte(tc.image, '@'); i >= 0 {
+			want = tc.image[i+1:]
+		}
+		if err != nil || image != tc.image || digest != want {
+			t.Errorf("%s: %q %q %v, want %q %q", tc.name, image, digest, err, tc.image, want)
 		}
 	}
 }
