@@ -441,8 +441,8 @@ Examples:
 
 // pullDisplay returns the progress callback of images pull: JSON events
 // on stdout with --json (layer events at most every 250 ms per layer,
-// and at each layer's start and end), a progress bar per layer on a
-// terminal, else nothing.
+// and at each layer's start and end), a progress bar per layer (its
+// index, digest and size) on a terminal, else nothing.
 func pullDisplay(c *cli.Context) func(images.PullEvent) {
 	if c.Bool("json") {
 		var last time.Time
@@ -467,7 +467,7 @@ func pullDisplay(c *cli.Context) func(images.PullEvent) {
 		case "verified":
 			fmt.Fprintf(w, "signature verified: key %s\n", e.Signer)
 		case "layer":
-			bar(fmt.Sprintf("layer %d/%d %.19s", e.Index, e.Layers, e.Layer), e.Done, e.Total)
+			bar(fmt.Sprintf("layer %d/%d %.19s (%d bytes)", e.Index, e.Layers, e.Layer, e.Total), e.Done, e.Total)
 		case "stored":
 			fmt.Fprintln(w)
 		}

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/console"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
@@ -93,6 +97,61 @@ func TestImagesPullCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &listed); err != nil || len(listed) != 2 { // host and tools:1
 		t.Errorf("images list --json after refusals = %s (%v), want host and tools:1 only", stdout, err)
 	}
+}
+
+// TestImagesPullProgressOnTerminal: images pull draws the resolved
+// digest and a bar per layer (index, digest, size) on a terminal, and
+// nothing when stderr is not one.
+func TestImagesPullProgressOnTerminal(t *testing.T) {
+	reg := fixtures.StartRegistry(t)
+	img := fixtures.TestImage(t, map[string]string{"payload": strings.Repeat("x", 64<<10)})
+	digest := reg.Push(t, reg.Ref("tools:1"), img)
+	layer := fixtures.LayerDigest(t, img)
+	args := []string{"images", "pull", "--data-dir", t.TempDir(), "--insecure-registries", reg.Host, reg.Ref("tools:1")}
+
+	if _, stderr, code := run(t, args...); code != 0 || stderr != "" {
+		t.Fatalf("images pull without a terminal exited %d, stderr %q; want 0 and nothing drawn", code, stderr)
+	}
+	args[3] = t.TempDir() // a fresh store: the pull fetches again
+	pair, err := console.Open(sandbox.WindowSize{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	var drawn bytes.Buffer
+	done := pair.Relay(nil, &drawn)
+	var stdout bytes.Buffer
+	app := newApp(&stdout, pair.Slave)
+	app.Reader = bytes.NewReader(nil)
+	err = app.Run(flagsFirst(app, append([]string{"dsh-sandbox"}, args...)))
+	pair.CloseSlave()
+	<-done
+	if err != nil {
+		t.Fatalf("images pull on a terminal: %v", err)
+	}
+	size, err := layerSize(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := drawn.String()
+	for _, want := range []string{
+		reg.Ref("tools:1") + ": " + digest,
+		fmt.Sprintf("layer 1/1 %.19s (%d bytes): [", layer, size),
+		"] 100%",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal shows %q, want %q in it", out, want)
+		}
+	}
+}
+
+// layerSize is the compressed size of img's one layer.
+func layerSize(img v1.Image) (int64, error) {
+	ls, err := img.Layers()
+	if err != nil || len(ls) != 1 {
+		return 0, fmt.Errorf("layers: %d, %v", len(ls), err)
+	}
+	return ls[0].Size()
 }
 
 // TestPullingExecutorRefusesBeforeRunning runs calls through the executor
