@@ -121,6 +121,11 @@ type Executor struct {
 	poolsMu sync.Mutex
 	pools   map[string]*warmPool
 
+	// nodes are the nodes' image lists podImage last read, at nodesAt.
+	nodesMu sync.Mutex
+	nodesAt time.Time
+	nodes   []corev1.Node
+
 	deleting sync.WaitGroup // deleteLater's deletions in flight
 }
 

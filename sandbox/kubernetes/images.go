@@ -52,7 +52,8 @@ func kubeletReference(name, canon string) error {
 // repository@sha256:… when the nodes' image lists (node status, which
 // the kubelet keeps) show a digest of the repository on the image of
 // that tag, as for an image pulled into the nodes' container runtime
-// (`images pull --backend containerd` into namespace k8s.io). Nodes that
+// (`images pull --backend containerd` into namespace k8s.io); the lists
+// are at most nodeImagesTTL older than the kubelet's. Nodes that
 // disagree on the tag's digest refuse the call. A tag the nodes know by
 // no digest (an image imported by name) stays a tag, with no digest.
 func (e *Executor) podImage(ctx context.Context, name string) (image, digest string, err error) {
@@ -66,21 +67,47 @@ func (e *Executor) podImage(ctx context.Context, name string) (image, digest str
 	if _, d, pinned := strings.Cut(canon, "@"); pinned {
 		return canon, d, nil
 	}
-	var nodes []corev1.Node
+	nodes, err := e.nodeImages(ctx)
+	if err != nil {
+		return "", "", classify(err, "policy.image %q: the nodes' image lists", name)
+	}
+	return nodeDigest(name, canon, nodes)
+}
+
+// nodeImagesTTL is how long podImage reuses the nodes' image lists: the
+// kubelet refreshes them no faster, and a call then costs no read of
+// every node's status.
+const nodeImagesTTL = 10 * time.Second
+
+// nodeImages returns the name and status.images of the nodes pods may
+// run on (Options.Node alone when set), read at most once per
+// nodeImagesTTL.
+func (e *Executor) nodeImages(ctx context.Context) ([]corev1.Node, error) {
+	e.nodesMu.Lock()
+	defer e.nodesMu.Unlock()
+	if e.nodes != nil && time.Since(e.nodesAt) < nodeImagesTTL {
+		return e.nodes, nil
+	}
+	var items []corev1.Node
 	if e.opts.Node != "" {
 		n, err := e.cli.CoreV1().Nodes().Get(ctx, e.opts.Node, metav1.GetOptions{})
 		if err != nil {
-			return "", "", classify(err, "policy.image %q: node %s", name, e.opts.Node)
+			return nil, err
 		}
-		nodes = []corev1.Node{*n}
+		items = []corev1.Node{*n}
 	} else {
 		l, err := e.cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return "", "", classify(err, "policy.image %q: list nodes", name)
+			return nil, err
 		}
-		nodes = l.Items
+		items = l.Items
 	}
-	return nodeDigest(name, canon, nodes)
+	nodes := make([]corev1.Node, len(items))
+	for i, n := range items {
+		nodes[i].Name, nodes[i].Status.Images = n.Name, n.Status.Images
+	}
+	e.nodes, e.nodesAt = nodes, time.Now()
+	return nodes, nil
 }
 
 // nodeDigest is podImage's answer for the tag canon (policy.image name)
