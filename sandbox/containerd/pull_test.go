@@ -11,7 +11,11 @@ import (
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
+
+// pulledEnv is the environment of the image pushRunnable pushes.
+var pulledEnv = []string{"PATH=" + dshimages.DefaultPath, "FROM_REGISTRY=yes"}
 
 // pushRunnable pushes the busybox test image (with FROM_REGISTRY=yes in
 // its environment) to reg as tools:1 and returns its digest.
@@ -19,9 +23,9 @@ func pushRunnable(t *testing.T, reg *fixtures.Registry) string {
 	t.Helper()
 	var tar bytes.Buffer
 	if err := dshimages.BusyboxWith(&tar, "bash"); err != nil {
-		t.Skipf("cannot build the busybox test image: %v", err)
+		t.Fatalf("cannot build the busybox test image (install busybox-static and bash): %v", err)
 	}
-	return reg.Push(t, reg.Ref("tools:1"), fixtures.ImageFromTar(t, tar.Bytes(), "PATH="+dshimages.DefaultPath, "FROM_REGISTRY=yes"))
+	return reg.Push(t, reg.Ref("tools:1"), fixtures.ImageFromTar(t, tar.Bytes(), pulledEnv...))
 }
 
 // repoImages lists the names of the namespace's image records of
@@ -140,5 +144,51 @@ func TestPullImage(t *testing.T) {
 	}
 	if left := repoImages(t, e, repo); len(left) != 0 {
 		t.Errorf("image records after RemoveImage: %v", left)
+	}
+}
+
+// TestConformancePulledImage runs the sandboxtest suite, unchanged, on
+// an image pulled from a loopback registry without credentials (by tag
+// and by digest), named by its digest; the image's environment (with FROM_REGISTRY=yes) is the
+// one the suite's exact-environment cases expect, so they see the pulled
+// image and not the imported test image.
+func TestConformancePulledImage(t *testing.T) {
+	testAddress(t)
+	reg := fixtures.StartRegistry(t)
+	digest := pushRunnable(t, reg)
+	repo, tag := reg.Ref("tools"), reg.Ref("tools:1")
+	regs, err := dshimages.LoadRegistries("", []string{reg.Host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t)
+	p.Image = repo + "@" + digest
+	// The pulls, and the removal of the images once the suite's
+	// executor is closed, go through an executor of their own.
+	puller := newTestExecutor(t)
+	t.Cleanup(func() {
+		for _, n := range repoImages(t, puller, repo) {
+			_ = puller.cli.ImageService().Delete(puller.ctx(context.Background()), n)
+		}
+	})
+	for _, ref := range []string{tag, p.Image} {
+		img, err := puller.PullImage(t.Context(), ref, dshimages.PullOptions{Registries: regs})
+		if err != nil || img.Digest != digest {
+			t.Fatalf("pull %s without credentials: %+v, %v; want digest %s", ref, img, err, digest)
+		}
+	}
+	var e *Executor
+	sandboxtest.Run(t, sandboxtest.Config{
+		New: func(t *testing.T) sandbox.Executor {
+			e = newTestExecutor(t)
+			return e
+		},
+		Policy:    p,
+		ImageEnv:  pulledEnv,
+		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
+		Isolated:  true,
+	})
+	if left := repoImages(t, puller, repo); len(left) != 2 {
+		t.Errorf("image records of %s after the suite: %v, want the tag and the digest", repo, left)
 	}
 }

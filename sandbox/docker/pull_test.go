@@ -286,15 +286,18 @@ func TestConformancePulledImage(t *testing.T) {
 	}
 	p := testPolicy(t)
 	p.Image = reg.Ref("conformance") + "@" + digest
+	// The pull, and the removal of the image once the suite's executor
+	// is closed, go through an executor of their own.
+	puller := newTestExecutor(t)
+	t.Cleanup(func() { removeRepo(puller, reg.Ref("conformance")) })
+	img, err := puller.PullImage(t.Context(), tag, images.PullOptions{Registries: regs})
+	if err != nil || img.Digest != digest {
+		t.Fatalf("pull %s: %+v, %v; want digest %s", tag, img, err, digest)
+	}
 	var e *Executor
 	sandboxtest.Run(t, sandboxtest.Config{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
-			t.Cleanup(func() { removeRepo(e, reg.Ref("conformance")) })
-			img, err := e.PullImage(t.Context(), tag, images.PullOptions{Registries: regs})
-			if err != nil || img.Digest != digest {
-				t.Fatalf("pull %s: %+v, %v; want digest %s", tag, img, err, digest)
-			}
 			return e
 		},
 		Policy:    p,
