@@ -187,14 +187,22 @@ func mountsBelow(t testing.TB, dir string) []string {
 // TestConformance runs the sandboxtest suite on the daemon, unchanged.
 func TestConformance(t *testing.T) {
 	testAddress(t)
+	conformance(t, testImage, testImageEnv)
+}
+
+// conformance runs the sandboxtest suite, unchanged, on image, whose
+// environment is env.
+func conformance(t *testing.T, image string, env []string) {
+	p := testPolicy(t)
+	p.Image = image
 	var e *Executor
 	sandboxtest.Run(t, sandboxtest.Config{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
 			return e
 		},
-		Policy:    testPolicy(t),
-		ImageEnv:  testImageEnv,
+		Policy:    p,
+		ImageEnv:  env,
 		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
 		Isolated:  true,
 	})

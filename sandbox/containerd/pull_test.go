@@ -11,7 +11,6 @@ import (
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // pulledEnv is the environment of the image pushRunnable pushes.
@@ -161,8 +160,6 @@ func TestConformancePulledImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := testPolicy(t)
-	p.Image = repo + "@" + digest
 	// The pulls, and the removal of the images once the suite's
 	// executor is closed, go through an executor of their own.
 	puller := newTestExecutor(t)
@@ -171,23 +168,14 @@ func TestConformancePulledImage(t *testing.T) {
 			_ = puller.cli.ImageService().Delete(puller.ctx(context.Background()), n)
 		}
 	})
-	for _, ref := range []string{tag, p.Image} {
+	pinned := repo + "@" + digest
+	for _, ref := range []string{tag, pinned} {
 		img, err := puller.PullImage(t.Context(), ref, dshimages.PullOptions{Registries: regs})
 		if err != nil || img.Digest != digest {
 			t.Fatalf("pull %s without credentials: %+v, %v; want digest %s", ref, img, err, digest)
 		}
 	}
-	var e *Executor
-	sandboxtest.Run(t, sandboxtest.Config{
-		New: func(t *testing.T) sandbox.Executor {
-			e = newTestExecutor(t)
-			return e
-		},
-		Policy:    p,
-		ImageEnv:  pulledEnv,
-		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
-		Isolated:  true,
-	})
+	conformance(t, pinned, pulledEnv)
 	if left := repoImages(t, puller, repo); len(left) != 2 {
 		t.Errorf("image records of %s after the suite: %v, want the tag and the digest", repo, left)
 	}

@@ -147,14 +147,22 @@ func leftovers(t testing.TB, e *Executor) []string {
 // TestConformance runs the sandboxtest suite on the engine, unchanged.
 func TestConformance(t *testing.T) {
 	requireEngine(t)
+	conformance(t, testImage, testImageEnv)
+}
+
+// conformance runs the sandboxtest suite, unchanged, on image, whose
+// environment is env.
+func conformance(t *testing.T, image string, env []string) {
+	p := testPolicy(t)
+	p.Image = image
 	var e *Executor
 	sandboxtest.Run(t, sandboxtest.Config{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
 			return e
 		},
-		Policy:    testPolicy(t),
-		ImageEnv:  testImageEnv,
+		Policy:    p,
+		ImageEnv:  env,
 		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
 		Isolated:  true,
 	})

@@ -13,7 +13,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
 // pullFixture is a loopback registry holding a runnable busybox image
@@ -284,8 +283,6 @@ func TestConformancePulledImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := testPolicy(t)
-	p.Image = reg.Ref("conformance") + "@" + digest
 	// The pull, and the removal of the image once the suite's executor
 	// is closed, go through an executor of their own.
 	puller := newTestExecutor(t)
@@ -294,15 +291,5 @@ func TestConformancePulledImage(t *testing.T) {
 	if err != nil || img.Digest != digest {
 		t.Fatalf("pull %s: %+v, %v; want digest %s", tag, img, err, digest)
 	}
-	var e *Executor
-	sandboxtest.Run(t, sandboxtest.Config{
-		New: func(t *testing.T) sandbox.Executor {
-			e = newTestExecutor(t)
-			return e
-		},
-		Policy:    p,
-		ImageEnv:  env,
-		Leftovers: func(t *testing.T) []string { return leftovers(t, e) },
-		Isolated:  true,
-	})
+	conformance(t, reg.Ref("conformance")+"@"+digest, env)
 }
