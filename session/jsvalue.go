@@ -185,10 +185,15 @@ func (p *jsParser) object(dst []byte) ([]byte, error) {
 	if !reorder {
 		return append(dst, '}'), nil
 	}
-	// Rewrite: a repeated key keeps its first place and its last value;
-	// array-index keys first, ascending; the rest keep their order. The
-	// canonical encoding of a key is injective, so equal keys are equal
-	// bytes.
+	return reorderMembers(dst, start, members), nil
+}
+
+// reorderMembers rewrites the object that starts at dst[start], whose
+// members are members, in JavaScript's order: a repeated key keeps its
+// first place and its last value; array-index keys first, ascending; the
+// rest keep their order. The canonical encoding of a key is injective, so
+// equal keys are equal bytes.
+func reorderMembers(dst []byte, start int, members []jsMember) []byte {
 	body := slices.Clone(dst[start:])
 	var order []jsMember // spans into body, the last value of each key
 	for _, m := range members {
@@ -225,7 +230,7 @@ func (p *jsParser) object(dst []byte) ([]byte, error) {
 		}
 		dst = append(dst, body[m.keyStart:m.valEnd]...)
 	}
-	return append(dst, '}'), nil
+	return append(dst, '}')
 }
 
 // arrayIndex reports whether key, a canonical JSON string with its
