@@ -433,85 +433,14 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	if !ok {
 		return d.errorf("%s time0 must be an integer, got %.40s", tag, r.time0)
 	}
-	var p packedRow
-	var unknown []byte
-	isObject := eachMember(r.data, func(key, val []byte) bool {
-		switch string(key) {
-		case "turn":
-			p.turn = val
-		case "step":
-			p.step = val
-		case "index":
-			p.index = val
-		case "dt":
-			p.dt = val
-		case "texts":
-			p.texts = val
-		case "args":
-			p.args = val
-		case "id":
-			p.id = val
-		case "name":
-			p.name = val
-		default:
-			unknown = key
-			return false
-		}
-		return true
-	})
-	switch {
-	case unknown != nil:
-		return d.errorf("%s data has the unknown key %q", tag, unknown)
-	case !isObject:
-		return d.errorf("%s data must be an object", tag)
-	case !isSafeUint(p.turn):
-		return d.errorf("%s data.turn must be a non-negative safe integer", tag)
-	case !isSafeUint(p.step):
-		return d.errorf("%s data.step must be a non-negative safe integer", tag)
-	case !isSafeUint(p.index):
-		return d.errorf("%s data.index must be a non-negative safe integer", tag)
-	case p.dt == nil:
-		return d.errorf("%s data.dt is required", tag)
+	p, membersTok, err := d.packedData(r.data, tag, kind)
+	if err != nil {
+		return err
 	}
-	membersTok := p.texts
-	if kind == toolCallDelta {
-		switch {
-		case p.texts != nil:
-			return d.errorf("%s data.texts is not allowed; tool calls carry args", tag)
-		case !isStringToken(p.id) || string(p.id) == `""`:
-			return d.errorf("%s data.id must be a non-empty string", tag)
-		case p.name != nil && (!isStringToken(p.name) || string(p.name) == `""`):
-			return d.errorf("%s data.name must be a non-empty string when present", tag)
-		}
-		membersTok = p.args
-	} else if p.args != nil || p.id != nil || p.name != nil {
-		return d.errorf("%s data carries tool-call fields (id, name or args)", tag)
+	members, gaps, err := d.packedMembers(membersTok, p.dt, tag)
+	if err != nil {
+		return err
 	}
-	members := d.members[:0]
-	badMember := -1
-	if membersTok == nil || !eachElem(membersTok, func(m []byte) bool {
-		if !isStringToken(m) {
-			badMember = len(members)
-			return false
-		}
-		members = append(members, m)
-		return true
-	}) {
-		if badMember >= 0 {
-			return d.errorf("%s member %d must be a string", tag, badMember)
-		}
-		return d.errorf("%s members must be an array of strings", tag)
-	}
-	d.members = members
-	gaps := d.gaps[:0]
-	if !eachElem(p.dt, func(g []byte) bool {
-		n, ok := parseInt(g)
-		gaps = append(gaps, n)
-		return ok && n >= -maxSafeInteger && n <= maxSafeInteger
-	}) {
-		return d.errorf("%s data.dt must be an array of safe integers", tag)
-	}
-	d.gaps = gaps
 	if len(members) == 0 {
 		return d.errorf("%s row has no members", tag)
 	}
@@ -547,4 +476,96 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 		}
 	}
 	return nil
+}
+
+// packedData reads a packed row's data object: its known keys, checked
+// for kind, and the token of its members (texts, or args for tool calls).
+func (d *recordDecoder) packedData(data []byte, tag string, kind deltaKind) (packedRow, []byte, error) {
+	var p packedRow
+	var unknown []byte
+	isObject := eachMember(data, func(key, val []byte) bool {
+		switch string(key) {
+		case "turn":
+			p.turn = val
+		case "step":
+			p.step = val
+		case "index":
+			p.index = val
+		case "dt":
+			p.dt = val
+		case "texts":
+			p.texts = val
+		case "args":
+			p.args = val
+		case "id":
+			p.id = val
+		case "name":
+			p.name = val
+		default:
+			unknown = key
+			return false
+		}
+		return true
+	})
+	switch {
+	case unknown != nil:
+		return p, nil, d.errorf("%s data has the unknown key %q", tag, unknown)
+	case !isObject:
+		return p, nil, d.errorf("%s data must be an object", tag)
+	case !isSafeUint(p.turn):
+		return p, nil, d.errorf("%s data.turn must be a non-negative safe integer", tag)
+	case !isSafeUint(p.step):
+		return p, nil, d.errorf("%s data.step must be a non-negative safe integer", tag)
+	case !isSafeUint(p.index):
+		return p, nil, d.errorf("%s data.index must be a non-negative safe integer", tag)
+	case p.dt == nil:
+		return p, nil, d.errorf("%s data.dt is required", tag)
+	}
+	membersTok := p.texts
+	if kind == toolCallDelta {
+		switch {
+		case p.texts != nil:
+			return p, nil, d.errorf("%s data.texts is not allowed; tool calls carry args", tag)
+		case !isStringToken(p.id) || string(p.id) == `""`:
+			return p, nil, d.errorf("%s data.id must be a non-empty string", tag)
+		case p.name != nil && (!isStringToken(p.name) || string(p.name) == `""`):
+			return p, nil, d.errorf("%s data.name must be a non-empty string when present", tag)
+		}
+		membersTok = p.args
+	} else if p.args != nil || p.id != nil || p.name != nil {
+		return p, nil, d.errorf("%s data carries tool-call fields (id, name or args)", tag)
+	}
+	return p, membersTok, nil
+}
+
+// packedMembers reads a packed row's members (membersTok, an array of
+// strings) and its time gaps (dt, an array of safe integers), into the
+// decoder's reused slices.
+func (d *recordDecoder) packedMembers(membersTok, dt []byte, tag string) ([][]byte, []int64, error) {
+	members := d.members[:0]
+	badMember := -1
+	if membersTok == nil || !eachElem(membersTok, func(m []byte) bool {
+		if !isStringToken(m) {
+			badMember = len(members)
+			return false
+		}
+		members = append(members, m)
+		return true
+	}) {
+		if badMember >= 0 {
+			return nil, nil, d.errorf("%s member %d must be a string", tag, badMember)
+		}
+		return nil, nil, d.errorf("%s members must be an array of strings", tag)
+	}
+	d.members = members
+	gaps := d.gaps[:0]
+	if !eachElem(dt, func(g []byte) bool {
+		n, ok := parseInt(g)
+		gaps = append(gaps, n)
+		return ok && n >= -maxSafeInteger && n <= maxSafeInteger
+	}) {
+		return nil, nil, d.errorf("%s data.dt must be an array of safe integers", tag)
+	}
+	d.gaps = gaps
+	return members, gaps, nil
 }
