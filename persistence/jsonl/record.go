@@ -145,6 +145,12 @@ func (d *recordDecoder) record(line []byte, validated bool) error {
 	case tagToolCallChunks:
 		return d.packed(&r, typ, toolCallDelta)
 	}
+	return d.event(&r, typ)
+}
+
+// event decodes an event line of type typ (not a packed row) and passes
+// it to fn.
+func (d *recordDecoder) event(r *rawRecord, typ string) error {
 	switch {
 	case r.seq == nil:
 		return d.errorf("event %q has no seq", typ)
@@ -415,6 +421,32 @@ type packedRow struct {
 	texts, args, id, name []byte
 }
 
+// set sets the token of key to val; false for a key a packed row's
+// data does not have.
+func (p *packedRow) set(key, val []byte) bool {
+	switch string(key) {
+	case "turn":
+		p.turn = val
+	case "step":
+		p.step = val
+	case "index":
+		p.index = val
+	case "dt":
+		p.dt = val
+	case "texts":
+		p.texts = val
+	case "args":
+		p.args = val
+	case "id":
+		p.id = val
+	case "name":
+		p.name = val
+	default:
+		return false
+	}
+	return true
+}
+
 // packed expands a text-chunks, reasoning-chunks or tool-call-chunks row.
 func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	switch {
@@ -450,8 +482,14 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	if err := d.checkSeq(seq0); err != nil {
 		return err
 	}
-	// Check every member time before emitting any, so a bad row emits
-	// nothing.
+	dl := delta{kind: kind, turn: p.turn, step: p.step, index: p.index, id: p.id, name: p.name}
+	return d.emitPacked(dl, time0, members, gaps, tag)
+}
+
+// emitPacked passes to fn one chunk event of dl per member, the first
+// at time0 and each next one gap later; it checks every member's time
+// before emitting any, so a bad row emits nothing.
+func (d *recordDecoder) emitPacked(dl delta, time0 int64, members [][]byte, gaps []int64, tag string) error {
 	t := time0
 	for k := range members {
 		if k > 0 {
@@ -461,7 +499,6 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 			return d.errorf("%s member %d time is not a safe integer", tag, k)
 		}
 	}
-	dl := delta{kind: kind, turn: p.turn, step: p.step, index: p.index, id: p.id, name: p.name}
 	t = time0
 	for k, m := range members {
 		if k > 0 {
@@ -484,24 +521,7 @@ func (d *recordDecoder) packedData(data []byte, tag string, kind deltaKind) (pac
 	var p packedRow
 	var unknown []byte
 	isObject := eachMember(data, func(key, val []byte) bool {
-		switch string(key) {
-		case "turn":
-			p.turn = val
-		case "step":
-			p.step = val
-		case "index":
-			p.index = val
-		case "dt":
-			p.dt = val
-		case "texts":
-			p.texts = val
-		case "args":
-			p.args = val
-		case "id":
-			p.id = val
-		case "name":
-			p.name = val
-		default:
+		if !p.set(key, val) {
 			unknown = key
 			return false
 		}
