@@ -59,7 +59,7 @@ func (e *Executor) attach(ctx context.Context, name string) (*podProcess, error)
 	outR, outW := io.Pipe()
 	p := &podProcess{
 		e: e, name: name, in: inW, cancel: cancel,
-		diag:     &limitedBuffer{max: 4096},
+		diag:     &stub.LimitedBuffer{Max: 4096},
 		ready:    make(chan struct{}),
 		bound:    make(chan struct{}),
 		sent:     make(chan struct{}),
@@ -156,7 +156,7 @@ type podProcess struct {
 	inMu   sync.Mutex
 	in     *io.PipeWriter
 	cancel context.CancelFunc
-	diag   *limitedBuffer
+	diag   *stub.LimitedBuffer
 
 	ready     chan struct{} // closed by decode at the stub's first pong
 	bound     chan struct{} // closed by Bind once call and stdio are set
@@ -323,26 +323,4 @@ func (p *podProcess) Wait(context.Context, bool) (driver.Exit, error) {
 		return driver.Exit{Signal: syscall.SIGKILL}, nil
 	}
 	return driver.Exit{}, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: call %s: unexpected stub report %q", call.ID, p.report.Kind)
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := l.max - len(l.b); n > 0 {
-		l.b = append(l.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }
