@@ -115,48 +115,12 @@ func Start(opts Options) (_ *Call, err error) {
 			c.Close()
 		}
 	}()
-	var (
-		httpLn, socksLn, dnsTCP net.Listener
-		dnsUDP                  net.PacketConn
-	)
 	socks, err := c.p.socksServer()
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "egress: SOCKS5 server: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, so its
-		// network namespace is never used by another goroutine.
-		runtime.LockOSThread()
-		done <- func() error {
-			ns, err := enterNamespace(opts.Namespace)
-			if err != nil {
-				return err
-			}
-			c.ns = ns
-			if err := loopbackUp(); err != nil {
-				return err
-			}
-			if httpLn, err = net.Listen("tcp4", ProxyAddr); err != nil {
-				return err
-			}
-			c.close = append(c.close, httpLn.Close)
-			if socksLn, err = net.Listen("tcp4", SOCKSAddr); err != nil {
-				return err
-			}
-			c.close = append(c.close, socksLn.Close)
-			if dnsTCP, err = net.Listen("tcp4", DNSAddr); err != nil {
-				return err
-			}
-			c.close = append(c.close, dnsTCP.Close)
-			if dnsUDP, err = net.ListenPacket("udp4", DNSAddr); err != nil {
-				return err
-			}
-			c.close = append(c.close, dnsUDP.Close)
-			return nil
-		}()
-	}()
-	if err := <-done; err != nil {
+	ls, err := c.listen(opts.Namespace)
+	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "egress: %w", err)
 	}
 	c.http = &http.Server{
@@ -169,15 +133,64 @@ func Start(opts Options) (_ *Call, err error) {
 		ErrorLog:          log.New(io.Discard, "", 0), // a call's broken requests are not the service's errors
 	}
 	c.dns = []*dns.Server{
-		{Listener: &trackedListener{Listener: dnsTCP, p: c.p, limit: maxDNSConns}, Handler: c.p, ReadTimeout: 5 * time.Second},
-		{PacketConn: dnsUDP, Handler: c.p},
+		{Listener: &trackedListener{Listener: ls.dnsTCP, p: c.p, limit: maxDNSConns}, Handler: c.p, ReadTimeout: 5 * time.Second},
+		{PacketConn: ls.dnsUDP, Handler: c.p},
 	}
-	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: httpLn, p: c.p}) })
-	c.serve(func() error { return socks.Serve(&trackedListener{Listener: socksLn, p: c.p, handshake: true}) })
+	c.serve(func() error { return c.http.Serve(&trackedListener{Listener: ls.http, p: c.p}) })
+	c.serve(func() error { return socks.Serve(&trackedListener{Listener: ls.socks, p: c.p, handshake: true}) })
 	for _, s := range c.dns {
 		c.serve(s.ActivateAndServe)
 	}
 	return c, nil
+}
+
+// callListeners are the sockets a call's network serves, inside its
+// namespace.
+type callListeners struct {
+	http, socks, dnsTCP net.Listener
+	dnsUDP              net.PacketConn
+}
+
+// listen creates the call's namespace (or joins namespace, the path of
+// an existing one) on a thread of its own, brings its loopback up and
+// opens the listening sockets inside it; c.Close closes what it opened.
+func (c *Call) listen(namespace string) (callListeners, error) {
+	var ls callListeners
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, so its
+		// network namespace is never used by another goroutine.
+		runtime.LockOSThread()
+		done <- func() error {
+			ns, err := enterNamespace(namespace)
+			if err != nil {
+				return err
+			}
+			c.ns = ns
+			if err := loopbackUp(); err != nil {
+				return err
+			}
+			if ls.http, err = net.Listen("tcp4", ProxyAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, ls.http.Close)
+			if ls.socks, err = net.Listen("tcp4", SOCKSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, ls.socks.Close)
+			if ls.dnsTCP, err = net.Listen("tcp4", DNSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, ls.dnsTCP.Close)
+			if ls.dnsUDP, err = net.ListenPacket("udp4", DNSAddr); err != nil {
+				return err
+			}
+			c.close = append(c.close, ls.dnsUDP.Close)
+			return nil
+		}()
+	}()
+	err := <-done
+	return ls, err
 }
 
 func (c *Call) serve(f func() error) {

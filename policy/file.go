@@ -290,26 +290,7 @@ func checkShape(v any, t reflect.Type, path string, ps *problems) {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok {
-			ps.add(path, "is %s; want a mapping", kindOf(v))
-			return
-		}
-		fields := map[string]reflect.Type{}
-		var names []string
-		for f := range t.Fields() {
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			fields[name] = f.Type
-			names = append(names, name)
-		}
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			ft, ok := fields[k]
-			if !ok {
-				ps.add(join(path, k), "unknown field; want one of %s", strings.Join(names, ", "))
-				continue
-			}
-			checkShape(m[k], ft, join(path, k), ps)
-		}
+		checkStructShape(v, t, path, ps)
 	case reflect.Map:
 		m, ok := v.(map[string]any)
 		if !ok {
@@ -328,6 +309,40 @@ func checkShape(v any, t reflect.Type, path string, ps *problems) {
 		for i, e := range a {
 			checkShape(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", ps)
 		}
+	default:
+		checkScalarShape(v, t, path, ps)
+	}
+}
+
+// checkStructShape is checkShape for a struct type t: v must be a
+// mapping whose keys are t's JSON field names, each checked in key order.
+func checkStructShape(v any, t reflect.Type, path string, ps *problems) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		ps.add(path, "is %s; want a mapping", kindOf(v))
+		return
+	}
+	fields := map[string]reflect.Type{}
+	var names []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		fields[name] = f.Type
+		names = append(names, name)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		ft, ok := fields[k]
+		if !ok {
+			ps.add(join(path, k), "unknown field; want one of %s", strings.Join(names, ", "))
+			continue
+		}
+		checkShape(m[k], ft, join(path, k), ps)
+	}
+}
+
+// checkScalarShape is checkShape for a string, integer, number or
+// boolean type t.
+func checkScalarShape(v any, t reflect.Type, path string, ps *problems) {
+	switch t.Kind() {
 	case reflect.String:
 		if _, ok := v.(string); !ok {
 			ps.add(path, "is %s; want a string (quote it in YAML)", kindOf(v))

@@ -16,8 +16,7 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := func(v string) *string { return &v }
-	size := func(n int64) *sizeValue { v := sizeValue(formatSize(n)); return &v }
+	s, size := ptr[string], sizeText
 	doc := document{
 		Name: s(p.Name), Backend: s(string(p.Backend)), Runtime: s(string(p.Runtime)), Image: s(p.Image),
 		User: s(string(p.User)), Network: &networkValue{Mode: s(string(p.Network)), Allow: p.NetworkAllow, Deny: p.NetworkDeny},
@@ -34,23 +33,7 @@ func Format(p sandbox.Policy) ([]byte, error) {
 		},
 		Env: &documentEnv{Inherit: p.EnvInherit, AllowSecrets: p.EnvAllowSecrets, Set: map[string]scalarValue{}},
 	}
-	for _, c := range p.Credentials {
-		port := int64(c.Port)
-		dc := documentCredential{Name: s(c.Name), Host: s(c.Host), Port: &port, Header: s(c.Header), Format: s(c.Format), Value: &documentCredentialValue{}}
-		if c.Variable != "" {
-			dc.Variable = s(c.Variable)
-		}
-		if c.ValueEnv != "" {
-			dc.Value.Env = s(c.ValueEnv)
-		}
-		if c.ValueFile != "" {
-			dc.Value.File = s(c.ValueFile)
-		}
-		if c.UpstreamCAFile != "" {
-			dc.UpstreamCA = s(c.UpstreamCAFile)
-		}
-		doc.Network.Credentials = append(doc.Network.Credentials, dc)
-	}
+	doc.Network.Credentials = credentialsDocument(p.Credentials)
 	if doc.Env.Inherit == nil {
 		doc.Env.Inherit = []string{} // explicit: inherit nothing
 	}
@@ -83,6 +66,43 @@ func Format(p sandbox.Policy) ([]byte, error) {
 		r := (time.Duration(p.Limits.SpillRetentionMs) * time.Millisecond).String()
 		doc.Limits.SpillRetention = &r
 	}
+	mountsDocument(p, &doc)
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// sizeText is a size as a policy file writes it: in binary units where
+// exact (formatSize).
+func sizeText(n int64) *sizeValue { v := sizeValue(formatSize(n)); return &v }
+
+// credentialsDocument is network.credentials as a policy file writes it;
+// nil for none.
+func credentialsDocument(cs []sandbox.Credential) []documentCredential {
+	s := ptr[string]
+	var out []documentCredential
+	for _, c := range cs {
+		port := int64(c.Port)
+		dc := documentCredential{Name: s(c.Name), Host: s(c.Host), Port: &port, Header: s(c.Header), Format: s(c.Format), Value: &documentCredentialValue{}}
+		if c.Variable != "" {
+			dc.Variable = s(c.Variable)
+		}
+		if c.ValueEnv != "" {
+			dc.Value.Env = s(c.ValueEnv)
+		}
+		if c.ValueFile != "" {
+			dc.Value.File = s(c.ValueFile)
+		}
+		if c.UpstreamCAFile != "" {
+			dc.UpstreamCA = s(c.UpstreamCAFile)
+		}
+		out = append(out, dc)
+	}
+	return out
+}
+
+// mountsDocument sets doc's mounts (always present, maybe empty), mount
+// roots and tmpfs from p's.
+func mountsDocument(p sandbox.Policy, doc *document) {
+	s := ptr[string]
 	doc.Mounts = []documentMount{}
 	for _, m := range p.Mounts {
 		mode := "rw"
@@ -101,11 +121,10 @@ func Format(p sandbox.Policy) ([]byte, error) {
 	for _, t := range p.Tmpfs {
 		dt := documentTmpfs{Target: s(t.Target)}
 		if t.SizeBytes > 0 {
-			dt.Size = size(t.SizeBytes)
+			dt.Size = sizeText(t.SizeBytes)
 		}
 		doc.Tmpfs = append(doc.Tmpfs, dt)
 	}
-	return json.MarshalIndent(doc, "", "  ")
 }
 
 // jobTimeout is limits.jobTimeoutMs as a policy file writes it: absent

@@ -61,71 +61,20 @@ func (e *NarrowError) Unwrap() error { return sandbox.ErrInvalid }
 func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 	q := clonePolicy(p)
 	l := defaultLimits(q.Limits)
-	refuse := func(field, format string, args ...any) (sandbox.Policy, error) {
-		return sandbox.Policy{}, &NarrowError{Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
-	switch m := n.MemoryBytes; {
-	case m == 0:
-	case m < minMemoryBytes:
-		return refuse("memoryBytes", "%s is below the minimum of %s", formatSize(m), formatSize(minMemoryBytes))
-	case m > l.MemoryBytes:
-		return refuse("memoryBytes", "%s is more than the policy's %s", formatSize(m), formatSize(l.MemoryBytes))
-	default:
-		l.MemoryBytes = m
-	}
-	switch c := n.CPUs; {
-	case c == 0:
-	case math.IsNaN(c) || c < minCPUs:
-		return refuse("cpus", "%v is below the minimum of %v", c, minCPUs)
-	case c > l.CPUs:
-		return refuse("cpus", "%v is more than the policy's %v", c, l.CPUs)
-	default:
-		l.CPUs = c
-	}
-	switch k := n.Pids; {
-	case k == 0:
-	case k < 0:
-		return refuse("pids", "%d is not allowed; want an integer from 1", k)
-	case k > l.Pids:
-		return refuse("pids", "%d is more than the policy's %d", k, l.Pids)
-	default:
-		l.Pids = k
-	}
-	switch t := n.TimeoutMs; {
-	case t == 0:
-	case t < 0:
-		return refuse("timeoutMs", "%d is not allowed; want a positive duration", t)
-	case t > l.MaxTimeoutMs:
-		return refuse("timeoutMs", "%dms is more than the policy's maximum of %dms", t, l.MaxTimeoutMs)
-	default:
-		l.TimeoutMs = t
+	if err := narrowResources(&l, n); err != nil {
+		return sandbox.Policy{}, err
 	}
 	if n.Network != "" {
-		switch {
-		case !n.Network.Valid():
-			return refuse("network", "%q is not a network; want %s", n.Network, sandbox.JoinModes(sandbox.NetworkModes, " or "))
-		case n.Network.Rank() > q.Network.Rank():
-			return refuse("network", "%q is more than the policy's %q", n.Network, q.Network)
+		if err := narrowNetwork(&q, n.Network); err != nil {
+			return sandbox.Policy{}, err
 		}
-		if n.Network != q.Network {
-			q.NetworkAllow, q.NetworkDeny = nil, nil
-		}
-		q.Network = n.Network
 	}
-	switch w := n.WorkspaceBytes; {
-	case w == 0:
-	case w < 0:
-		return refuse("workspaceBytes", "%d is not allowed; want a size > 0", w)
-	case l.WorkspaceBytes > 0 && w > l.WorkspaceBytes:
-		return refuse("workspaceBytes", "%s is more than the policy's %s", formatSize(w), formatSize(l.WorkspaceBytes))
-	case q.Workspace != sandbox.WorkspaceRW || q.Backend == sandbox.BackendLocal:
-		return refuse("workspaceBytes", "the policy's workspace %q on backend %s cannot be bounded (want workspace rw on a container backend)", q.Workspace, q.Backend)
-	default:
-		l.WorkspaceBytes = w
+	if err := narrowWorkspace(&l, q, n.WorkspaceBytes); err != nil {
+		return sandbox.Policy{}, err
 	}
 	for _, m := range n.Mounts {
 		if why := mountAllowed(q.MountRoots, m); why != "" {
-			return refuse("mounts", "%s", why)
+			return sandbox.Policy{}, refusal("mounts", "%s", why)
 		}
 		m.FromRoot = true
 		q.Mounts = append(q.Mounts, m)
@@ -135,12 +84,92 @@ func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 	if err != nil && len(n.Mounts) > 0 {
 		// The limits and network were checked above: a requested
 		// mount's target is refused (reserved, or taken).
-		return refuse("mounts", "%s", strings.TrimPrefix(err.Error(), "policy: "))
+		return sandbox.Policy{}, refusal("mounts", "%s", strings.TrimPrefix(err.Error(), "policy: "))
 	}
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
 	return out, nil
+}
+
+// refusal is a *NarrowError refusing field.
+func refusal(field, format string, args ...any) error {
+	return &NarrowError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// narrowResources lowers the limits l (the policy's, defaults filled in)
+// to n's memory, CPUs, pids and timeout, refusing more than l allows.
+func narrowResources(l *sandbox.Limits, n Narrowing) error {
+	switch m := n.MemoryBytes; {
+	case m == 0:
+	case m < minMemoryBytes:
+		return refusal("memoryBytes", "%s is below the minimum of %s", formatSize(m), formatSize(minMemoryBytes))
+	case m > l.MemoryBytes:
+		return refusal("memoryBytes", "%s is more than the policy's %s", formatSize(m), formatSize(l.MemoryBytes))
+	default:
+		l.MemoryBytes = m
+	}
+	switch c := n.CPUs; {
+	case c == 0:
+	case math.IsNaN(c) || c < minCPUs:
+		return refusal("cpus", "%v is below the minimum of %v", c, minCPUs)
+	case c > l.CPUs:
+		return refusal("cpus", "%v is more than the policy's %v", c, l.CPUs)
+	default:
+		l.CPUs = c
+	}
+	switch k := n.Pids; {
+	case k == 0:
+	case k < 0:
+		return refusal("pids", "%d is not allowed; want an integer from 1", k)
+	case k > l.Pids:
+		return refusal("pids", "%d is more than the policy's %d", k, l.Pids)
+	default:
+		l.Pids = k
+	}
+	switch t := n.TimeoutMs; {
+	case t == 0:
+	case t < 0:
+		return refusal("timeoutMs", "%d is not allowed; want a positive duration", t)
+	case t > l.MaxTimeoutMs:
+		return refusal("timeoutMs", "%dms is more than the policy's maximum of %dms", t, l.MaxTimeoutMs)
+	default:
+		l.TimeoutMs = t
+	}
+	return nil
+}
+
+// narrowNetwork sets q's network to nw when it is no more than q's; a
+// different mode drops q's allow and deny lists.
+func narrowNetwork(q *sandbox.Policy, nw sandbox.NetworkMode) error {
+	switch {
+	case !nw.Valid():
+		return refusal("network", "%q is not a network; want %s", nw, sandbox.JoinModes(sandbox.NetworkModes, " or "))
+	case nw.Rank() > q.Network.Rank():
+		return refusal("network", "%q is more than the policy's %q", nw, q.Network)
+	}
+	if nw != q.Network {
+		q.NetworkAllow, q.NetworkDeny = nil, nil
+	}
+	q.Network = nw
+	return nil
+}
+
+// narrowWorkspace bounds the workspace of q in l to w bytes (0: keep
+// l's), which needs a policy that can bound it.
+func narrowWorkspace(l *sandbox.Limits, q sandbox.Policy, w int64) error {
+	switch {
+	case w == 0:
+	case w < 0:
+		return refusal("workspaceBytes", "%d is not allowed; want a size > 0", w)
+	case l.WorkspaceBytes > 0 && w > l.WorkspaceBytes:
+		return refusal("workspaceBytes", "%s is more than the policy's %s", formatSize(w), formatSize(l.WorkspaceBytes))
+	case q.Workspace != sandbox.WorkspaceRW || q.Backend == sandbox.BackendLocal:
+		return refusal("workspaceBytes", "the policy's workspace %q on backend %s cannot be bounded (want workspace rw on a container backend)", q.Workspace, q.Backend)
+	default:
+		l.WorkspaceBytes = w
+	}
+	return nil
 }
 
 // imageTrees are the image's program, library and configuration

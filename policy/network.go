@@ -202,58 +202,80 @@ func checkCredentials(p sandbox.Policy, ps *problems) {
 		return
 	}
 	rules, rerr := egress.ParseRules(p.NetworkAllow, p.NetworkDeny)
-	names, vars, hosts := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	if rerr != nil {
+		rules = nil // reported by checkNetworkRules
+	}
+	cc := credentialCheck{rules: rules, names: map[string]bool{}, vars: map[string]bool{}, hosts: map[string]bool{}, ps: ps}
 	for i, c := range p.Credentials {
-		f := func(field string) string { return fmt.Sprintf("network.credentials[%d].%s", i, field) }
+		cc.check(i, c)
+	}
+}
+
+// credentialCheck checks the entries of network.credentials one after
+// the other, remembering the names, variables and hosts seen.
+type credentialCheck struct {
+	rules              *egress.Rules // nil when network.allow or deny is invalid
+	names, vars, hosts map[string]bool
+	ps                 *problems
+}
+
+// check checks entry i, c.
+func (cc *credentialCheck) check(i int, c sandbox.Credential) {
+	f := func(field string) string { return fmt.Sprintf("network.credentials[%d].%s", i, field) }
+	switch {
+	case c.Name == "":
+		cc.ps.add(f("name"), "is missing")
+	case !credentialName(c.Name):
+		cc.ps.add(f("name"), "%q: want 1 to 32 of a-z, 0-9 and '-'", c.Name)
+	case cc.names[c.Name]:
+		cc.ps.add(f("name"), "%q is used twice", c.Name)
+	}
+	cc.names[c.Name] = true
+	host, _, isAddr := egress.NormalizeHost(c.Host)
+	switch {
+	case c.Host == "":
+		cc.ps.add(f("host"), "is missing")
+	case isAddr || strings.ContainsAny(host, "*:/[]") || egress.ParseRule(host) != nil || host != c.Host:
+		cc.ps.add(f("host"), "%q: want a lower-case host name (no address, wildcard or port)", c.Host)
+	case cc.rules != nil && cc.rules.CheckHost(host, c.Port).Verdict != egress.Allowed:
+		cc.ps.add(f("host"), "%s:%d is not reached by network.allow (%s)", host, c.Port, cc.rules.CheckHost(host, c.Port).Reason)
+	case cc.hosts[fmt.Sprintf("%s:%d", host, c.Port)]:
+		cc.ps.add(f("host"), "%s:%d has a credential already", host, c.Port)
+	}
+	cc.hosts[fmt.Sprintf("%s:%d", host, c.Port)] = true
+	cc.checkInjection(f, c)
+}
+
+// checkInjection checks how credential c is injected: its header, its
+// format, its variable and its value source; f names a field of c.
+func (cc *credentialCheck) checkInjection(f func(string) string, c sandbox.Credential) {
+	if c.Header == "" || strings.ContainsFunc(c.Header, func(r rune) bool { return !headerChar(r) }) {
+		cc.ps.add(f("header"), "%q is not a header name", c.Header)
+	}
+	if !strings.Contains(c.Format, "{}") || strings.ContainsAny(c.Format, "\r\n\x00") {
+		cc.ps.add(f("format"), "%q: want the header's value with {} standing for the secret, on one line", c.Format)
+	}
+	if c.Variable != "" {
 		switch {
-		case c.Name == "":
-			ps.add(f("name"), "is missing")
-		case !credentialName(c.Name):
-			ps.add(f("name"), "%q: want 1 to 32 of a-z, 0-9 and '-'", c.Name)
-		case names[c.Name]:
-			ps.add(f("name"), "%q is used twice", c.Name)
+		case !portableName(c.Variable):
+			cc.ps.add(f("variable"), "%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", c.Variable)
+		case strings.HasPrefix(c.Variable, "DSH_") || strings.HasPrefix(c.Variable, "LD_") || slices.Contains(egressVariables, strings.ToUpper(c.Variable)):
+			cc.ps.add(f("variable"), "%q is reserved", c.Variable)
+		case cc.vars[c.Variable]:
+			cc.ps.add(f("variable"), "%q is used twice", c.Variable)
 		}
-		names[c.Name] = true
-		host, _, isAddr := egress.NormalizeHost(c.Host)
-		switch {
-		case c.Host == "":
-			ps.add(f("host"), "is missing")
-		case isAddr || strings.ContainsAny(host, "*:/[]") || egress.ParseRule(host) != nil || host != c.Host:
-			ps.add(f("host"), "%q: want a lower-case host name (no address, wildcard or port)", c.Host)
-		case rerr == nil && rules.CheckHost(host, c.Port).Verdict != egress.Allowed:
-			ps.add(f("host"), "%s:%d is not reached by network.allow (%s)", host, c.Port, rules.CheckHost(host, c.Port).Reason)
-		case hosts[fmt.Sprintf("%s:%d", host, c.Port)]:
-			ps.add(f("host"), "%s:%d has a credential already", host, c.Port)
-		}
-		hosts[fmt.Sprintf("%s:%d", host, c.Port)] = true
-		if c.Header == "" || strings.ContainsFunc(c.Header, func(r rune) bool { return !headerChar(r) }) {
-			ps.add(f("header"), "%q is not a header name", c.Header)
-		}
-		if !strings.Contains(c.Format, "{}") || strings.ContainsAny(c.Format, "\r\n\x00") {
-			ps.add(f("format"), "%q: want the header's value with {} standing for the secret, on one line", c.Format)
-		}
-		if c.Variable != "" {
-			switch {
-			case !portableName(c.Variable):
-				ps.add(f("variable"), "%q is not a variable name; want [A-Za-z_][A-Za-z0-9_]*", c.Variable)
-			case strings.HasPrefix(c.Variable, "DSH_") || strings.HasPrefix(c.Variable, "LD_") || slices.Contains(egressVariables, strings.ToUpper(c.Variable)):
-				ps.add(f("variable"), "%q is reserved", c.Variable)
-			case vars[c.Variable]:
-				ps.add(f("variable"), "%q is used twice", c.Variable)
-			}
-			vars[c.Variable] = true
-		}
-		switch {
-		case (c.ValueEnv == "") == (c.ValueFile == ""):
-			ps.add(f("value"), "want exactly one of env (a variable of the service) and file (an operator-owned file)")
-		case c.ValueEnv != "" && !portableName(c.ValueEnv):
-			ps.add(f("value.env"), "%q is not a variable name", c.ValueEnv)
-		case c.ValueFile != "" && !absClean(c.ValueFile):
-			ps.add(f("value.file"), "%q is not an absolute, clean path", c.ValueFile)
-		}
-		if c.UpstreamCAFile != "" && !absClean(c.UpstreamCAFile) {
-			ps.add(f("upstreamCA"), "%q is not an absolute, clean path", c.UpstreamCAFile)
-		}
+		cc.vars[c.Variable] = true
+	}
+	switch {
+	case (c.ValueEnv == "") == (c.ValueFile == ""):
+		cc.ps.add(f("value"), "want exactly one of env (a variable of the service) and file (an operator-owned file)")
+	case c.ValueEnv != "" && !portableName(c.ValueEnv):
+		cc.ps.add(f("value.env"), "%q is not a variable name", c.ValueEnv)
+	case c.ValueFile != "" && !absClean(c.ValueFile):
+		cc.ps.add(f("value.file"), "%q is not an absolute, clean path", c.ValueFile)
+	}
+	if c.UpstreamCAFile != "" && !absClean(c.UpstreamCAFile) {
+		cc.ps.add(f("upstreamCA"), "%q is not an absolute, clean path", c.UpstreamCAFile)
 	}
 }
 

@@ -110,95 +110,14 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 	str(&p.Workspace, doc.Workspace)
 	str(&p.Transcript, doc.Transcript)
 
-	if doc.Mounts != nil {
-		p.Mounts = make([]sandbox.Mount, 0, len(doc.Mounts))
-	}
-	for i, m := range doc.Mounts {
-		f := fmt.Sprintf("mounts[%d]", i)
-		var out sandbox.Mount // a missing source or target is reported by validate
-		str(&out.Source, m.Source)
-		str(&out.Target, m.Target)
-		out.ReadOnly = mountMode(f+".mode", m.Mode, &ps)
-		p.Mounts = append(p.Mounts, out)
+	mountsFromDocument(doc, &p, &ps)
+
+	if doc.Limits != nil {
+		limitsFromDocument(doc.Limits, &p.Limits, &ps)
 	}
 
-	for i, r := range doc.MountRoots {
-		var out sandbox.MountRoot // a missing path is reported by validate
-		str(&out.Path, r.Path)
-		out.ReadOnly = mountMode(fmt.Sprintf("mountRoots[%d].mode", i), r.Mode, &ps)
-		p.MountRoots = append(p.MountRoots, out)
-	}
-
-	if doc.Tmpfs != nil {
-		p.Tmpfs = make([]sandbox.Tmpfs, 0, len(doc.Tmpfs))
-	}
-	for i, t := range doc.Tmpfs {
-		f := fmt.Sprintf("tmpfs[%d]", i)
-		var out sandbox.Tmpfs
-		str(&out.Target, t.Target)
-		if t.Size != nil {
-			out.SizeBytes = sizeField(f+".size", *t.Size, &ps)
-		}
-		p.Tmpfs = append(p.Tmpfs, out)
-	}
-
-	if l := doc.Limits; l != nil {
-		if l.Memory != nil {
-			p.Limits.MemoryBytes = sizeField("limits.memory", *l.Memory, &ps)
-		}
-		if l.CPUs != nil {
-			p.Limits.CPUs = *l.CPUs
-		}
-		if l.Pids != nil {
-			p.Limits.Pids = *l.Pids
-		}
-		if l.MaxTimeoutMs != nil {
-			p.Limits.MaxTimeoutMs = *l.MaxTimeoutMs
-		}
-		if l.JobTimeoutMs != nil {
-			p.Limits.JobTimeoutMs = *l.JobTimeoutMs
-		}
-		switch {
-		case l.TimeoutMs != nil:
-			p.Limits.TimeoutMs = *l.TimeoutMs
-		case p.Limits.MaxTimeoutMs > 0:
-			// A file that lowers only the maximum lowers the default with it.
-			p.Limits.TimeoutMs = min(p.Limits.TimeoutMs, p.Limits.MaxTimeoutMs)
-		}
-		if l.StdoutMaxBytes != nil {
-			n := sizeField("limits.stdoutMaxBytes", *l.StdoutMaxBytes, &ps)
-			if n > maxStdoutMaxBytes {
-				n = maxStdoutMaxBytes + 1 // reported by validate, without overflowing int
-			}
-			p.Limits.StdoutMaxBytes = int(n)
-		}
-		if l.SpillMaxBytes != nil {
-			p.Limits.SpillMaxBytes = sizeField("limits.spillMaxBytes", *l.SpillMaxBytes, &ps)
-		}
-		if l.SpillTotalBytes != nil {
-			p.Limits.SpillTotalBytes = sizeField("limits.spillTotalBytes", *l.SpillTotalBytes, &ps)
-		}
-		if l.WorkspaceBytes != nil {
-			p.Limits.WorkspaceBytes = sizeField("limits.workspaceBytes", *l.WorkspaceBytes, &ps)
-		}
-		if l.SpillRetention != nil {
-			p.Limits.SpillRetentionMs = retentionField("limits.spillRetention", *l.SpillRetention, &ps)
-		}
-	}
-
-	if e := doc.Env; e != nil {
-		if e.Inherit != nil {
-			p.EnvInherit = slices.Clone(e.Inherit)
-		}
-		if e.AllowSecrets != nil {
-			p.EnvAllowSecrets = slices.Clone(e.AllowSecrets)
-		}
-		if e.Set != nil {
-			p.EnvSet = make(map[string]string, len(e.Set))
-			for k, v := range e.Set {
-				p.EnvSet[k] = string(v)
-			}
-		}
+	if doc.Env != nil {
+		envFromDocument(doc.Env, &p)
 	}
 
 	if doc.TTY != nil {
@@ -215,6 +134,105 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		return sandbox.Policy{}, err
 	}
 	return finish(p), nil
+}
+
+// mountsFromDocument sets p's mounts, mount roots and tmpfs from the
+// document's; a missing source, target or path is reported by validate.
+func mountsFromDocument(doc *document, p *sandbox.Policy, ps *problems) {
+	if doc.Mounts != nil {
+		p.Mounts = make([]sandbox.Mount, 0, len(doc.Mounts))
+	}
+	for i, m := range doc.Mounts {
+		f := fmt.Sprintf("mounts[%d]", i)
+		var out sandbox.Mount // a missing source or target is reported by validate
+		str(&out.Source, m.Source)
+		str(&out.Target, m.Target)
+		out.ReadOnly = mountMode(f+".mode", m.Mode, ps)
+		p.Mounts = append(p.Mounts, out)
+	}
+
+	for i, r := range doc.MountRoots {
+		var out sandbox.MountRoot // a missing path is reported by validate
+		str(&out.Path, r.Path)
+		out.ReadOnly = mountMode(fmt.Sprintf("mountRoots[%d].mode", i), r.Mode, ps)
+		p.MountRoots = append(p.MountRoots, out)
+	}
+
+	if doc.Tmpfs != nil {
+		p.Tmpfs = make([]sandbox.Tmpfs, 0, len(doc.Tmpfs))
+	}
+	for i, t := range doc.Tmpfs {
+		f := fmt.Sprintf("tmpfs[%d]", i)
+		var out sandbox.Tmpfs
+		str(&out.Target, t.Target)
+		if t.Size != nil {
+			out.SizeBytes = sizeField(f+".size", *t.Size, ps)
+		}
+		p.Tmpfs = append(p.Tmpfs, out)
+	}
+}
+
+// limitsFromDocument overlays the document's limits l on lim, the
+// defaults.
+func limitsFromDocument(l *documentLimits, lim *sandbox.Limits, ps *problems) {
+	if l.Memory != nil {
+		lim.MemoryBytes = sizeField("limits.memory", *l.Memory, ps)
+	}
+	if l.CPUs != nil {
+		lim.CPUs = *l.CPUs
+	}
+	if l.Pids != nil {
+		lim.Pids = *l.Pids
+	}
+	if l.MaxTimeoutMs != nil {
+		lim.MaxTimeoutMs = *l.MaxTimeoutMs
+	}
+	if l.JobTimeoutMs != nil {
+		lim.JobTimeoutMs = *l.JobTimeoutMs
+	}
+	switch {
+	case l.TimeoutMs != nil:
+		lim.TimeoutMs = *l.TimeoutMs
+	case lim.MaxTimeoutMs > 0:
+		// A file that lowers only the maximum lowers the default with it.
+		lim.TimeoutMs = min(lim.TimeoutMs, lim.MaxTimeoutMs)
+	}
+	if l.StdoutMaxBytes != nil {
+		n := sizeField("limits.stdoutMaxBytes", *l.StdoutMaxBytes, ps)
+		if n > maxStdoutMaxBytes {
+			n = maxStdoutMaxBytes + 1 // reported by validate, without overflowing int
+		}
+		lim.StdoutMaxBytes = int(n)
+	}
+	if l.SpillMaxBytes != nil {
+		lim.SpillMaxBytes = sizeField("limits.spillMaxBytes", *l.SpillMaxBytes, ps)
+	}
+	if l.SpillTotalBytes != nil {
+		lim.SpillTotalBytes = sizeField("limits.spillTotalBytes", *l.SpillTotalBytes, ps)
+	}
+	if l.WorkspaceBytes != nil {
+		lim.WorkspaceBytes = sizeField("limits.workspaceBytes", *l.WorkspaceBytes, ps)
+	}
+	if l.SpillRetention != nil {
+		lim.SpillRetentionMs = retentionField("limits.spillRetention", *l.SpillRetention, ps)
+	}
+}
+
+// envFromDocument sets the environment fields of p that the document's
+// env section e sets.
+func envFromDocument(e *documentEnv, p *sandbox.Policy) {
+	if e.Inherit != nil {
+		p.EnvInherit = slices.Clone(e.Inherit)
+	}
+	if e.AllowSecrets != nil {
+		p.EnvAllowSecrets = slices.Clone(e.AllowSecrets)
+	}
+	if e.Set != nil {
+		p.EnvSet = make(map[string]string, len(e.Set))
+		for k, v := range e.Set {
+			p.EnvSet[k] = string(v)
+		}
+	}
 }
 
 // str sets *dst to the document's value src, when it has one; validate

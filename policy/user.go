@@ -175,71 +175,88 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 	if HostRoot(p) {
 		ws = append(ws, "user: host-root runs calls as host uid 0 without a user namespace: a call can rewrite root-owned files its mounts expose and leave setuid-root programs there")
 	}
-	who := fmt.Sprintf("user %d:%d", uid, gid)
 	// What the call would see: its plan (unchecked: this only advises).
 	plan := sandbox.NewPlan(p, s, Identity{UID: uid, GID: gid})
 	if _, ok := plan.Mount(sandbox.MountTranscript); ok {
-		harness := sandbox.EffectiveOwner(s.Owner)
-		self := uint32(os.Geteuid())
-		info, err := os.Stat(s.TranscriptDir)
-		exists := err == nil && info.IsDir()
+		ws = append(ws, transcriptWarnings(p, s, uid, gid)...)
+	}
+	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok {
+		ws = append(ws, workspaceWarnings(p, s.Cwd, wsm.Writable, uid, gid)...)
+	}
+	return ws
+}
+
+// transcriptWarnings are Warnings' sentences about the transcript
+// directory a call under p for session s, running as uid:gid, mounts.
+func transcriptWarnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
+	var ws []string
+	who := fmt.Sprintf("user %d:%d", uid, gid)
+	harness := sandbox.EffectiveOwner(s.Owner)
+	self := uint32(os.Geteuid())
+	info, err := os.Stat(s.TranscriptDir)
+	exists := err == nil && info.IsDir()
+	switch {
+	case notExist(err):
+	case err != nil:
+		ws = append(ws, fmt.Sprintf("transcript directory %s cannot be inspected: %v", s.TranscriptDir, unwrapPathError(err)))
+	case !info.IsDir():
+		ws = append(ws, fmt.Sprintf("transcript directory %s is not a directory", s.TranscriptDir))
+	default:
+		st, ok := info.Sys().(*syscall.Stat_t)
 		switch {
-		case notExist(err):
-		case err != nil:
-			ws = append(ws, fmt.Sprintf("transcript directory %s cannot be inspected: %v", s.TranscriptDir, unwrapPathError(err)))
-		case !info.IsDir():
-			ws = append(ws, fmt.Sprintf("transcript directory %s is not a directory", s.TranscriptDir))
+		case !ok || st.Uid == harness.UID || st.Uid == self:
+		case harness.UID == 0:
+			// Root acts for the directory's owner (sandbox.MakeSessionDir).
+			harness = sandbox.Owner{UID: st.Uid, GID: st.Gid, Set: true}
 		default:
-			st, ok := info.Sys().(*syscall.Stat_t)
-			switch {
-			case !ok || st.Uid == harness.UID || st.Uid == self:
-			case harness.UID == 0:
-				// Root acts for the directory's owner (sandbox.MakeSessionDir).
-				harness = sandbox.Owner{UID: st.Uid, GID: st.Gid, Set: true}
-			default:
-				ws = append(ws, fmt.Sprintf("transcript directory %s belongs to uid %d, neither the harness user (uid %d) nor the service (uid %d); the service refuses calls of this session",
-					s.TranscriptDir, st.Uid, harness.UID, self))
-			}
-		}
-		if uid != harness.UID && !SessionReadAsOwner(p.Backend) && (exists || notExist(err)) {
-			seen := false
-			for _, name := range transcriptFiles {
-				path := filepath.Join(s.TranscriptDir, name)
-				fi, err := os.Stat(path)
-				if err != nil {
-					continue
-				}
-				seen = true
-				if ok, err := sandbox.MayAccess(path, uid, gid, sandbox.ACLRead); err == nil && !ok {
-					ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s): dsh writes it as the harness user (uid %d) and no directory ACL reaches a file created 0600; run calls as uid %d or grant read on the file (setfacl -m u:%d:r)",
-						who, path, describe(fi), harness.UID, harness.UID, uid))
-				}
-			}
-			if !seen {
-				ws = append(ws, fmt.Sprintf("the transcript in %s will be written by the harness user (uid %d) with mode 0600, which %s cannot read (the service's ACL entry covers the directory and spill files, not a file dsh creates); run calls as uid %d to read it",
-					s.TranscriptDir, harness.UID, who, harness.UID))
-			}
+			ws = append(ws, fmt.Sprintf("transcript directory %s belongs to uid %d, neither the harness user (uid %d) nor the service (uid %d); the service refuses calls of this session",
+				s.TranscriptDir, st.Uid, harness.UID, self))
 		}
 	}
-	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok && wsm.Writable && p.Limits.WorkspaceBytes > 0 {
-		if err := quota.Check(s.Cwd); err != nil && !notExist(err) {
+	if uid != harness.UID && !SessionReadAsOwner(p.Backend) && (exists || notExist(err)) {
+		seen := false
+		for _, name := range transcriptFiles {
+			path := filepath.Join(s.TranscriptDir, name)
+			fi, err := os.Stat(path)
+			if err != nil {
+				continue
+			}
+			seen = true
+			if ok, err := sandbox.MayAccess(path, uid, gid, sandbox.ACLRead); err == nil && !ok {
+				ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s): dsh writes it as the harness user (uid %d) and no directory ACL reaches a file created 0600; run calls as uid %d or grant read on the file (setfacl -m u:%d:r)",
+					who, path, describe(fi), harness.UID, harness.UID, uid))
+			}
+		}
+		if !seen {
+			ws = append(ws, fmt.Sprintf("the transcript in %s will be written by the harness user (uid %d) with mode 0600, which %s cannot read (the service's ACL entry covers the directory and spill files, not a file dsh creates); run calls as uid %d to read it",
+				s.TranscriptDir, harness.UID, who, harness.UID))
+		}
+	}
+	return ws
+}
+
+// workspaceWarnings are Warnings' sentences about the workspace cwd a
+// call under p mounts (writable: read-write), running as uid:gid.
+func workspaceWarnings(p sandbox.Policy, cwd string, writable bool, uid, gid uint32) []string {
+	var ws []string
+	who := fmt.Sprintf("user %d:%d", uid, gid)
+	if writable && p.Limits.WorkspaceBytes > 0 {
+		if err := quota.Check(cwd); err != nil && !notExist(err) {
 			ws = append(ws, fmt.Sprintf("limits.workspaceBytes cannot be enforced on the workspace (%v); the service refuses calls of this session", unwrapPathError(err)))
 		}
 	}
-	if wsm, ok := plan.Mount(sandbox.MountWorkspace); ok {
-		info, err := os.Stat(s.Cwd)
-		switch {
-		case notExist(err):
-			ws = append(ws, fmt.Sprintf("workspace %s does not exist; a call cannot mount it", s.Cwd))
-		case err != nil:
-			ws = append(ws, fmt.Sprintf("workspace %s cannot be inspected: %v", s.Cwd, unwrapPathError(err)))
-		case !info.IsDir():
-			ws = append(ws, fmt.Sprintf("workspace %s is not a directory", s.Cwd))
-		case !may(info, uid, gid, permRead|permExec):
-			ws = append(ws, fmt.Sprintf("%s cannot read the workspace %s (%s)", who, s.Cwd, describe(info)))
-		case wsm.Writable && !may(info, uid, gid, permWrite|permExec):
-			ws = append(ws, fmt.Sprintf("%s cannot write the workspace %s although the policy mounts it read-write (%s)", who, s.Cwd, describe(info)))
-		}
+	info, err := os.Stat(cwd)
+	switch {
+	case notExist(err):
+		ws = append(ws, fmt.Sprintf("workspace %s does not exist; a call cannot mount it", cwd))
+	case err != nil:
+		ws = append(ws, fmt.Sprintf("workspace %s cannot be inspected: %v", cwd, unwrapPathError(err)))
+	case !info.IsDir():
+		ws = append(ws, fmt.Sprintf("workspace %s is not a directory", cwd))
+	case !may(info, uid, gid, permRead|permExec):
+		ws = append(ws, fmt.Sprintf("%s cannot read the workspace %s (%s)", who, cwd, describe(info)))
+	case writable && !may(info, uid, gid, permWrite|permExec):
+		ws = append(ws, fmt.Sprintf("%s cannot write the workspace %s although the policy mounts it read-write (%s)", who, cwd, describe(info)))
 	}
 	return ws
 }

@@ -214,6 +214,22 @@ func Parse(line []byte) (Header, error) {
 	if m == nil {
 		return Header{}, errors.New("session header: not a JSON object")
 	}
+	h, err := requiredFields(m)
+	if err != nil {
+		return Header{}, err
+	}
+	if err := optionalFields(m, &h); err != nil {
+		return Header{}, err
+	}
+	if err := h.Validate(); err != nil {
+		return Header{}, err
+	}
+	return h, nil
+}
+
+// requiredFields checks the fields every header has (type, version,
+// id, createdAt) and returns a header holding them.
+func requiredFields(m map[string]json.RawMessage) (Header, error) {
 	if raw, ok := m["version"]; ok {
 		if v, isNum := number(raw); isNum && v != Version {
 			return Header{}, &FieldError{Field: "version", Reason: fmt.Sprintf("%s is not supported (only %d)", raw, Version), Err: ErrUnsupportedVersion}
@@ -235,53 +251,56 @@ func Parse(line []byte) (Header, error) {
 		return Header{}, &FieldError{Field: "createdAt", Reason: fmt.Sprintf("must be a non-negative safe integer other than -0, got %s", shown(m["createdAt"]))}
 	}
 	h.CreatedAt = created
+	return h, nil
+}
+
+// optionalFields checks the optional fields of m, refuses the retired
+// ones and sets the others in h.
+func optionalFields(m map[string]json.RawMessage, h *Header) error {
 	if raw, ok := m["delegationDepth"]; ok {
 		n, ok := strictInt(raw)
 		if !ok {
-			return Header{}, &FieldError{Field: "delegationDepth", Reason: fmt.Sprintf("must be a non-negative safe integer other than -0, got %s", raw)}
+			return &FieldError{Field: "delegationDepth", Reason: fmt.Sprintf("must be a non-negative safe integer other than -0, got %s", raw)}
 		}
 		h.DelegationDepth = int(n)
 	}
 	if raw, ok := m["origin"]; ok {
 		if !str(raw, &h.Origin) || h.Origin != OriginSubagent {
-			return Header{}, &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %s", OriginSubagent, raw)}
+			return &FieldError{Field: "origin", Reason: fmt.Sprintf("must be %q when present, got %s", OriginSubagent, raw)}
 		}
 	}
 	if raw, ok := m["agentPreset"]; ok {
 		if !str(raw, &h.AgentPreset) {
-			return Header{}, &FieldError{Field: "agentPreset", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+			return &FieldError{Field: "agentPreset", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
 		}
 		h.EmptyAgentPreset = h.AgentPreset == ""
 	}
 	if _, ok := m["sandboxMode"]; ok {
-		return Header{}, &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
+		return &FieldError{Field: "sandboxMode", Reason: "is retired and refused", Err: ErrRetiredField}
 	}
 	if _, ok := m["approvalPolicy"]; ok {
-		return Header{}, &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
+		return &FieldError{Field: "approvalPolicy", Reason: "is retired and refused", Err: ErrRetiredField}
 	}
 	if raw, ok := m["cwd"]; ok {
 		if !str(raw, &h.Cwd) || !IsAbsCwd(h.Cwd) {
-			return Header{}, &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path when present, got %s", raw)}
+			return &FieldError{Field: "cwd", Reason: fmt.Sprintf("must be an absolute path when present, got %s", raw)}
 		}
 	}
 	if raw, ok := m["parentSession"]; ok {
 		if !str(raw, &h.ParentSession) {
-			return Header{}, &FieldError{Field: "parentSession", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
+			return &FieldError{Field: "parentSession", Reason: fmt.Sprintf("must be a string when present, got %s", raw)}
 		}
 		h.EmptyParentSession = h.ParentSession == ""
 	}
 	if raw, ok := m["seedLength"]; ok {
 		v, isNum := number(raw)
 		if !isNum || !safeInteger(v) || v < 0 {
-			return Header{}, &FieldError{Field: "seedLength", Reason: fmt.Sprintf("must be a non-negative safe integer, got %s", raw)}
+			return &FieldError{Field: "seedLength", Reason: fmt.Sprintf("must be a non-negative safe integer, got %s", raw)}
 		}
 		n := int64(v)
 		h.SeedLength = &n
 	}
-	if err := h.Validate(); err != nil {
-		return Header{}, err
-	}
-	return h, nil
+	return nil
 }
 
 // shown returns raw for a message, or "nothing" when the key is absent.

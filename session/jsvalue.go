@@ -67,28 +67,7 @@ func (p *jsParser) value(dst []byte) ([]byte, error) {
 	case c == '{':
 		return p.object(dst)
 	case c == '[':
-		p.i++
-		dst = append(dst, '[')
-		p.space()
-		if p.b[p.i] == ']' {
-			p.i++
-			return append(dst, ']'), nil
-		}
-		for first := true; ; first = false {
-			if !first {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = p.value(dst); err != nil {
-				return nil, err
-			}
-			p.space()
-			if p.b[p.i] == ']' {
-				p.i++
-				return append(dst, ']'), nil
-			}
-			p.i++ // ','
-		}
+		return p.array(dst)
 	case c == '"':
 		return p.str(dst), nil
 	case c == 't':
@@ -101,28 +80,59 @@ func (p *jsParser) value(dst []byte) ([]byte, error) {
 		p.i += 4
 		return append(dst, "null"...), nil
 	default:
-		start := p.i
-		plain := true // an integer of at most 15 digits, not -0: JavaScript writes it as it is
-		for p.i < len(p.b) {
-			c := p.b[p.i]
-			if c >= '0' && c <= '9' || c == '-' {
-				p.i++
-				continue
-			}
-			if c == '+' || c == '.' || c == 'e' || c == 'E' {
-				plain = false
-				p.i++
-				continue
-			}
-			break
-		}
-		tok := p.b[start:p.i]
-		if plain && len(tok) <= 15 && !(len(tok) == 2 && tok[0] == '-' && tok[1] == '0') {
-			return append(dst, tok...), nil
-		}
-		f, _ := strconv.ParseFloat(string(tok), 64) // overflow gives ±Inf, written as null
-		return appendJSNumber(dst, f), nil
+		return p.number(dst), nil
 	}
+}
+
+// array re-encodes an array into dst.
+func (p *jsParser) array(dst []byte) ([]byte, error) {
+	p.i++ // '['
+	dst = append(dst, '[')
+	p.space()
+	if p.b[p.i] == ']' {
+		p.i++
+		return append(dst, ']'), nil
+	}
+	for first := true; ; first = false {
+		if !first {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = p.value(dst); err != nil {
+			return nil, err
+		}
+		p.space()
+		if p.b[p.i] == ']' {
+			p.i++
+			return append(dst, ']'), nil
+		}
+		p.i++ // ','
+	}
+}
+
+// number re-encodes a number as JavaScript writes it into dst.
+func (p *jsParser) number(dst []byte) []byte {
+	start := p.i
+	plain := true // an integer of at most 15 digits, not -0: JavaScript writes it as it is
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		if c >= '0' && c <= '9' || c == '-' {
+			p.i++
+			continue
+		}
+		if c == '+' || c == '.' || c == 'e' || c == 'E' {
+			plain = false
+			p.i++
+			continue
+		}
+		break
+	}
+	tok := p.b[start:p.i]
+	if plain && len(tok) <= 15 && !(len(tok) == 2 && tok[0] == '-' && tok[1] == '0') {
+		return append(dst, tok...)
+	}
+	f, _ := strconv.ParseFloat(string(tok), 64) // overflow gives ±Inf, written as null
+	return appendJSNumber(dst, f)
 }
 
 // jsMember locates one member of an object being re-encoded in the
@@ -185,10 +195,15 @@ func (p *jsParser) object(dst []byte) ([]byte, error) {
 	if !reorder {
 		return append(dst, '}'), nil
 	}
-	// Rewrite: a repeated key keeps its first place and its last value;
-	// array-index keys first, ascending; the rest keep their order. The
-	// canonical encoding of a key is injective, so equal keys are equal
-	// bytes.
+	return reorderMembers(dst, start, members), nil
+}
+
+// reorderMembers rewrites the object that starts at dst[start], whose
+// members are members, in JavaScript's order: a repeated key keeps its
+// first place and its last value; array-index keys first, ascending; the
+// rest keep their order. The canonical encoding of a key is injective, so
+// equal keys are equal bytes.
+func reorderMembers(dst []byte, start int, members []jsMember) []byte {
 	body := slices.Clone(dst[start:])
 	var order []jsMember // spans into body, the last value of each key
 	for _, m := range members {
@@ -225,7 +240,7 @@ func (p *jsParser) object(dst []byte) ([]byte, error) {
 		}
 		dst = append(dst, body[m.keyStart:m.valEnd]...)
 	}
-	return append(dst, '}'), nil
+	return append(dst, '}')
 }
 
 // arrayIndex reports whether key, a canonical JSON string with its

@@ -243,47 +243,16 @@ func loadSettings(c *cli.Context) (*settings, error) {
 			return nil, err
 		}
 	}
-	if v := f.String("workspace-roots"); v != "" {
-		for _, r := range strings.Split(v, ":") {
-			if r == "" {
-				continue
-			}
-			if !filepath.IsAbs(r) {
-				return nil, usageError("--workspace-roots: %q is not an absolute path", r)
-			}
-			abs, err := absFlag("workspace-roots", r)
-			if err != nil {
-				return nil, err
-			}
-			// Resolved once here, so that the CLI and the service compare
-			// workspaces (resolved without links) with the same roots.
-			if real, err := filepath.EvalSymlinks(abs); err == nil {
-				abs = real
-			}
-			s.workspaceRoots = append(s.workspaceRoots, abs)
-		}
+	if s.workspaceRoots, err = workspaceRootsFlag(f.String("workspace-roots")); err != nil {
+		return nil, err
 	}
 	s.dockerHost = f.String("docker-host")
 	if s.containerdAddress, err = absFlag("containerd-address", f.String("containerd-address")); err != nil {
 		return nil, err
 	}
 	s.containerdNamespace = f.String("containerd-namespace")
-	if !f.Bool("no-cwd") {
-		cwd := f.String("cwd")
-		if cwd == "" {
-			if cwd, err = os.Getwd(); err != nil {
-				return nil, fmt.Errorf("current directory: %w", err)
-			}
-		}
-		if s.cwd, err = absFlag("cwd", cwd); err != nil {
-			return nil, err
-		}
-		s.headerCwd = s.cwd
-		if filepath.IsAbs(cwd) {
-			s.headerCwd = cwd
-		}
-	} else if f.IsSet("cwd") {
-		return nil, usageError("--cwd and --no-cwd exclude each other")
+	if err := s.readCwd(f); err != nil {
+		return nil, err
 	}
 	if id := f.String("session-id"); f.IsSet("session-id") {
 		if !utf8.ValidString(id) {
@@ -302,6 +271,63 @@ func loadSettings(c *cli.Context) (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// workspaceRootsFlag is --workspace-roots (v): its colon-separated
+// absolute paths, each resolved once here, so that the CLI and the
+// service compare workspaces (resolved without links) with the same
+// roots. Empty entries are skipped.
+func workspaceRootsFlag(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var roots []string
+	for _, r := range strings.Split(v, ":") {
+		if r == "" {
+			continue
+		}
+		if !filepath.IsAbs(r) {
+			return nil, usageError("--workspace-roots: %q is not an absolute path", r)
+		}
+		abs, err := absFlag("workspace-roots", r)
+		if err != nil {
+			return nil, err
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		roots = append(roots, abs)
+	}
+	return roots, nil
+}
+
+// readCwd sets the call's working directory from --cwd (default: the
+// current directory) unless --no-cwd, and the cwd a session header
+// made from the flags records (--cwd as given when absolute).
+func (s *settings) readCwd(f *flags) error {
+	if f.Bool("no-cwd") {
+		if f.IsSet("cwd") {
+			return usageError("--cwd and --no-cwd exclude each other")
+		}
+		return nil
+	}
+	cwd := f.String("cwd")
+	if cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("current directory: %w", err)
+		}
+		cwd = wd
+	}
+	abs, err := absFlag("cwd", cwd)
+	if err != nil {
+		return err
+	}
+	s.cwd, s.headerCwd = abs, abs
+	if filepath.IsAbs(cwd) {
+		s.headerCwd = cwd
+	}
+	return nil
 }
 
 func absFlag(name, v string) (string, error) {

@@ -22,14 +22,32 @@ func flagsFirst(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
+	out, leaf, i := leafCommand(app, args)
+	if leaf == nil {
+		return args
+	}
+	for _, name := range commandLines {
+		if leaf.Name == name {
+			return args
+		}
+	}
+	flagWords, positional := splitFlags(leaf, args[i:])
+	return append(append(out, flagWords...), positional...)
+}
+
+// leafCommand walks args (the program name, then global and command
+// flags and command names) down to the command without subcommands
+// they name: it returns the words that lead there, the command, and the
+// index in args of the first word after its name. The command is nil when
+// args name none ("--" or a word that is no command comes first).
+func leafCommand(app *cli.App, args []string) ([]string, *cli.Command, int) {
 	out := []string{args[0]}
 	cmds, fl := app.Commands, app.Flags
 	i := 1
-	var leaf *cli.Command
-	for i < len(args) && leaf == nil {
+	for i < len(args) {
 		a := args[i]
 		if a == "--" {
-			return args
+			return nil, nil, 0
 		}
 		if isFlagWord(a) {
 			out = append(out, a)
@@ -47,25 +65,23 @@ func flagsFirst(app *cli.App, args []string) []string {
 			}
 		}
 		if cmd == nil {
-			return args
+			return nil, nil, 0
 		}
 		out = append(out, a)
 		i++
 		if len(cmd.Subcommands) == 0 {
-			leaf = cmd
+			return out, cmd, i
 		}
 		cmds, fl = cmd.Subcommands, cmd.Flags
 	}
-	if leaf == nil {
-		return args
-	}
-	for _, name := range commandLines {
-		if leaf.Name == name {
-			return args
-		}
-	}
-	var flagWords, positional []string
-	for j := i; j < len(args); j++ {
+	return nil, nil, 0
+}
+
+// splitFlags splits args, the words after command leaf's name, into its
+// flags (with their values) and the rest, each in their order; from "--"
+// on everything is the rest.
+func splitFlags(leaf *cli.Command, args []string) (flagWords, positional []string) {
+	for j := 0; j < len(args); j++ {
 		a := args[j]
 		if a == "--" {
 			positional = append(positional, args[j:]...)
@@ -81,7 +97,7 @@ func flagsFirst(app *cli.App, args []string) []string {
 			flagWords = append(flagWords, args[j])
 		}
 	}
-	return append(append(out, flagWords...), positional...)
+	return flagWords, positional
 }
 
 func isFlagWord(a string) bool { return len(a) > 1 && a[0] == '-' }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -112,31 +113,38 @@ func auditVerify(c *cli.Context) error {
 			return err
 		}
 	} else if verr == nil {
-		fmt.Fprintf(c.App.Writer, "ok: %d records, head %s\n", check.Records, check.Head)
-		if check.TornBytes > 0 {
-			fmt.Fprintf(c.App.Writer, "torn: %d bytes without a newline follow record %d (a crash mid-write; serve cuts them at start)\n", check.TornBytes, check.Records)
-		}
-		switch {
-		case cp == nil:
-			fmt.Fprintln(c.App.Writer, "checkpoint: not checked (--checkpoint none)")
-		case check.Records == cp.Records:
-			fmt.Fprintf(c.App.Writer, "checkpoint: %s matches (%d records)\n", cpPath, cp.Records)
-		default:
-			fmt.Fprintf(c.App.Writer, "checkpoint: %s matches up to record %d; record %d was written but not checkpointed (a crash)\n", cpPath, cp.Records, check.Records)
-		}
-		switch {
-		case key != nil:
-			fmt.Fprintf(c.App.Writer, "macs: %d records checked under --key\n", check.MACs)
-		case check.MACs > 0:
-			fmt.Fprintf(c.App.Writer, "macs: %d records carry one, not checked (no --key)\n", check.MACs)
-		default:
-			fmt.Fprintln(c.App.Writer, "macs: none (serve ran without --audit-key)")
-		}
+		printAuditCheck(c.App.Writer, check, cp, cpPath, key != nil)
 	}
 	if verr != nil {
 		return fmt.Errorf("audit log %s: %w", path, verr)
 	}
 	return nil
+}
+
+// printAuditCheck writes what a verified audit log holds for people:
+// its records and head, a torn tail, the checkpoint at cpPath (cp nil:
+// not checked) and the MACs (keyed: checked under --key).
+func printAuditCheck(w io.Writer, check api.AuditCheck, cp *api.AuditCheckpoint, cpPath string, keyed bool) {
+	fmt.Fprintf(w, "ok: %d records, head %s\n", check.Records, check.Head)
+	if check.TornBytes > 0 {
+		fmt.Fprintf(w, "torn: %d bytes without a newline follow record %d (a crash mid-write; serve cuts them at start)\n", check.TornBytes, check.Records)
+	}
+	switch {
+	case cp == nil:
+		fmt.Fprintln(w, "checkpoint: not checked (--checkpoint none)")
+	case check.Records == cp.Records:
+		fmt.Fprintf(w, "checkpoint: %s matches (%d records)\n", cpPath, cp.Records)
+	default:
+		fmt.Fprintf(w, "checkpoint: %s matches up to record %d; record %d was written but not checkpointed (a crash)\n", cpPath, cp.Records, check.Records)
+	}
+	switch {
+	case keyed:
+		fmt.Fprintf(w, "macs: %d records checked under --key\n", check.MACs)
+	case check.MACs > 0:
+		fmt.Fprintf(w, "macs: %d records carry one, not checked (no --key)\n", check.MACs)
+	default:
+		fmt.Fprintln(w, "macs: none (serve ran without --audit-key)")
+	}
 }
 
 // serveAuditFiles are serve's audit log and checkpoint as absolute paths

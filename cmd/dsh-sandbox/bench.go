@@ -108,123 +108,224 @@ func runBench(c *cli.Context) error {
 	}
 	defer os.RemoveAll(work)
 
-	type series struct {
-		name     string
-		baseline string                                       // the series' baseline, measured in the same run
-		call     func() (time.Duration, time.Duration, error) // total, prepare
-		samples  []time.Duration
-		prepare  []time.Duration
-		hits     *int // a warm series' pool hits
-		err      error
-	}
-	var all []*series
-	all = append(all, &series{name: "bash -c true", call: func() (time.Duration, time.Duration, error) {
+	b := &benchRun{ctx: ctx, s: s, base: base, work: work}
+	defer b.close()
+	b.add(&benchSeries{name: "bash -c true", call: func() (time.Duration, time.Duration, error) {
 		start := time.Now()
 		err := exec.CommandContext(ctx, "bash", "-c", "true").Run()
 		return time.Since(start), 0, err
 	}})
-	// The default backend's default runtime is what the other series of
-	// its backend are compared with, and what streams the RSS measurement.
-	var defaultLabel string
-	var defaultExec sandbox.Executor
-	var tarball []byte // the bench image, read once for every backend that needs it
-	var tarErr error
 	for _, d := range backends.All() {
 		if d.Bench == nil || (c.Bool("no-daemons") && d.Needs.Daemon != nil) || (len(only) > 0 && !slices.Contains(only, string(d.Name))) {
 			continue
 		}
-		cfg, err := s.backendConfig(d)
-		if err != nil {
-			all = append(all, &series{name: d.Bench.Baseline, err: err})
-			continue
-		}
-		image := ""
-		if d.Bench.Image {
-			image = benchImage
-			if tarball == nil && tarErr == nil {
-				var buf bytes.Buffer
-				if tarErr = images.BusyboxRootfsTar(&buf, images.DefaultBusyboxPath); tarErr != nil {
-					tarErr = fmt.Errorf("bench image: %w (apt-get install busybox-static)", tarErr)
-				}
-				tarball = buf.Bytes()
-			}
-		}
-		bench := d.Bench
-		baseline := &series{name: bench.Baseline, call: func() (time.Duration, time.Duration, error) {
-			dur, err := bench.Run(ctx, cfg, image)
-			return dur, 0, err
-		}}
-		all = append(all, baseline)
-		for _, t := range backends.Targets(func(x *backend.Descriptor) bool { return x == d }) {
-			ex, closeEx, err := s.openTarget(ctx, t)
-			var st backend.ImageStore
-			closeSt := func() {}
-			if err == nil && image != "" {
-				if st, closeSt, err = benchStore(ctx, s, t, ex); err == nil {
-					if err = tarErr; err == nil {
-						err = st.ImportRootfs(ctx, bytes.NewReader(tarball), benchImage, nil)
-					}
-					if err != nil {
-						closeSt()
-					}
-				}
-				if err != nil {
-					closeEx()
-				}
-			}
-			if err != nil {
-				if image != "" { // the baseline needs the image too
-					baseline.err = err
-				}
-				all = append(all, &series{name: t.Label(), err: err})
-				continue
-			}
-			defer closeEx()
-			if image != "" {
-				defer closeSt()
-				defer removeBenchImage(ctx, s, st) // before closeSt and closeEx: defers run last first
-			}
-			p := base
-			p.Backend, p.Runtime = t.Name, t.Runtime
-			if image != "" {
-				p.Image = image
-			}
-			if bench.User != "" {
-				p.User = sandbox.User(bench.User)
-			}
-			if p, err = policy.Normalize(p); err != nil {
-				return err
-			}
-			if defaultLabel == "" {
-				defaultLabel, defaultExec = t.Label(), ex
-			}
-			all = append(all, &series{name: t.Label(), baseline: bench.Baseline, call: timeCall(ctx, ex, p, work, nil)})
-			// The same target with the warm pool on: one session's
-			// sequential calls, each finding the container its
-			// predecessor had prepared.
-			s.pool = &pool.Options{}
-			wex, closeW, err := s.openTarget(ctx, t)
-			s.pool = nil
-			if err != nil {
-				continue
-			}
-			defer closeW()
-			if pe, ok := wex.(interface{ Pooled() bool }); !ok || !pe.Pooled() {
-				continue
-			}
-			hits := new(int)
-			all = append(all, &series{name: t.Label() + " warm", baseline: bench.Baseline, hits: hits, call: timeCall(ctx, wex, p, work, hits)})
+		if err := b.addBackend(d); err != nil {
+			return err
 		}
 	}
 
-	// Interleave the series so that drift of the machine hits all alike.
-	progress := io.Discard
-	if f, ok := c.App.ErrWriter.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
-		progress = f
+	b.measure(n, benchProgress(c))
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	for i := range n + 1 { // the first round warms up and is not counted
-		for _, se := range all {
-			if se.err != nil || ctx.Err() != nil {
+	rep := b.report()
+	if size := c.Int64("stream-bytes"); size > 0 && b.defaultExec != nil {
+		rep.StreamBytes = size
+		growth, err := streamRSS(ctx, b.defaultExec, base, work, size)
+		if err != nil {
+			rep.StreamError = err.Error()
+		}
+		rep.RSSGrowthBytes = growth
+	}
+
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, rep)
+	}
+	printBench(c.App.Writer, rep, b.defaultLabel)
+	return nil
+}
+
+// benchSeries is one series of bench while it is measured.
+type benchSeries struct {
+	name     string
+	baseline string                                       // the series' baseline, measured in the same run
+	call     func() (time.Duration, time.Duration, error) // total, prepare
+	samples  []time.Duration
+	prepare  []time.Duration
+	hits     *int // a warm series' pool hits
+	err      error
+}
+
+// benchRun is one run of bench: its series, in the order they are
+// measured and reported, and what closes their executors at the end.
+type benchRun struct {
+	ctx  context.Context
+	s    *settings
+	base sandbox.Policy // the policy every executor series runs under
+	work string         // the calls' working directory
+
+	all []*benchSeries
+	// The default backend's default runtime is what the other series of
+	// its backend are compared with, and what streams the RSS measurement.
+	defaultLabel string
+	defaultExec  sandbox.Executor
+	tarball      []byte // the bench image, read once for every backend that needs it
+	tarErr       error
+	closers      []func() // run last first by close
+}
+
+func (b *benchRun) add(se *benchSeries) { b.all = append(b.all, se) }
+
+// later registers f to run when the run closes, before what was
+// registered earlier.
+func (b *benchRun) later(f func()) { b.closers = append(b.closers, f) }
+
+// close runs what later registered, last first.
+func (b *benchRun) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// benchTarball reads the bench image once, for every backend that needs it.
+func (b *benchRun) benchTarball() {
+	if b.tarball != nil || b.tarErr != nil {
+		return
+	}
+	var buf bytes.Buffer
+	if b.tarErr = images.BusyboxRootfsTar(&buf, images.DefaultBusyboxPath); b.tarErr != nil {
+		b.tarErr = fmt.Errorf("bench image: %w (apt-get install busybox-static)", b.tarErr)
+	}
+	b.tarball = buf.Bytes()
+}
+
+// addBackend adds backend d's baseline and a series for each of its
+// targets (and their warm pools).
+func (b *benchRun) addBackend(d *backend.Descriptor) error {
+	cfg, err := b.s.backendConfig(d)
+	if err != nil {
+		b.add(&benchSeries{name: d.Bench.Baseline, err: err})
+		return nil
+	}
+	image := ""
+	if d.Bench.Image {
+		image = benchImage
+		b.benchTarball()
+	}
+	bench := d.Bench
+	ctx := b.ctx
+	baseline := &benchSeries{name: bench.Baseline, call: func() (time.Duration, time.Duration, error) {
+		dur, err := bench.Run(ctx, cfg, image)
+		return dur, 0, err
+	}}
+	b.add(baseline)
+	for _, t := range backends.Targets(func(x *backend.Descriptor) bool { return x == d }) {
+		if err := b.addTarget(t, bench, image, baseline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addTarget adds the series of target t, and of t with its warm pool
+// when it has one; image, when set, is imported into t's image store
+// first. A failure to open t fails its series (and baseline, which
+// needs the image too), not the run.
+func (b *benchRun) addTarget(t backend.Target, bench *backend.Bench, image string, baseline *benchSeries) error {
+	ctx, s := b.ctx, b.s
+	ex, st, err := b.openBenchTarget(t, image)
+	if err != nil {
+		if image != "" { // the baseline needs the image too
+			baseline.err = err
+		}
+		b.add(&benchSeries{name: t.Label(), err: err})
+		return nil
+	}
+	if image != "" {
+		b.later(func() { removeBenchImage(ctx, s, st) }) // before closeSt and closeEx: closers run last first
+	}
+	p := b.base
+	p.Backend, p.Runtime = t.Name, t.Runtime
+	if image != "" {
+		p.Image = image
+	}
+	if bench.User != "" {
+		p.User = sandbox.User(bench.User)
+	}
+	if p, err = policy.Normalize(p); err != nil {
+		return err
+	}
+	if b.defaultLabel == "" {
+		b.defaultLabel, b.defaultExec = t.Label(), ex
+	}
+	b.add(&benchSeries{name: t.Label(), baseline: bench.Baseline, call: timeCall(ctx, ex, p, b.work, nil)})
+	// The same target with the warm pool on: one session's
+	// sequential calls, each finding the container its
+	// predecessor had prepared.
+	s.pool = &pool.Options{}
+	wex, closeW, err := s.openTarget(ctx, t)
+	s.pool = nil
+	if err != nil {
+		return nil
+	}
+	b.later(closeW)
+	if pe, ok := wex.(interface{ Pooled() bool }); !ok || !pe.Pooled() {
+		return nil
+	}
+	hits := new(int)
+	b.add(&benchSeries{name: t.Label() + " warm", baseline: bench.Baseline, hits: hits, call: timeCall(ctx, wex, p, b.work, hits)})
+	return nil
+}
+
+// openBenchTarget opens target t's executor and, when image is set,
+// imports the bench image into its image store; it registers their
+// closing with the run only when both succeeded, and closes what it
+// opened otherwise.
+func (b *benchRun) openBenchTarget(t backend.Target, image string) (sandbox.Executor, backend.ImageStore, error) {
+	ctx := b.ctx
+	ex, closeEx, err := b.s.openTarget(ctx, t)
+	var st backend.ImageStore
+	closeSt := func() {}
+	if err == nil && image != "" {
+		if st, closeSt, err = benchStore(ctx, b.s, t, ex); err == nil {
+			if err = b.tarErr; err == nil {
+				err = st.ImportRootfs(ctx, bytes.NewReader(b.tarball), benchImage, nil)
+			}
+			if err != nil {
+				closeSt()
+			}
+		}
+		if err != nil {
+			closeEx()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	b.later(closeEx)
+	if image != "" {
+		b.later(closeSt)
+	}
+	return ex, st, nil
+}
+
+// benchProgress is where bench writes its progress: the error stream
+// when it is a terminal, nowhere otherwise.
+func benchProgress(c *cli.Context) io.Writer {
+	if f, ok := c.App.ErrWriter.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		return f
+	}
+	return io.Discard
+}
+
+// measure calls the series n+1 times, interleaved so that drift of the
+// machine hits all alike; the first round warms up and is not counted.
+// A series that fails once is not called again. It stops calling when
+// the context ends.
+func (b *benchRun) measure(n int, progress io.Writer) {
+	for i := range n + 1 {
+		for _, se := range b.all {
+			if se.err != nil || b.ctx.Err() != nil {
 				continue
 			}
 			d, prep, err := se.call()
@@ -242,13 +343,14 @@ func runBench(c *cli.Context) error {
 		fmt.Fprintf(progress, "\rbench: round %d/%d", i, n)
 	}
 	fmt.Fprintln(progress)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+}
 
+// report summarizes the measured series: one row each, with its ratios
+// to its baseline and to the default backend's default runtime.
+func (b *benchRun) report() benchReport {
 	var rep benchReport
 	medians := map[string]time.Duration{}
-	for _, se := range all {
+	for _, se := range b.all {
 		row := benchRow{Name: se.name, N: len(se.samples), Baseline: se.baseline}
 		if se.hits != nil {
 			row.PoolHits = *se.hits
@@ -273,27 +375,20 @@ func runBench(c *cli.Context) error {
 	}
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
-		if b := medians[r.Baseline]; b > 0 && r.MedianMs > 0 {
-			r.VsBaseline = r.MedianMs / ms(b)
+		if base := medians[r.Baseline]; base > 0 && r.MedianMs > 0 {
+			r.VsBaseline = r.MedianMs / ms(base)
 		}
-		if rc := medians[defaultLabel]; rc > 0 && r.MedianMs > 0 && sameBackend(r.Name, defaultLabel) {
+		if rc := medians[b.defaultLabel]; rc > 0 && r.MedianMs > 0 && sameBackend(r.Name, b.defaultLabel) {
 			r.VsBackendRc = r.MedianMs / ms(rc)
 		}
 	}
+	return rep
+}
 
-	if size := c.Int64("stream-bytes"); size > 0 && defaultExec != nil {
-		rep.StreamBytes = size
-		growth, err := streamRSS(ctx, defaultExec, base, work, size)
-		if err != nil {
-			rep.StreamError = err.Error()
-		}
-		rep.RSSGrowthBytes = growth
-	}
-
-	if c.Bool("json") {
-		return writeJSON(c.App.Writer, rep)
-	}
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
+// printBench writes rep as a table, then each series' error and the
+// RSS measurement; defaultLabel names the series that streamed it.
+func printBench(w io.Writer, rep benchReport, defaultLabel string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "series\tmedian ms\tp95 ms\tmin ms\tmax ms\tprepare ms\t× baseline\tbaseline\t× oci/runc\tn\t")
 	for _, r := range rep.Rows {
 		baseline := r.Baseline
@@ -310,17 +405,16 @@ func runBench(c *cli.Context) error {
 	tw.Flush()
 	for _, r := range rep.Rows {
 		if r.Error != "" {
-			fmt.Fprintf(c.App.Writer, "%s: %s\n", r.Name, r.Error)
+			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Error)
 		}
 	}
 	if rep.StreamBytes > 0 {
 		if rep.StreamError != "" {
-			fmt.Fprintf(c.App.Writer, "streaming %d bytes: %s\n", rep.StreamBytes, rep.StreamError)
+			fmt.Fprintf(w, "streaming %d bytes: %s\n", rep.StreamBytes, rep.StreamError)
 		} else {
-			fmt.Fprintf(c.App.Writer, "RSS growth while streaming %d MB through %s: %.1f MB\n", rep.StreamBytes/1_000_000, defaultLabel, float64(rep.RSSGrowthBytes)/1e6)
+			fmt.Fprintf(w, "RSS growth while streaming %d MB through %s: %.1f MB\n", rep.StreamBytes/1_000_000, defaultLabel, float64(rep.RSSGrowthBytes)/1e6)
 		}
 	}
-	return nil
 }
 
 // timeCall returns a series call that runs true on ex under p and times

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -65,85 +67,104 @@ Example:
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "also check the credential sources of policy `FILE` (repeatable)"},
 			&cli.StringFlag{Name: "policy-dir", Usage: "also check the credential sources of the policies in `DIR`"},
 		},
-		Action: func(c *cli.Context) error {
-			s, err := loadSettings(c)
-			if err != nil {
-				return err
+		Action: runDoctor,
+	}
+}
+
+// doctorReport is one entry of doctor's report: a backend's target, or
+// one of the checks of this host ("deployment", "credentials",
+// "workspace-quota").
+type doctorReport struct {
+	Backend string          `json:"backend"`
+	Runtime string          `json:"runtime,omitempty"`
+	Usable  bool            `json:"usable"`
+	Checks  []sandbox.Check `json:"checks"`
+}
+
+func runDoctor(c *cli.Context) error {
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	reports := s.backendReports(c.Context)
+	if checks := s.pathChecks("rw"); len(checks) > 0 {
+		reports = append(reports, doctorReport{Backend: "deployment", Checks: checks})
+	}
+	files, err := servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
+	if err != nil {
+		return err
+	}
+	if checks, err := s.credentialChecks(files); err != nil {
+		return err
+	} else if len(checks) > 0 {
+		reports = append(reports, doctorReport{Backend: "credentials", Checks: checks})
+	}
+	if s.cwd != "" {
+		reports = append(reports, doctorReport{Backend: "workspace-quota", Checks: []sandbox.Check{workspaceQuotaCheck(s.cwd)}})
+	}
+	for i := range reports {
+		r := &reports[i]
+		r.Usable = len(r.Checks) > 0
+		for _, ch := range r.Checks {
+			r.Usable = r.Usable && ch.OK
+		}
+	}
+	var failure error
+	if !reports[0].Usable {
+		failure = sandbox.Errorf(sandbox.ErrUnavailable, "the default backend %s is not usable here", backends.Targets(doctors)[0].Label())
+	}
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, reports); err != nil {
+			return err
+		}
+		return failure
+	}
+	printDoctor(c.App.Writer, reports)
+	return failure
+}
+
+// backendReports runs the doctor of each backend's targets, the default
+// first; a failed daemon check says how to reach the daemon.
+func (s *settings) backendReports(ctx context.Context) []doctorReport {
+	var reports []doctorReport
+	for _, t := range backends.Targets(doctors) {
+		r := doctorReport{Backend: string(t.Name), Runtime: string(t.Runtime)}
+		cfg, err := s.backendConfig(t.Descriptor)
+		if err != nil {
+			r.Checks = []sandbox.Check{{Name: "config", Detail: err.Error()}}
+		} else {
+			r.Checks = t.Doctor(ctx, cfg, t.Runtime)
+		}
+		for j, ch := range r.Checks {
+			if !ch.OK && ch.Name == "daemon" && t.Needs.Daemon != nil {
+				r.Checks[j].Detail += daemonHint(t.Needs.Daemon)
 			}
-			type report struct {
-				Backend string          `json:"backend"`
-				Runtime string          `json:"runtime,omitempty"`
-				Usable  bool            `json:"usable"`
-				Checks  []sandbox.Check `json:"checks"`
+		}
+		reports = append(reports, r)
+	}
+	return reports
+}
+
+// printDoctor writes reports for people: each entry's verdict, then its
+// checks.
+func printDoctor(w io.Writer, reports []doctorReport) {
+	for _, r := range reports {
+		name := r.Backend
+		if r.Runtime != "" {
+			name += "/" + r.Runtime
+		}
+		verdict := "usable"
+		if !r.Usable {
+			verdict = "NOT usable"
+		}
+		fmt.Fprintf(w, "%s: %s\n", name, verdict)
+		for _, ch := range r.Checks {
+			mark := "ok  "
+			if !ch.OK {
+				mark = "FAIL"
 			}
-			var reports []report
-			for _, t := range backends.Targets(doctors) {
-				r := report{Backend: string(t.Name), Runtime: string(t.Runtime)}
-				cfg, err := s.backendConfig(t.Descriptor)
-				if err != nil {
-					r.Checks = []sandbox.Check{{Name: "config", Detail: err.Error()}}
-				} else {
-					r.Checks = t.Doctor(c.Context, cfg, t.Runtime)
-				}
-				for j, ch := range r.Checks {
-					if !ch.OK && ch.Name == "daemon" && t.Needs.Daemon != nil {
-						r.Checks[j].Detail += daemonHint(t.Needs.Daemon)
-					}
-				}
-				reports = append(reports, r)
-			}
-			if checks := s.pathChecks("rw"); len(checks) > 0 {
-				reports = append(reports, report{Backend: "deployment", Checks: checks})
-			}
-			files, err := servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
-			if err != nil {
-				return err
-			}
-			if checks, err := s.credentialChecks(files); err != nil {
-				return err
-			} else if len(checks) > 0 {
-				reports = append(reports, report{Backend: "credentials", Checks: checks})
-			}
-			if s.cwd != "" {
-				reports = append(reports, report{Backend: "workspace-quota", Checks: []sandbox.Check{workspaceQuotaCheck(s.cwd)}})
-			}
-			for i := range reports {
-				r := &reports[i]
-				r.Usable = len(r.Checks) > 0
-				for _, ch := range r.Checks {
-					r.Usable = r.Usable && ch.OK
-				}
-			}
-			var failure error
-			if !reports[0].Usable {
-				failure = sandbox.Errorf(sandbox.ErrUnavailable, "the default backend %s is not usable here", backends.Targets(doctors)[0].Label())
-			}
-			if c.Bool("json") {
-				if err := writeJSON(c.App.Writer, reports); err != nil {
-					return err
-				}
-				return failure
-			}
-			for _, r := range reports {
-				name := r.Backend
-				if r.Runtime != "" {
-					name += "/" + r.Runtime
-				}
-				verdict := "usable"
-				if !r.Usable {
-					verdict = "NOT usable"
-				}
-				fmt.Fprintf(c.App.Writer, "%s: %s\n", name, verdict)
-				for _, ch := range r.Checks {
-					mark := "ok  "
-					if !ch.OK {
-						mark = "FAIL"
-					}
-					fmt.Fprintf(c.App.Writer, "  %s %-8s %s\n", mark, ch.Name, ch.Detail)
-				}
-			}
-			return failure
-		},
+			fmt.Fprintf(w, "  %s %-8s %s\n", mark, ch.Name, ch.Detail)
+		}
 	}
 }
 

@@ -103,40 +103,9 @@ func runHooks(c *cli.Context) error {
 	for _, w := range cfg.Warnings {
 		s.log.Warn().Str("dialect", d.Name()).Msg(w)
 	}
-	// dsh names the harness process's directory as the payload's cwd when
-	// the session has none (--no-cwd) or there is no agent. Without an
-	// agent, --cwd (default: the current directory) is that directory.
-	processCwd := s.cwd
-	if s.header != nil || processCwd == "" {
-		if processCwd, err = syscall.Getwd(); err != nil {
-			return fmt.Errorf("current directory: %w", err)
-		}
-	}
-	ev := hooks.Event{
-		Name:           c.String("event"),
-		Session:        s.header,
-		Cwd:            s.cwd,
-		ProcessCwd:     processCwd,
-		ToolUseID:      c.String("tool-use-id"),
-		ToolResponse:   c.String("tool-response"),
-		Prompt:         c.String("prompt"),
-		Source:         c.String("source"),
-		StopHookActive: c.Bool("stop-hook-active"),
-		Model:          c.String("model"),
-		PermissionMode: c.String("permission-mode"),
-		TurnID:         c.String("turn-id"),
-	}
-	if s.header != nil && (ev.Name == hooks.SubagentStart || ev.Name == hooks.SubagentStop) {
-		ev.AgentID = s.header.ID // the subagent's session, as dsh's agents registry names it
-	}
-	if ev.Name == hooks.PreToolUse || ev.Name == hooks.PostToolUse {
-		ev.ToolName = c.String("tool-name")
-		if in := c.String("tool-input"); in != "" {
-			if !json.Valid([]byte(in)) {
-				return usageError("--tool-input: not valid JSON")
-			}
-			ev.ToolInput = json.RawMessage(in)
-		}
+	ev, err := hookEvent(c, s)
+	if err != nil {
+		return err
 	}
 	pluginRoot := ""
 	if d.Name() == claudecode.Name {
@@ -185,6 +154,49 @@ func runHooks(c *cli.Context) error {
 		return &childExit{2}
 	}
 	return nil
+}
+
+// hookEvent is the event the flags describe, in the session the global
+// flags name.
+func hookEvent(c *cli.Context, s *settings) (hooks.Event, error) {
+	// dsh names the harness process's directory as the payload's cwd when
+	// the session has none (--no-cwd) or there is no agent. Without an
+	// agent, --cwd (default: the current directory) is that directory.
+	processCwd := s.cwd
+	if s.header != nil || processCwd == "" {
+		wd, err := syscall.Getwd()
+		if err != nil {
+			return hooks.Event{}, fmt.Errorf("current directory: %w", err)
+		}
+		processCwd = wd
+	}
+	ev := hooks.Event{
+		Name:           c.String("event"),
+		Session:        s.header,
+		Cwd:            s.cwd,
+		ProcessCwd:     processCwd,
+		ToolUseID:      c.String("tool-use-id"),
+		ToolResponse:   c.String("tool-response"),
+		Prompt:         c.String("prompt"),
+		Source:         c.String("source"),
+		StopHookActive: c.Bool("stop-hook-active"),
+		Model:          c.String("model"),
+		PermissionMode: c.String("permission-mode"),
+		TurnID:         c.String("turn-id"),
+	}
+	if s.header != nil && (ev.Name == hooks.SubagentStart || ev.Name == hooks.SubagentStop) {
+		ev.AgentID = s.header.ID // the subagent's session, as dsh's agents registry names it
+	}
+	if ev.Name == hooks.PreToolUse || ev.Name == hooks.PostToolUse {
+		ev.ToolName = c.String("tool-name")
+		if in := c.String("tool-input"); in != "" {
+			if !json.Valid([]byte(in)) {
+				return hooks.Event{}, usageError("--tool-input: not valid JSON")
+			}
+			ev.ToolInput = json.RawMessage(in)
+		}
+	}
+	return ev, nil
 }
 
 // hooksPolicy adds to the operator's policy p (--policy) the read-only

@@ -74,41 +74,44 @@ Examples:
 					backendFlag("backend whose images to list"),
 					jsonFlag,
 				},
-				Action: func(c *cli.Context) error {
-					bd, err := imageBackend(c)
-					if err != nil {
-						return err
-					}
-					s, err := loadSettings(c)
-					if err != nil {
-						return err
-					}
-					imgs, err := s.listImages(c.Context, bd)
-					if err != nil {
-						return err
-					}
-					if c.Bool("json") {
-						if imgs == nil {
-							imgs = []images.Image{}
-						}
-						if hostImage(bd) { // as the text lists it
-							imgs = append([]images.Image{{Name: images.HostName, Host: true}}, imgs...)
-						}
-						return writeJSON(c.App.Writer, imgs)
-					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED\tSOURCE")
-					if hostImage(bd) {
-						fmt.Fprintln(tw, "host\t-\t-\t-\t-")
-					}
-					for _, img := range imgs {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, img.Digest, img.Size, img.Imported.Format("2006-01-02 15:04"), imageSource(img))
-					}
-					return tw.Flush()
-				},
+				Action: runImagesList,
 			},
 		},
 	}
+}
+
+// runImagesList is images list.
+func runImagesList(c *cli.Context) error {
+	bd, err := imageBackend(c)
+	if err != nil {
+		return err
+	}
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	imgs, err := s.listImages(c.Context, bd)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if imgs == nil {
+			imgs = []images.Image{}
+		}
+		if hostImage(bd) { // as the text lists it
+			imgs = append([]images.Image{{Name: images.HostName, Host: true}}, imgs...)
+		}
+		return writeJSON(c.App.Writer, imgs)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tIMPORTED\tSOURCE")
+	if hostImage(bd) {
+		fmt.Fprintln(tw, "host\t-\t-\t-\t-")
+	}
+	for _, img := range imgs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, img.Digest, img.Size, img.Imported.Format("2006-01-02 15:04"), imageSource(img))
+	}
+	return tw.Flush()
 }
 
 // imageSource is the SOURCE column of images list: the registry

@@ -374,69 +374,72 @@ Examples:
 			&cli.StringSliceFlag{Name: "verify-key", Usage: "PEM public key `FILE` of which one must have signed the image (repeatable)"},
 			jsonFlag,
 		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError("images pull takes one REF, got %d arguments", c.NArg())
-			}
-			bd, err := imageBackend(c)
-			if err != nil {
-				return err
-			}
-			ref, err := images.CanonicalReference(c.Args().First())
-			if err != nil {
-				return usageError("REF: %v", err)
-			}
-			keys, err := loadKeys("--verify-key", c.StringSlice("verify-key"))
-			if err != nil {
-				return err
-			}
-			s, err := loadSettings(c)
-			if err != nil {
-				return err
-			}
-			regs, err := s.pull.registries()
-			if err != nil {
-				return err
-			}
-			opts := images.PullOptions{Registries: regs, MaxBytes: s.pull.maxBytes, Keys: keys, Progress: pullDisplay(c)}
-			var img *images.Image
-			if bd.Images == backend.ImagesLocal {
-				st, err := s.openImages()
-				if err != nil {
-					return err
-				}
-				img, err = st.Pull(c.Context, ref, opts)
-				if err != nil {
-					return pullError(err)
-				}
-			} else {
-				st, closeSt, err := s.openImageStore(c.Context, bd)
-				if err != nil {
-					return err
-				}
-				defer closeSt()
-				p, ok := st.(backend.Puller)
-				if !ok {
-					return usageError("--backend %s: images pull is not supported by %s; import the image into it", bd.Name, bd.Name)
-				}
-				if img, err = p.PullImage(c.Context, ref, opts); err != nil {
-					return pullError(err)
-				}
-			}
-			if c.Bool("json") {
-				return writeJSON(c.App.Writer, struct {
-					Event   string        `json:"event"`
-					Backend string        `json:"backend"`
-					Image   *images.Image `json:"image"`
-				}{"pulled", string(bd.Name), img})
-			}
-			fmt.Fprintf(c.App.Writer, "pulled %s into %s (%s, %d bytes) from %s\n", img.Name, bd.Name, img.Digest, img.Size, img.Source)
-			for _, sg := range img.Signers {
-				fmt.Fprintf(c.App.Writer, "signature verified: key %s\n", sg)
-			}
-			return nil
-		},
+		Action: runImagesPull,
 	}
+}
+
+// runImagesPull is images pull.
+func runImagesPull(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageError("images pull takes one REF, got %d arguments", c.NArg())
+	}
+	bd, err := imageBackend(c)
+	if err != nil {
+		return err
+	}
+	ref, err := images.CanonicalReference(c.Args().First())
+	if err != nil {
+		return usageError("REF: %v", err)
+	}
+	keys, err := loadKeys("--verify-key", c.StringSlice("verify-key"))
+	if err != nil {
+		return err
+	}
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	regs, err := s.pull.registries()
+	if err != nil {
+		return err
+	}
+	opts := images.PullOptions{Registries: regs, MaxBytes: s.pull.maxBytes, Keys: keys, Progress: pullDisplay(c)}
+	var img *images.Image
+	if bd.Images == backend.ImagesLocal {
+		st, err := s.openImages()
+		if err != nil {
+			return err
+		}
+		img, err = st.Pull(c.Context, ref, opts)
+		if err != nil {
+			return pullError(err)
+		}
+	} else {
+		st, closeSt, err := s.openImageStore(c.Context, bd)
+		if err != nil {
+			return err
+		}
+		defer closeSt()
+		p, ok := st.(backend.Puller)
+		if !ok {
+			return usageError("--backend %s: images pull is not supported by %s; import the image into it", bd.Name, bd.Name)
+		}
+		if img, err = p.PullImage(c.Context, ref, opts); err != nil {
+			return pullError(err)
+		}
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, struct {
+			Event   string        `json:"event"`
+			Backend string        `json:"backend"`
+			Image   *images.Image `json:"image"`
+		}{"pulled", string(bd.Name), img})
+	}
+	fmt.Fprintf(c.App.Writer, "pulled %s into %s (%s, %d bytes) from %s\n", img.Name, bd.Name, img.Digest, img.Size, img.Source)
+	for _, sg := range img.Signers {
+		fmt.Fprintf(c.App.Writer, "signature verified: key %s\n", sg)
+	}
+	return nil
 }
 
 // pullDisplay returns the progress callback of images pull: JSON events

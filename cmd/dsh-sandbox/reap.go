@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -43,72 +44,78 @@ Examples:
 			&cli.StringFlag{Name: "backend", Usage: "reap only this backend: " + sandbox.JoinModes(backends.Names(reapers), ", ")},
 			jsonFlag,
 		},
-		Action: func(c *cli.Context) error {
-			s, err := loadSettings(c)
-			if err != nil {
-				return err
-			}
-			only := sandbox.Backend(c.String("backend"))
-			if only != "" {
-				if _, err := flagBackend("--backend", only, reapers, " with leftovers"); err != nil {
-					return err
-				}
-			}
-			var results []reapResult
-			var firstErr error
-			for _, t := range backends.Targets(reapers) {
-				if only != "" && t.Name != only {
-					continue
-				}
-				ex, closeEx, err := s.openTarget(c.Context, t)
-				if err != nil {
-					if only != "" {
-						// Named explicitly: an unusable backend is an error.
-						results = append(results, reapResult{Backend: t.Label(), Error: err.Error()})
-						if firstErr == nil {
-							firstErr = err
-						}
-						continue
-					}
-					results = append(results, reapResult{Backend: t.Label(), Skipped: err.Error()})
-					continue
-				}
-				rep, err := reapExecutor(c.Context, ex)
-				closeEx()
-				if t.Images == backend.ImagesLocal && (len(t.Runtimes) == 0 || t.Runtime == t.Runtimes[0]) {
-					// Once for the store all runtimes share.
-					if st, serr := s.openImages(); serr == nil {
-						err = errors.Join(err, reapStaging(st, &rep))
-					}
-				}
-				r := reapResult{Backend: t.Label(), Removed: rep.Removed(), Report: &rep}
-				if err != nil {
-					r.Error = err.Error()
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-				results = append(results, r)
-			}
-			if c.Bool("json") {
-				if err := writeJSON(c.App.Writer, results); err != nil {
-					return err
-				}
-				return firstErr
-			}
-			for _, r := range results {
-				switch {
-				case r.Skipped != "":
-					fmt.Fprintf(c.App.Writer, "%s: skipped (%s)\n", r.Backend, r.Skipped)
-				case r.Error != "":
-					fmt.Fprintf(c.App.Writer, "%s: removed %d objects; FAILED: %s\n", r.Backend, r.Removed, r.Error)
-				case r.Removed == 0:
-					fmt.Fprintf(c.App.Writer, "%s: nothing left behind\n", r.Backend)
-				default:
-					fmt.Fprintf(c.App.Writer, "%s: removed %d objects: %s\n", r.Backend, r.Removed, r.Report)
-				}
-			}
-			return firstErr
-		},
+		Action: runReap,
 	}
+}
+
+func runReap(c *cli.Context) error {
+	s, err := loadSettings(c)
+	if err != nil {
+		return err
+	}
+	only := sandbox.Backend(c.String("backend"))
+	if only != "" {
+		if _, err := flagBackend("--backend", only, reapers, " with leftovers"); err != nil {
+			return err
+		}
+	}
+	var results []reapResult
+	var firstErr error
+	for _, t := range backends.Targets(reapers) {
+		if only != "" && t.Name != only {
+			continue
+		}
+		r, err := s.reapTarget(c.Context, t, only != "")
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		results = append(results, r)
+	}
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, results); err != nil {
+			return err
+		}
+		return firstErr
+	}
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(c.App.Writer, "%s: skipped (%s)\n", r.Backend, r.Skipped)
+		case r.Error != "":
+			fmt.Fprintf(c.App.Writer, "%s: removed %d objects; FAILED: %s\n", r.Backend, r.Removed, r.Error)
+		case r.Removed == 0:
+			fmt.Fprintf(c.App.Writer, "%s: nothing left behind\n", r.Backend)
+		default:
+			fmt.Fprintf(c.App.Writer, "%s: removed %d objects: %s\n", r.Backend, r.Removed, r.Report)
+		}
+	}
+	return firstErr
+}
+
+// reapTarget reaps target t, and the local image store's staging once
+// for the runtimes that share it. A target that cannot be opened is
+// skipped, unless named (--backend): then it is an error. The error
+// returned is the result's.
+func (s *settings) reapTarget(ctx context.Context, t backend.Target, named bool) (reapResult, error) {
+	ex, closeEx, err := s.openTarget(ctx, t)
+	if err != nil {
+		if named {
+			// Named explicitly: an unusable backend is an error.
+			return reapResult{Backend: t.Label(), Error: err.Error()}, err
+		}
+		return reapResult{Backend: t.Label(), Skipped: err.Error()}, nil
+	}
+	rep, err := reapExecutor(ctx, ex)
+	closeEx()
+	if t.Images == backend.ImagesLocal && (len(t.Runtimes) == 0 || t.Runtime == t.Runtimes[0]) {
+		// Once for the store all runtimes share.
+		if st, serr := s.openImages(); serr == nil {
+			err = errors.Join(err, reapStaging(st, &rep))
+		}
+	}
+	r := reapResult{Backend: t.Label(), Removed: rep.Removed(), Report: &rep}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r, err
 }

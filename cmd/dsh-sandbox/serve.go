@@ -90,33 +90,9 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	maxStdin, err := policy.ParseSize(c.String("max-stdin"))
-	if err != nil || maxStdin <= 0 {
-		return usageError("--max-stdin: %q: want a positive size such as 1Gi or 64Mi", c.String("max-stdin"))
-	}
-	if !newFlags(c).IsSet("log-level") {
-		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
-	}
-	pm := newPoolMetrics()
-	if s.pool, err = poolOptions(c, pm); err != nil {
-		return err
-	}
-	policyFiles := func() ([]string, error) {
-		return servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
-	}
-	files, err := policyFiles()
+	f, err := readServeFlags(c, s)
 	if err != nil {
 		return err
-	}
-	policies, err := s.servePolicies(files)
-	if err != nil {
-		return err
-	}
-	var tokens []api.TokenClient
-	if f := c.String("token-file"); f != "" {
-		if tokens, err = api.ReadTokens(f); err != nil {
-			return usageError("--token-file: %v", err)
-		}
 	}
 	// After the flags are checked (a usage error is one, whoever holds
 	// the lock), before any socket or file of the service is touched.
@@ -125,40 +101,15 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	defer lock.Close()
-	type bound struct {
-		l         net.Listener
-		tokens    []api.TokenClient
-		inherited bool
-	}
-	var listeners []bound
-	closeAll := func() {
-		for _, b := range listeners {
-			b.l.Close()
-		}
-	}
-	defer closeAll()
-	inherited, err := api.InheritedListeners()
+	var ls serveListeners
+	defer ls.close()
+	inherited, err := ls.inherit(f.tokens, c.Bool("allow-remote"))
 	if err != nil {
-		return sandbox.Errorf(sandbox.ErrUnavailable, "%v", err)
-	}
-	for _, l := range inherited {
-		listeners = append(listeners, bound{l: l, inherited: true})
+		return err
 	}
 	listens := c.StringSlice("listen")
 	if len(listens) == 0 && len(inherited) == 0 {
 		listens = []string{"unix://" + filepath.Join(s.home, "run", "sandbox.sock")}
-	}
-	for i, b := range listeners {
-		if _, ok := b.l.(*net.TCPListener); !ok {
-			continue
-		}
-		if len(tokens) == 0 {
-			return usageError("inherited listener %s: a TCP listener needs --token-file", b.l.Addr())
-		}
-		if err := api.CheckInheritedTCP(b.l, c.Bool("allow-remote")); err != nil {
-			return usageError("%v", err)
-		}
-		listeners[i].tokens = tokens
 	}
 	auditPath := c.String("audit-log")
 	if auditPath == "" {
@@ -176,34 +127,21 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, addr := range listens {
-		scheme, target, err := types.ParseListen(addr)
-		if err != nil {
-			return usageError("--listen: %v", err)
-		}
-		var l net.Listener
-		var toks []api.TokenClient
-		switch scheme {
-		case types.SchemeUnix:
-			l, err = api.ListenUnix(target)
-		case types.SchemeTCP:
-			if len(tokens) == 0 {
-				return usageError("--listen %s: a TCP listener needs --token-file", addr)
-			}
-			toks = tokens
-			l, err = api.ListenTCP(target, c.Bool("allow-remote"))
-		}
-		if err != nil {
-			return sandbox.Errorf(sandbox.ErrUnavailable, "--listen: %v", err)
-		}
-		listeners = append(listeners, bound{l: l, tokens: toks})
+	if err := ls.listen(listens, f.tokens, c.Bool("allow-remote")); err != nil {
+		return err
 	}
+	return s.serve(c, f, ls.list, hup, auditPath, auditFiles, protected)
+}
 
+// serve runs the service on listeners, checked and open: it reaps what
+// earlier runs left, opens the audit log at auditPath ("none": no log),
+// serves until stopped and closes the executors and the log.
+func (s *settings) serve(c *cli.Context, f serveFlags, listeners []serveListener, hup <-chan os.Signal, auditPath string, auditFiles, protected map[string]string) error {
 	router := &executorRouter{s: s}
 	poolSize := router.poolSize
-	pm.size.Store(&poolSize)
+	f.pm.size.Store(&poolSize)
 	defer router.close()
-	leaked, err := router.reapAll(c.Context, policies)
+	leaked, err := router.reapAll(c.Context, f.policies)
 	if err != nil {
 		return err
 	}
@@ -223,7 +161,7 @@ func runServe(c *cli.Context) error {
 	}
 	srv, err := api.NewServer(api.Options{
 		Executor:          router,
-		Policies:          policies,
+		Policies:          f.policies,
 		Registry:          reg,
 		Locator:           s.locator,
 		Home:              s.home,
@@ -231,18 +169,141 @@ func runServe(c *cli.Context) error {
 		MaxConcurrent:     c.Int("max-concurrent"),
 		MaxQueue:          queueFlag(c.Int("max-queue")),
 		MaxJobsPerSession: queueFlag(c.Int("max-jobs-per-session")),
-		MaxStdinBytes:     maxStdin,
+		MaxStdinBytes:     f.maxStdin,
 		JobTTL:            ttlFlag(c.Duration("job-ttl")),
 		WorkspaceRoots:    s.workspaceRoots,
 		ProtectedPaths:    protected,
 		Audit:             audit,
 		LeakedObjects:     func() float64 { return float64(leaked) },
-		Collectors:        pm.collectors(),
+		Collectors:        f.pm.collectors(),
 		Logger:            s.log,
 	})
 	if err != nil {
 		return err
 	}
+	return s.serveUntilStopped(c, srv, listeners, hup, func() { s.reload(srv, audit, auditPath, f.policyFiles) })
+}
+
+// serveFlags are serve's own flags, checked, and what they load.
+type serveFlags struct {
+	maxStdin    int64
+	pm          *poolMetrics
+	policyFiles func() ([]string, error) // --policy-file and --policy-dir's files, listed again on each call
+	policies    map[string]sandbox.Policy
+	tokens      []api.TokenClient
+}
+
+// readServeFlags checks serve's flags and loads the policies and tokens
+// they name; it sets s's log level and warm pool for the service.
+func readServeFlags(c *cli.Context, s *settings) (serveFlags, error) {
+	var f serveFlags
+	maxStdin, err := policy.ParseSize(c.String("max-stdin"))
+	if err != nil || maxStdin <= 0 {
+		return f, usageError("--max-stdin: %q: want a positive size such as 1Gi or 64Mi", c.String("max-stdin"))
+	}
+	f.maxStdin = maxStdin
+	if !newFlags(c).IsSet("log-level") {
+		s.log = s.log.Level(zerolog.InfoLevel) // the service says where it listens and logs each call
+	}
+	f.pm = newPoolMetrics()
+	if s.pool, err = poolOptions(c, f.pm); err != nil {
+		return f, err
+	}
+	f.policyFiles = func() ([]string, error) {
+		return servePolicyFiles(c.StringSlice("policy-file"), c.String("policy-dir"))
+	}
+	files, err := f.policyFiles()
+	if err != nil {
+		return f, err
+	}
+	if f.policies, err = s.servePolicies(files); err != nil {
+		return f, err
+	}
+	if file := c.String("token-file"); file != "" {
+		if f.tokens, err = api.ReadTokens(file); err != nil {
+			return f, usageError("--token-file: %v", err)
+		}
+	}
+	return f, nil
+}
+
+// serveListener is one listener of the service and the tokens of its
+// clients (none for a Unix socket).
+type serveListener struct {
+	l         net.Listener
+	tokens    []api.TokenClient
+	inherited bool
+}
+
+// serveListeners are the service's listeners; close closes them all.
+type serveListeners struct {
+	list []serveListener
+}
+
+func (ls *serveListeners) close() {
+	for _, b := range ls.list {
+		b.l.Close()
+	}
+}
+
+// inherit adds the listeners systemd passed (socket activation) and
+// returns them; an inherited TCP listener needs tokens, and a loopback
+// address unless allowRemote.
+func (ls *serveListeners) inherit(tokens []api.TokenClient, allowRemote bool) ([]net.Listener, error) {
+	inherited, err := api.InheritedListeners()
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "%v", err)
+	}
+	for _, l := range inherited {
+		ls.list = append(ls.list, serveListener{l: l, inherited: true})
+	}
+	for i, b := range ls.list {
+		if _, ok := b.l.(*net.TCPListener); !ok {
+			continue
+		}
+		if len(tokens) == 0 {
+			return nil, usageError("inherited listener %s: a TCP listener needs --token-file", b.l.Addr())
+		}
+		if err := api.CheckInheritedTCP(b.l, allowRemote); err != nil {
+			return nil, usageError("%v", err)
+		}
+		ls.list[i].tokens = tokens
+	}
+	return inherited, nil
+}
+
+// listen opens a listener on each --listen address; a TCP one needs
+// tokens, and a loopback address unless allowRemote.
+func (ls *serveListeners) listen(listens []string, tokens []api.TokenClient, allowRemote bool) error {
+	for _, addr := range listens {
+		scheme, target, err := types.ParseListen(addr)
+		if err != nil {
+			return usageError("--listen: %v", err)
+		}
+		var l net.Listener
+		var toks []api.TokenClient
+		switch scheme {
+		case types.SchemeUnix:
+			l, err = api.ListenUnix(target)
+		case types.SchemeTCP:
+			if len(tokens) == 0 {
+				return usageError("--listen %s: a TCP listener needs --token-file", addr)
+			}
+			toks = tokens
+			l, err = api.ListenTCP(target, allowRemote)
+		}
+		if err != nil {
+			return sandbox.Errorf(sandbox.ErrUnavailable, "--listen: %v", err)
+		}
+		ls.list = append(ls.list, serveListener{l: l, tokens: toks})
+	}
+	return nil
+}
+
+// serveUntilStopped serves srv on listeners until the context ends or a
+// listener fails, calling reload on each SIGHUP (from hup); then it lets
+// running calls finish for --shutdown-grace and shuts srv down.
+func (s *settings) serveUntilStopped(c *cli.Context, srv *api.Server, listeners []serveListener, hup <-chan os.Signal, reload func()) error {
 	errc := make(chan error, len(listeners))
 	for _, b := range listeners {
 		go func() { errc <- srv.ServeClients(b.l, b.tokens) }()
@@ -259,7 +320,7 @@ serving:
 			s.log.Error().Err(serveErr).Msg("stopping: a listener failed")
 			break serving
 		case <-hup:
-			s.reload(srv, audit, auditPath, policyFiles)
+			reload()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), c.Duration("shutdown-grace"))

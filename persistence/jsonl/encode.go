@@ -248,13 +248,20 @@ type wireChunkEvent struct {
 	} `json:"chunk"`
 }
 
+// plainDelta reports whether e may be a delta a packed row holds: an
+// assistant/chunk event with a safe time and none of the optional
+// envelope fields, whose data mentions a delta.
+func plainDelta(e *persistence.Event) bool {
+	return e.Type == chunkEventType && !e.Ignorable && len(e.SourceEventSeqs) == 0 && e.SurfaceOp == nil &&
+		e.Time >= -maxSafeInteger && e.Time <= maxSafeInteger && bytes.Contains(e.Data, []byte(`-delta"`))
+}
+
 // packable returns e as a delta when a packed row reproduces it exactly:
 // an assistant/chunk text, reasoning or tool-call delta without optional
 // envelope fields whose data is byte-identical to the expanded form.
 // e.Data must already be compact.
 func packable(e *persistence.Event) (delta, bool) {
-	if e.Type != chunkEventType || e.Ignorable || len(e.SourceEventSeqs) > 0 || e.SurfaceOp != nil ||
-		e.Time < -maxSafeInteger || e.Time > maxSafeInteger || !bytes.Contains(e.Data, []byte(`-delta"`)) {
+	if !plainDelta(e) {
 		return delta{}, false
 	}
 	var w wireChunkEvent

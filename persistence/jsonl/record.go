@@ -145,6 +145,12 @@ func (d *recordDecoder) record(line []byte, validated bool) error {
 	case tagToolCallChunks:
 		return d.packed(&r, typ, toolCallDelta)
 	}
+	return d.event(&r, typ)
+}
+
+// event decodes an event line of type typ (not a packed row) and passes
+// it to fn.
+func (d *recordDecoder) event(r *rawRecord, typ string) error {
 	switch {
 	case r.seq == nil:
 		return d.errorf("event %q has no seq", typ)
@@ -415,6 +421,32 @@ type packedRow struct {
 	texts, args, id, name []byte
 }
 
+// set sets the token of key to val; false for a key a packed row's
+// data does not have.
+func (p *packedRow) set(key, val []byte) bool {
+	switch string(key) {
+	case "turn":
+		p.turn = val
+	case "step":
+		p.step = val
+	case "index":
+		p.index = val
+	case "dt":
+		p.dt = val
+	case "texts":
+		p.texts = val
+	case "args":
+		p.args = val
+	case "id":
+		p.id = val
+	case "name":
+		p.name = val
+	default:
+		return false
+	}
+	return true
+}
+
 // packed expands a text-chunks, reasoning-chunks or tool-call-chunks row.
 func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	switch {
@@ -433,85 +465,14 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	if !ok {
 		return d.errorf("%s time0 must be an integer, got %.40s", tag, r.time0)
 	}
-	var p packedRow
-	var unknown []byte
-	isObject := eachMember(r.data, func(key, val []byte) bool {
-		switch string(key) {
-		case "turn":
-			p.turn = val
-		case "step":
-			p.step = val
-		case "index":
-			p.index = val
-		case "dt":
-			p.dt = val
-		case "texts":
-			p.texts = val
-		case "args":
-			p.args = val
-		case "id":
-			p.id = val
-		case "name":
-			p.name = val
-		default:
-			unknown = key
-			return false
-		}
-		return true
-	})
-	switch {
-	case unknown != nil:
-		return d.errorf("%s data has the unknown key %q", tag, unknown)
-	case !isObject:
-		return d.errorf("%s data must be an object", tag)
-	case !isSafeUint(p.turn):
-		return d.errorf("%s data.turn must be a non-negative safe integer", tag)
-	case !isSafeUint(p.step):
-		return d.errorf("%s data.step must be a non-negative safe integer", tag)
-	case !isSafeUint(p.index):
-		return d.errorf("%s data.index must be a non-negative safe integer", tag)
-	case p.dt == nil:
-		return d.errorf("%s data.dt is required", tag)
+	p, membersTok, err := d.packedData(r.data, tag, kind)
+	if err != nil {
+		return err
 	}
-	membersTok := p.texts
-	if kind == toolCallDelta {
-		switch {
-		case p.texts != nil:
-			return d.errorf("%s data.texts is not allowed; tool calls carry args", tag)
-		case !isStringToken(p.id) || string(p.id) == `""`:
-			return d.errorf("%s data.id must be a non-empty string", tag)
-		case p.name != nil && (!isStringToken(p.name) || string(p.name) == `""`):
-			return d.errorf("%s data.name must be a non-empty string when present", tag)
-		}
-		membersTok = p.args
-	} else if p.args != nil || p.id != nil || p.name != nil {
-		return d.errorf("%s data carries tool-call fields (id, name or args)", tag)
+	members, gaps, err := d.packedMembers(membersTok, p.dt, tag)
+	if err != nil {
+		return err
 	}
-	members := d.members[:0]
-	badMember := -1
-	if membersTok == nil || !eachElem(membersTok, func(m []byte) bool {
-		if !isStringToken(m) {
-			badMember = len(members)
-			return false
-		}
-		members = append(members, m)
-		return true
-	}) {
-		if badMember >= 0 {
-			return d.errorf("%s member %d must be a string", tag, badMember)
-		}
-		return d.errorf("%s members must be an array of strings", tag)
-	}
-	d.members = members
-	gaps := d.gaps[:0]
-	if !eachElem(p.dt, func(g []byte) bool {
-		n, ok := parseInt(g)
-		gaps = append(gaps, n)
-		return ok && n >= -maxSafeInteger && n <= maxSafeInteger
-	}) {
-		return d.errorf("%s data.dt must be an array of safe integers", tag)
-	}
-	d.gaps = gaps
 	if len(members) == 0 {
 		return d.errorf("%s row has no members", tag)
 	}
@@ -521,8 +482,14 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 	if err := d.checkSeq(seq0); err != nil {
 		return err
 	}
-	// Check every member time before emitting any, so a bad row emits
-	// nothing.
+	dl := delta{kind: kind, turn: p.turn, step: p.step, index: p.index, id: p.id, name: p.name}
+	return d.emitPacked(dl, time0, members, gaps, tag)
+}
+
+// emitPacked passes to fn one chunk event of dl per member, the first
+// at time0 and each next one gap later; it checks every member's time
+// before emitting any, so a bad row emits nothing.
+func (d *recordDecoder) emitPacked(dl delta, time0 int64, members [][]byte, gaps []int64, tag string) error {
 	t := time0
 	for k := range members {
 		if k > 0 {
@@ -532,7 +499,6 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 			return d.errorf("%s member %d time is not a safe integer", tag, k)
 		}
 	}
-	dl := delta{kind: kind, turn: p.turn, step: p.step, index: p.index, id: p.id, name: p.name}
 	t = time0
 	for k, m := range members {
 		if k > 0 {
@@ -547,4 +513,79 @@ func (d *recordDecoder) packed(r *rawRecord, tag string, kind deltaKind) error {
 		}
 	}
 	return nil
+}
+
+// packedData reads a packed row's data object: its known keys, checked
+// for kind, and the token of its members (texts, or args for tool calls).
+func (d *recordDecoder) packedData(data []byte, tag string, kind deltaKind) (packedRow, []byte, error) {
+	var p packedRow
+	var unknown []byte
+	isObject := eachMember(data, func(key, val []byte) bool {
+		if !p.set(key, val) {
+			unknown = key
+			return false
+		}
+		return true
+	})
+	switch {
+	case unknown != nil:
+		return p, nil, d.errorf("%s data has the unknown key %q", tag, unknown)
+	case !isObject:
+		return p, nil, d.errorf("%s data must be an object", tag)
+	case !isSafeUint(p.turn):
+		return p, nil, d.errorf("%s data.turn must be a non-negative safe integer", tag)
+	case !isSafeUint(p.step):
+		return p, nil, d.errorf("%s data.step must be a non-negative safe integer", tag)
+	case !isSafeUint(p.index):
+		return p, nil, d.errorf("%s data.index must be a non-negative safe integer", tag)
+	case p.dt == nil:
+		return p, nil, d.errorf("%s data.dt is required", tag)
+	}
+	membersTok := p.texts
+	if kind == toolCallDelta {
+		switch {
+		case p.texts != nil:
+			return p, nil, d.errorf("%s data.texts is not allowed; tool calls carry args", tag)
+		case !isStringToken(p.id) || string(p.id) == `""`:
+			return p, nil, d.errorf("%s data.id must be a non-empty string", tag)
+		case p.name != nil && (!isStringToken(p.name) || string(p.name) == `""`):
+			return p, nil, d.errorf("%s data.name must be a non-empty string when present", tag)
+		}
+		membersTok = p.args
+	} else if p.args != nil || p.id != nil || p.name != nil {
+		return p, nil, d.errorf("%s data carries tool-call fields (id, name or args)", tag)
+	}
+	return p, membersTok, nil
+}
+
+// packedMembers reads a packed row's members (membersTok, an array of
+// strings) and its time gaps (dt, an array of safe integers), into the
+// decoder's reused slices.
+func (d *recordDecoder) packedMembers(membersTok, dt []byte, tag string) ([][]byte, []int64, error) {
+	members := d.members[:0]
+	badMember := -1
+	if membersTok == nil || !eachElem(membersTok, func(m []byte) bool {
+		if !isStringToken(m) {
+			badMember = len(members)
+			return false
+		}
+		members = append(members, m)
+		return true
+	}) {
+		if badMember >= 0 {
+			return nil, nil, d.errorf("%s member %d must be a string", tag, badMember)
+		}
+		return nil, nil, d.errorf("%s members must be an array of strings", tag)
+	}
+	d.members = members
+	gaps := d.gaps[:0]
+	if !eachElem(dt, func(g []byte) bool {
+		n, ok := parseInt(g)
+		gaps = append(gaps, n)
+		return ok && n >= -maxSafeInteger && n <= maxSafeInteger
+	}) {
+		return nil, nil, d.errorf("%s data.dt must be an array of safe integers", tag)
+	}
+	d.gaps = gaps
+	return members, gaps, nil
 }

@@ -56,16 +56,7 @@ func (fr *frameReader) next() ([]byte, error) {
 	}
 	magic := binary.LittleEndian.Uint32(fr.buf)
 	if magic&skippableMagicMask == skippableMagic {
-		if err := fr.read(4); err != nil {
-			return nil, err
-		}
-		n := int64(binary.LittleEndian.Uint32(fr.buf[4:]))
-		skipped, err := fr.r.Discard(int(n))
-		fr.offset += int64(skipped)
-		if err != nil {
-			return nil, tornOr(err)
-		}
-		return nil, nil
+		return nil, fr.skip()
 	}
 	if magic != zstdFrameMagic {
 		return nil, fmt.Errorf("bad zstd magic number %#08x", magic)
@@ -77,6 +68,38 @@ func (fr *frameReader) next() ([]byte, error) {
 	if fhd&0x08 != 0 {
 		return nil, errors.New("zstd frame header has its reserved bit set")
 	}
+	if err := fr.read(frameHeaderLen(fhd)); err != nil {
+		return nil, err
+	}
+	if err := fr.readBlocks(); err != nil {
+		return nil, err
+	}
+	if fhd&0x04 != 0 { // content checksum
+		if err := fr.read(4); err != nil {
+			return nil, err
+		}
+	}
+	return fr.buf, nil
+}
+
+// skip skips a skippable frame, whose magic number fr.buf holds.
+func (fr *frameReader) skip() error {
+	if err := fr.read(4); err != nil {
+		return err
+	}
+	n := int64(binary.LittleEndian.Uint32(fr.buf[4:]))
+	skipped, err := fr.r.Discard(int(n))
+	fr.offset += int64(skipped)
+	if err != nil {
+		return tornOr(err)
+	}
+	return nil
+}
+
+// frameHeaderLen is the length of the rest of a frame header whose
+// descriptor is fhd: the window descriptor, the dictionary id and the
+// frame content size.
+func frameHeaderLen(fhd byte) int {
 	single := fhd&0x20 != 0
 	headerLen := [4]int{0, 1, 2, 4}[fhd&3] // dictionary id
 	switch fhd >> 6 {                      // frame content size
@@ -94,40 +117,36 @@ func (fr *frameReader) next() ([]byte, error) {
 	if !single {
 		headerLen++ // window descriptor
 	}
-	if err := fr.read(headerLen); err != nil {
-		return nil, err
-	}
+	return headerLen
+}
+
+// readBlocks appends a frame's blocks, up to its last, to fr.buf.
+func (fr *frameReader) readBlocks() error {
 	for {
 		at := len(fr.buf)
 		if err := fr.read(3); err != nil {
-			return nil, err
+			return err
 		}
 		bh := uint32(fr.buf[at]) | uint32(fr.buf[at+1])<<8 | uint32(fr.buf[at+2])<<16
 		last := bh&1 != 0
 		size := int(bh >> 3)
 		if size > maxBlockSize {
-			return nil, fmt.Errorf("zstd block of %d bytes exceeds the maximum", size)
+			return fmt.Errorf("zstd block of %d bytes exceeds the maximum", size)
 		}
 		switch bh >> 1 & 3 {
 		case 0, 2: // raw, compressed
 		case 1: // RLE: one byte repeated size times
 			size = 1
 		default:
-			return nil, errors.New("zstd block has the reserved block type")
+			return errors.New("zstd block has the reserved block type")
 		}
 		if err := fr.read(size); err != nil {
-			return nil, err
+			return err
 		}
 		if last {
-			break
+			return nil
 		}
 	}
-	if fhd&0x04 != 0 { // content checksum
-		if err := fr.read(4); err != nil {
-			return nil, err
-		}
-	}
-	return fr.buf, nil
 }
 
 // read appends exactly n more bytes of the stream to fr.buf.
