@@ -427,33 +427,8 @@ func CheckAudit(r io.Reader, key []byte, cp *AuditCheckpoint) (AuditCheck, error
 			break
 		}
 		line = line[:len(line)-1]
-		var rec struct {
-			Prev *string `json:"prev"`
-			MAC  string  `json:"mac"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return c, fmt.Errorf("line %d: not a JSON record: %v", n, err)
-		}
-		if rec.Prev == nil {
-			return c, fmt.Errorf("line %d: no prev hash", n)
-		}
-		if *rec.Prev != c.Head {
-			return c, fmt.Errorf("line %d: prev %q does not match the sha256 of line %d (%s): a line was edited, removed or reordered", n, *rec.Prev, n-1, c.Head)
-		}
-		bare, mac, hasMAC := splitMAC(line)
-		if rec.MAC != "" && (!hasMAC || mac != rec.MAC) {
-			return c, fmt.Errorf("line %d: its mac field is not the line's last field", n)
-		}
-		if hasMAC {
-			c.MACs++
-		}
-		if key != nil {
-			if !hasMAC {
-				return c, fmt.Errorf("line %d: carries no MAC, so it was not written under the audit key (a log begun without a key must be rotated before one is used)", n)
-			}
-			if !hmac.Equal([]byte(mac), []byte(macOf(key, bare))) {
-				return c, fmt.Errorf("line %d: its MAC does not match under the audit key: the record was forged or edited", n)
-			}
+		if err := c.checkRecord(line, n, key); err != nil {
+			return c, err
 		}
 		c.Records, c.Head = n, lineHash(line)
 		if cp != nil && n == cp.Records {
@@ -463,13 +438,57 @@ func CheckAudit(r io.Reader, key []byte, cp *AuditCheckpoint) (AuditCheck, error
 	if cp == nil {
 		return c, nil
 	}
+	return c, c.checkCheckpoint(cp, atCheckpoint)
+}
+
+// checkRecord checks line n (without its newline) against the chain so
+// far: it is a JSON record whose prev is c.Head, its mac (if any) is the
+// line's last field, and with key, the MAC matches. It counts the MAC in
+// c.MACs; the caller advances c.Records and c.Head.
+func (c *AuditCheck) checkRecord(line []byte, n int, key []byte) error {
+	var rec struct {
+		Prev *string `json:"prev"`
+		MAC  string  `json:"mac"`
+	}
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return fmt.Errorf("line %d: not a JSON record: %v", n, err)
+	}
+	if rec.Prev == nil {
+		return fmt.Errorf("line %d: no prev hash", n)
+	}
+	if *rec.Prev != c.Head {
+		return fmt.Errorf("line %d: prev %q does not match the sha256 of line %d (%s): a line was edited, removed or reordered", n, *rec.Prev, n-1, c.Head)
+	}
+	bare, mac, hasMAC := splitMAC(line)
+	if rec.MAC != "" && (!hasMAC || mac != rec.MAC) {
+		return fmt.Errorf("line %d: its mac field is not the line's last field", n)
+	}
+	if hasMAC {
+		c.MACs++
+	}
+	if key == nil {
+		return nil
+	}
+	if !hasMAC {
+		return fmt.Errorf("line %d: carries no MAC, so it was not written under the audit key (a log begun without a key must be rotated before one is used)", n)
+	}
+	if !hmac.Equal([]byte(mac), []byte(macOf(key, bare))) {
+		return fmt.Errorf("line %d: its MAC does not match under the audit key: the record was forged or edited", n)
+	}
+	return nil
+}
+
+// checkCheckpoint compares a fully read log with its checkpoint cp:
+// atCheckpoint is the hash of record cp.Records (GenesisHash for 0, ""
+// if the log is shorter).
+func (c *AuditCheck) checkCheckpoint(cp *AuditCheckpoint, atCheckpoint string) error {
 	switch {
 	case c.Records < cp.Records:
-		return c, fmt.Errorf("holds %d records but its checkpoint counts %d (head %s): records were cut off its end", c.Records, cp.Records, cp.Head)
+		return fmt.Errorf("holds %d records but its checkpoint counts %d (head %s): records were cut off its end", c.Records, cp.Records, cp.Head)
 	case atCheckpoint != cp.Head:
-		return c, fmt.Errorf("record %d has the hash %s, not the checkpoint's head %s: the log was rewritten", cp.Records, atCheckpoint, cp.Head)
+		return fmt.Errorf("record %d has the hash %s, not the checkpoint's head %s: the log was rewritten", cp.Records, atCheckpoint, cp.Head)
 	case c.Records > cp.Records+1:
-		return c, fmt.Errorf("holds %d records, more than its checkpoint's %d and the one record a crash can leave unrecorded: records were added by something other than the service", c.Records, cp.Records)
+		return fmt.Errorf("holds %d records, more than its checkpoint's %d and the one record a crash can leave unrecorded: records were added by something other than the service", c.Records, cp.Records)
 	}
-	return c, nil
+	return nil
 }

@@ -151,6 +151,8 @@ func decodeError(err error) error {
 	return fieldErrorf("body", "%v", err)
 }
 
+// validateRun checks the form of a run request, one field after another
+// in a fixed order; the first refused field is the one reported.
 func validateRun(r *types.RunRequest) error {
 	if err := headerText(r.Session); err != nil {
 		return err
@@ -164,23 +166,59 @@ func validateRun(r *types.RunRequest) error {
 	if err := absPath("cwd", r.Cwd); err != nil {
 		return err
 	}
-	if r.Policy == "" {
-		return fieldErrorf("policy", "is required")
+	if err := checkPolicyName(r.Policy); err != nil {
+		return err
 	}
-	if len(r.Policy) > 256 || !utf8.ValidString(r.Policy) || strings.ContainsRune(r.Policy, 0) {
-		return fieldErrorf("policy", "is not a policy name")
-	}
-	switch {
-	case strings.TrimSpace(r.Command) == "":
-		return fieldErrorf("command", "is required")
-	case len(r.Command) > MaxCommandBytes:
-		return fieldErrorf("command", "is longer than %d bytes", MaxCommandBytes)
-	case strings.ContainsRune(r.Command, 0):
-		return fieldErrorf("command", "contains a NUL byte")
+	if err := checkCommand(r.Command); err != nil {
+		return err
 	}
 	if err := absPath("workdir", r.Workdir); err != nil {
 		return err
 	}
+	if err := checkLimits(r); err != nil {
+		return err
+	}
+	if err := checkEnv(r.Env); err != nil {
+		return err
+	}
+	if err := checkMounts(r.Mounts); err != nil {
+		return err
+	}
+	if err := checkCallID(r.CallID); err != nil {
+		return err
+	}
+	return checkDSHEnv(r.DSHEnv)
+}
+
+// checkPolicyName refuses an empty policy name and one that is not
+// short text without NUL.
+func checkPolicyName(name string) error {
+	if name == "" {
+		return fieldErrorf("policy", "is required")
+	}
+	if len(name) > 256 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return fieldErrorf("policy", "is not a policy name")
+	}
+	return nil
+}
+
+// checkCommand refuses a blank command, one longer than MaxCommandBytes
+// and one with a NUL byte.
+func checkCommand(cmd string) error {
+	switch {
+	case strings.TrimSpace(cmd) == "":
+		return fieldErrorf("command", "is required")
+	case len(cmd) > MaxCommandBytes:
+		return fieldErrorf("command", "is longer than %d bytes", MaxCommandBytes)
+	case strings.ContainsRune(cmd, 0):
+		return fieldErrorf("command", "contains a NUL byte")
+	}
+	return nil
+}
+
+// checkLimits refuses a negative timeout, memory, CPU (or NaN) or pids
+// limit and a stdout tail outside 0–sandbox.MaxTailBytes.
+func checkLimits(r *types.RunRequest) error {
 	if r.TimeoutMs < 0 {
 		return fieldErrorf("timeoutMs", "must not be negative, got %d", r.TimeoutMs)
 	}
@@ -195,7 +233,13 @@ func validateRun(r *types.RunRequest) error {
 	if r.StdoutMaxBytes < 0 || r.StdoutMaxBytes > sandbox.MaxTailBytes {
 		return fieldErrorf("stdoutMaxBytes", "must be 0–%d, got %d", sandbox.MaxTailBytes, r.StdoutMaxBytes)
 	}
-	for i, kv := range r.Env {
+	return nil
+}
+
+// checkEnv refuses an env entry that is not NAME=VALUE, holds a NUL
+// byte or sets a DSH_* name; errors name "env[i]".
+func checkEnv(env []string) error {
+	for i, kv := range env {
 		field := fmt.Sprintf("env[%d]", i)
 		name, _, ok := strings.Cut(kv, "=")
 		switch {
@@ -207,7 +251,14 @@ func validateRun(r *types.RunRequest) error {
 			return fieldErrorf(field, "%s: DSH_* variables come only from the service's snapshot", name)
 		}
 	}
-	for i, m := range r.Mounts {
+	return nil
+}
+
+// checkMounts refuses a mount whose source or target no file system
+// call can take (checkPath); errors name "mounts[i].source" or
+// "mounts[i].target".
+func checkMounts(mounts []sandbox.Mount) error {
+	for i, m := range mounts {
 		if err := checkPath(fmt.Sprintf("mounts[%d].source", i), m.Source); err != nil {
 			return err
 		}
@@ -215,10 +266,16 @@ func validateRun(r *types.RunRequest) error {
 			return err
 		}
 	}
-	if len(r.CallID) > MaxCallIDBytes || !utf8.ValidString(r.CallID) || strings.ContainsAny(r.CallID, "\x00\n") {
+	return nil
+}
+
+// checkCallID refuses a call id longer than MaxCallIDBytes or that is
+// not a line of text.
+func checkCallID(id string) error {
+	if len(id) > MaxCallIDBytes || !utf8.ValidString(id) || strings.ContainsAny(id, "\x00\n") {
 		return fieldErrorf("callId", "must be at most %d bytes of text", MaxCallIDBytes)
 	}
-	return checkDSHEnv(r.DSHEnv)
+	return nil
 }
 
 // narrowed is pol narrowed by the request's per-call fields
