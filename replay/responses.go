@@ -122,75 +122,98 @@ func (responsesAPI) respond(w http.ResponseWriter, t turn) {
 		return
 	}
 	ev := startEvents(w)
-	n := 0
-	send := func(typ string, fields map[string]any) bool {
-		fields["type"] = typ
-		fields["sequence_number"] = n
-		n++
-		return ev.send(typ, fields)
-	}
-	if !send("response.created", map[string]any{"response": responsesObject(t, false)}) ||
-		!send("response.in_progress", map[string]any{"response": responsesObject(t, false)}) {
-		return
-	}
-	for idx, item := range responsesItems(t) {
-		id := item["id"].(string)
-		added := map[string]any{}
-		for k, v := range item {
-			added[k] = v
-		}
-		switch item["type"] {
-		case "reasoning":
-			added["summary"] = []any{}
-			text := t.resp.ReasoningContent
-			if !send("response.output_item.added", map[string]any{"output_index": idx, "item": added}) ||
-				!send("response.reasoning_summary_part.added", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": ""}}) {
-				return
-			}
-			for _, piece := range pieces(text) {
-				if !send("response.reasoning_summary_text.delta", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "delta": piece}) {
-					return
-				}
-			}
-			if !send("response.reasoning_summary_text.done", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "text": text}) ||
-				!send("response.reasoning_summary_part.done", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": text}}) {
-				return
-			}
-		case "message":
-			added["status"] = "in_progress"
-			added["content"] = []any{}
-			text := t.resp.Content
-			part := func(text string) map[string]any {
-				return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
-			}
-			if !send("response.output_item.added", map[string]any{"output_index": idx, "item": added}) ||
-				!send("response.content_part.added", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": part("")}) {
-				return
-			}
-			for _, piece := range pieces(text) {
-				if !send("response.output_text.delta", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "delta": piece}) {
-					return
-				}
-			}
-			if !send("response.output_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text}) ||
-				!send("response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": part(text)}) {
-				return
-			}
-		case "function_call":
-			added["status"] = "in_progress"
-			added["arguments"] = ""
-			args := item["arguments"].(string)
-			half := halfway(args)
-			if !send("response.output_item.added", map[string]any{"output_index": idx, "item": added}) ||
-				!send("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args[:half]}) ||
-				!send("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args[half:]}) ||
-				!send("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": idx, "arguments": args}) {
-				return
-			}
-		}
-		if !send("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
+	for n, e := range responsesEvents(t) {
+		e.fields["type"] = e.typ
+		e.fields["sequence_number"] = n
+		if !ev.send(e.typ, e.fields) {
 			return
 		}
 	}
-	send("response.completed", map[string]any{"response": responsesObject(t, true)})
+}
+
+// responsesEvent is one event of a streamed response; respond adds its
+// type and sequence number to fields.
+type responsesEvent struct {
+	typ    string
+	fields map[string]any
+}
+
+// responsesEvents are the events of a streamed response, in order: the
+// response created and in progress, each output item's events
+// (itemEvents), the response completed.
+func responsesEvents(t turn) []responsesEvent {
+	out := []responsesEvent{
+		{"response.created", map[string]any{"response": responsesObject(t, false)}},
+		{"response.in_progress", map[string]any{"response": responsesObject(t, false)}},
+	}
+	for idx, item := range responsesItems(t) {
+		out = append(out, itemEvents(t, idx, item)...)
+	}
+	return append(out, responsesEvent{"response.completed", map[string]any{"response": responsesObject(t, true)}})
+}
+
+// itemEvents are the events of output item idx: the item added (without
+// its content), its content in pieces, the item done.
+func itemEvents(t turn, idx int, item map[string]any) []responsesEvent {
+	id := item["id"].(string)
+	added := map[string]any{}
+	for k, v := range item {
+		added[k] = v
+	}
+	var content []responsesEvent
+	switch item["type"] {
+	case "reasoning":
+		added["summary"] = []any{}
+		content = reasoningEvents(id, idx, t.resp.ReasoningContent)
+	case "message":
+		added["status"] = "in_progress"
+		added["content"] = []any{}
+		content = messageEvents(id, idx, t.resp.Content)
+	case "function_call":
+		added["status"] = "in_progress"
+		added["arguments"] = ""
+		content = argumentEvents(id, idx, item["arguments"].(string))
+	default:
+		return []responsesEvent{{"response.output_item.done", map[string]any{"output_index": idx, "item": item}}}
+	}
+	out := []responsesEvent{{"response.output_item.added", map[string]any{"output_index": idx, "item": added}}}
+	out = append(out, content...)
+	return append(out, responsesEvent{"response.output_item.done", map[string]any{"output_index": idx, "item": item}})
+}
+
+// reasoningEvents stream a reasoning item's summary text.
+func reasoningEvents(id string, idx int, text string) []responsesEvent {
+	out := []responsesEvent{{"response.reasoning_summary_part.added", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": ""}}}}
+	for _, piece := range pieces(text) {
+		out = append(out, responsesEvent{"response.reasoning_summary_text.delta", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "delta": piece}})
+	}
+	return append(out,
+		responsesEvent{"response.reasoning_summary_text.done", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "text": text}},
+		responsesEvent{"response.reasoning_summary_part.done", map[string]any{"item_id": id, "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": text}}})
+}
+
+// messageEvents stream a message item's output text.
+func messageEvents(id string, idx int, text string) []responsesEvent {
+	out := []responsesEvent{{"response.content_part.added", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": outputText("")}}}
+	for _, piece := range pieces(text) {
+		out = append(out, responsesEvent{"response.output_text.delta", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "delta": piece}})
+	}
+	return append(out,
+		responsesEvent{"response.output_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text}},
+		responsesEvent{"response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": outputText(text)}})
+}
+
+// outputText is a message's content part holding text.
+func outputText(text string) map[string]any {
+	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+}
+
+// argumentEvents stream a function call's arguments in two halves.
+func argumentEvents(id string, idx int, args string) []responsesEvent {
+	half := halfway(args)
+	return []responsesEvent{
+		{"response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args[:half]}},
+		{"response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args[half:]}},
+		{"response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": idx, "arguments": args}},
+	}
 }
