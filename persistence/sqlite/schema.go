@@ -73,24 +73,56 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	defer tx.Rollback() // a no-op after Commit
 
+	version, err := checkVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := createSchema(ctx, tx); err != nil {
+		return err
+	}
+	if err := addIgnorableColumn(ctx, tx); err != nil {
+		return err
+	}
+	if version == 0 {
+		if err := stampVersion(ctx, tx); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit schema version %d: %w", schemaVersion, err)
+	}
+	return nil
+}
+
+// checkVersion returns the database's user_version: 0 for a new, empty
+// database or schemaVersion for one of dsh's. Any other version, an
+// unversioned file that holds tables, or a version-14 file without dsh's
+// application_id is refused.
+func checkVersion(ctx context.Context, tx *sql.Tx) (int, error) {
 	var version, appID, objects int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("read user_version: %w", err)
+		return 0, fmt.Errorf("read user_version: %w", err)
 	}
 	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
-		return fmt.Errorf("read application_id: %w", err)
+		return 0, fmt.Errorf("read application_id: %w", err)
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*'").Scan(&objects); err != nil {
-		return fmt.Errorf("inspect schema: %w", err)
+		return 0, fmt.Errorf("inspect schema: %w", err)
 	}
 	switch {
 	case version == 0 && (appID != 0 || objects > 0):
-		return fmt.Errorf("the file holds %d schema objects (application_id %d) but no dsh session schema (user_version 0); refusing to add tables to it", objects, appID)
+		return 0, fmt.Errorf("the file holds %d schema objects (application_id %d) but no dsh session schema (user_version 0); refusing to add tables to it", objects, appID)
 	case version != 0 && version != schemaVersion:
-		return fmt.Errorf("schema version (user_version) %d is not dsh's session schema %d", version, schemaVersion)
+		return 0, fmt.Errorf("schema version (user_version) %d is not dsh's session schema %d", version, schemaVersion)
 	case version == schemaVersion && appID != applicationID:
-		return fmt.Errorf("application_id %d is not dsh's session store (%d)", appID, applicationID)
+		return 0, fmt.Errorf("application_id %d is not dsh's session store (%d)", appID, applicationID)
 	}
+	return version, nil
+}
+
+// createSchema creates dsh's tables where missing and gives the store
+// its random identity unless it has one.
+func createSchema(ctx context.Context, tx *sql.Tx) error {
 	for _, stmt := range schema {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("create schema version %d: %w", schemaVersion, err)
@@ -99,6 +131,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO persistence_state (singleton, store_id) VALUES (1, ?)`, uuid.NewString()); err != nil {
 		return fmt.Errorf("store identity: %w", err)
 	}
+	return nil
+}
+
+// addIgnorableColumn adds ignorableColumn to the events table unless it
+// is there.
+func addIgnorableColumn(ctx context.Context, tx *sql.Tx) error {
 	var hasIgnorable int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('events') WHERE name = 'ignorable'`).Scan(&hasIgnorable); err != nil {
 		return fmt.Errorf("inspect events: %w", err)
@@ -108,15 +146,16 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("add column events.ignorable: %w", err)
 		}
 	}
-	if version == 0 {
-		for _, pragma := range []string{fmt.Sprintf("PRAGMA application_id = %d", applicationID), fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)} {
-			if _, err := tx.ExecContext(ctx, pragma); err != nil {
-				return fmt.Errorf("%s: %w", pragma, err)
-			}
+	return nil
+}
+
+// stampVersion marks a new database as dsh's: its application_id and
+// user_version.
+func stampVersion(ctx context.Context, tx *sql.Tx) error {
+	for _, pragma := range []string{fmt.Sprintf("PRAGMA application_id = %d", applicationID), fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)} {
+		if _, err := tx.ExecContext(ctx, pragma); err != nil {
+			return fmt.Errorf("%s: %w", pragma, err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit schema version %d: %w", schemaVersion, err)
 	}
 	return nil
 }
