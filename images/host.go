@@ -72,57 +72,14 @@ func hostImage(hostRoot, stateDir string, uid, gid uint32) (*Image, error) {
 		Env:      []string{"PATH=" + DefaultPath, "HOME=/tmp"},
 		Symlinks: make(map[string]string),
 	}
-	onHost := func(p string) string { return filepath.Join(hostRoot, p) }
-
-	var dirBinds []Bind
-	for _, d := range hostDirs {
-		fi, err := os.Lstat(onHost(d))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("host image: %w", err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			text, err := os.Readlink(onHost(d))
-			if err != nil {
-				return nil, fmt.Errorf("host image: %w", err)
-			}
-			img.Symlinks[d] = text
-		case fi.IsDir():
-			dirBinds = append(dirBinds, Bind{Source: onHost(d), Target: d})
-		}
+	dirBinds, err := hostDirBinds(hostRoot, img.Symlinks)
+	if err != nil {
+		return nil, err
 	}
-
-	entries := etcFiles(uid, gid)
-	var etcBinds []Bind
-	addEtc := func(rel, source string, dir bool) {
-		entries = append(entries, etcEntry{name: rel, dir: dir})
-		etcBinds = append(etcBinds, Bind{Source: source, Target: "/etc/" + rel})
+	entries, etcBinds, err := hostEtcBinds(hostRoot, etcFiles(uid, gid))
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range hostEtc {
-		source, dir, ok := bindSource(hostRoot, "/etc/"+name)
-		if !ok {
-			continue
-		}
-		if name != "ssl" || !dir {
-			addEtc(name, source, dir)
-			continue
-		}
-		children, err := os.ReadDir(source)
-		if err != nil {
-			return nil, fmt.Errorf("host image: %w", err)
-		}
-		entries = append(entries, etcEntry{name: "ssl", dir: true})
-		for _, c := range children {
-			if c.Name() == sslPrivate {
-				continue
-			}
-			if src, cdir, ok := bindSource(hostRoot, "/etc/ssl/"+c.Name()); ok {
-				addEtc("ssl/"+c.Name(), src, cdir)
-			}
-		}
-	}
-
 	etcDir, err := ensureEtc(filepath.Join(stateDir, "host"), fmt.Sprintf("etc-%d-%d", uid, gid), entries)
 	if err != nil {
 		return nil, err
@@ -138,6 +95,67 @@ func hostImage(hostRoot, stateDir string, uid, gid uint32) (*Image, error) {
 	}
 	img.Binds = append([]Bind{{Source: etcDir, Target: "/etc"}}, host...)
 	return img, nil
+}
+
+// hostDirBinds are the binds of the hostDirs that are directories under
+// hostRoot; the ones that are symbolic links are added to symlinks (path
+// to link text) instead, and missing ones are left out.
+func hostDirBinds(hostRoot string, symlinks map[string]string) ([]Bind, error) {
+	onHost := func(p string) string { return filepath.Join(hostRoot, p) }
+	var binds []Bind
+	for _, d := range hostDirs {
+		fi, err := os.Lstat(onHost(d))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("host image: %w", err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			text, err := os.Readlink(onHost(d))
+			if err != nil {
+				return nil, fmt.Errorf("host image: %w", err)
+			}
+			symlinks[d] = text
+		case fi.IsDir():
+			binds = append(binds, Bind{Source: onHost(d), Target: d})
+		}
+	}
+	return binds, nil
+}
+
+// hostEtcBinds are the binds of the hostEtc files under hostRoot that
+// exist (bindSource), /etc/ssl child by child without sslPrivate, and
+// entries with the mount point of each (and /etc/ssl itself) appended.
+func hostEtcBinds(hostRoot string, entries []etcEntry) ([]etcEntry, []Bind, error) {
+	var binds []Bind
+	addEtc := func(rel, source string, dir bool) {
+		entries = append(entries, etcEntry{name: rel, dir: dir})
+		binds = append(binds, Bind{Source: source, Target: "/etc/" + rel})
+	}
+	for _, name := range hostEtc {
+		source, dir, ok := bindSource(hostRoot, "/etc/"+name)
+		if !ok {
+			continue
+		}
+		if name != "ssl" || !dir {
+			addEtc(name, source, dir)
+			continue
+		}
+		children, err := os.ReadDir(source)
+		if err != nil {
+			return nil, nil, fmt.Errorf("host image: %w", err)
+		}
+		entries = append(entries, etcEntry{name: "ssl", dir: true})
+		for _, c := range children {
+			if c.Name() == sslPrivate {
+				continue
+			}
+			if src, cdir, ok := bindSource(hostRoot, "/etc/ssl/"+c.Name()); ok {
+				addEtc("ssl/"+c.Name(), src, cdir)
+			}
+		}
+	}
+	return entries, binds, nil
 }
 
 // bindSource resolves the host path p (under hostRoot) to what a bind of

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -116,29 +117,9 @@ func VerifySignature(ctx context.Context, regs *Registries, repository, digest s
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: %s@%s: no keys to verify with", ErrVerify, repository, digest)
 	}
-	ref := repository + ":" + SignatureTag(digest)
-	var opts []name.Option
-	if first, _, ok := strings.Cut(repository, "/"); ok && regs.Insecure(first) {
-		opts = append(opts, name.Insecure)
-	}
-	tagRef, err := name.NewTag(ref, opts...)
+	m, layers, err := fetchSignatures(ctx, regs, repository, digest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signature reference %q: %v", ErrInvalid, ref, err)
-	}
-	img, err := remote.Image(tagRef, regs.remoteOptions(ctx)...)
-	if err != nil {
-		if errors.Is(registryError(ref, "fetch signatures", err), ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s@%s is not signed: the registry has no signature image %s", ErrVerify, repository, digest, ref)
-		}
-		return nil, fmt.Errorf("%w: %s@%s: signatures: %v", ErrVerify, repository, digest, registryError(ref, "fetch", err))
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s@%s: signature manifest: %v", ErrVerify, repository, digest, err)
-	}
-	layers, err := img.Layers()
-	if err != nil || len(layers) != len(m.Layers) {
-		return nil, fmt.Errorf("%w: %s@%s: signature image %s: unreadable layers", ErrVerify, repository, digest, ref)
+		return nil, err
 	}
 	var reasons []string
 	var signers []string
@@ -147,46 +128,9 @@ func VerifySignature(ctx context.Context, regs *Registries, repository, digest s
 			reasons = append(reasons, fmt.Sprintf("more than %d signatures; the rest were not read", maxSignatures))
 			break
 		}
-		sig64, ok := d.Annotations[SignatureAnnotation]
-		if !ok || string(d.MediaType) != SimpleSigningMediaType {
-			reasons = append(reasons, fmt.Sprintf("layer %d is not a simple-signing signature", i+1))
-			continue
-		}
-		sig, err := base64.StdEncoding.DecodeString(sig64)
-		if err != nil {
-			reasons = append(reasons, fmt.Sprintf("signature %d is not base64", i+1))
-			continue
-		}
-		if d.Size > maxPayload {
-			reasons = append(reasons, fmt.Sprintf("payload %d is %d bytes, more than %d", i+1, d.Size, maxPayload))
-			continue
-		}
-		payload, err := readPayload(layers[i], d.Digest.String())
-		if err != nil {
-			reasons = append(reasons, fmt.Sprintf("payload %d: %v", i+1, err))
-			continue
-		}
-		var by []string
-		for _, k := range keys {
-			if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(payload)) == nil {
-				by = append(by, k.Fingerprint)
-			}
-		}
-		if len(by) == 0 {
-			reasons = append(reasons, fmt.Sprintf("signature %d does not verify with any of the %d keys", i+1, len(keys)))
-			continue
-		}
-		var p simpleSigning
-		if err := json.Unmarshal(payload, &p); err != nil {
-			reasons = append(reasons, fmt.Sprintf("payload %d is not a simple-signing document", i+1))
-			continue
-		}
-		if p.Critical.Type != signatureType {
-			reasons = append(reasons, fmt.Sprintf("payload %d has type %q, want %q", i+1, p.Critical.Type, signatureType))
-			continue
-		}
-		if p.Critical.Image.DockerManifestDigest != digest {
-			reasons = append(reasons, fmt.Sprintf("signature %d signs %q, not %s", i+1, p.Critical.Image.DockerManifestDigest, digest))
+		by, reason := checkSignature(i, d, layers[i], digest, keys)
+		if reason != "" {
+			reasons = append(reasons, reason)
 			continue
 		}
 		for _, f := range by {
@@ -202,6 +146,79 @@ func VerifySignature(ctx context.Context, regs *Registries, repository, digest s
 		return nil, fmt.Errorf("%w: %s@%s: no valid signature by the policy's keys: %s", ErrVerify, repository, digest, strings.Join(reasons, "; "))
 	}
 	return signers, nil
+}
+
+// fetchSignatures fetches the manifest and layers of the signature image
+// of repository@digest (tagged SignatureTag(digest)). Errors wrap
+// [ErrVerify] (no signature image, or the registry could not be asked)
+// or [ErrInvalid] (a reference that does not parse).
+func fetchSignatures(ctx context.Context, regs *Registries, repository, digest string) (*v1.Manifest, []v1.Layer, error) {
+	ref := repository + ":" + SignatureTag(digest)
+	var opts []name.Option
+	if first, _, ok := strings.Cut(repository, "/"); ok && regs.Insecure(first) {
+		opts = append(opts, name.Insecure)
+	}
+	tagRef, err := name.NewTag(ref, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: signature reference %q: %v", ErrInvalid, ref, err)
+	}
+	img, err := remote.Image(tagRef, regs.remoteOptions(ctx)...)
+	if err != nil {
+		if errors.Is(registryError(ref, "fetch signatures", err), ErrNotFound) {
+			return nil, nil, fmt.Errorf("%w: %s@%s is not signed: the registry has no signature image %s", ErrVerify, repository, digest, ref)
+		}
+		return nil, nil, fmt.Errorf("%w: %s@%s: signatures: %v", ErrVerify, repository, digest, registryError(ref, "fetch", err))
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s@%s: signature manifest: %v", ErrVerify, repository, digest, err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != len(m.Layers) {
+		return nil, nil, fmt.Errorf("%w: %s@%s: signature image %s: unreadable layers", ErrVerify, repository, digest, ref)
+	}
+	return m, layers, nil
+}
+
+// checkSignature checks signature layer i (descriptor d, contents
+// layer): it returns the fingerprints of the keys its signature verifies
+// with when its payload is a simple-signing document naming digest, and
+// otherwise the reason it does not count.
+func checkSignature(i int, d v1.Descriptor, layer v1.Layer, digest string, keys []PublicKey) (by []string, reason string) {
+	sig64, ok := d.Annotations[SignatureAnnotation]
+	if !ok || string(d.MediaType) != SimpleSigningMediaType {
+		return nil, fmt.Sprintf("layer %d is not a simple-signing signature", i+1)
+	}
+	sig, err := base64.StdEncoding.DecodeString(sig64)
+	if err != nil {
+		return nil, fmt.Sprintf("signature %d is not base64", i+1)
+	}
+	if d.Size > maxPayload {
+		return nil, fmt.Sprintf("payload %d is %d bytes, more than %d", i+1, d.Size, maxPayload)
+	}
+	payload, err := readPayload(layer, d.Digest.String())
+	if err != nil {
+		return nil, fmt.Sprintf("payload %d: %v", i+1, err)
+	}
+	for _, k := range keys {
+		if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(payload)) == nil {
+			by = append(by, k.Fingerprint)
+		}
+	}
+	if len(by) == 0 {
+		return nil, fmt.Sprintf("signature %d does not verify with any of the %d keys", i+1, len(keys))
+	}
+	var p simpleSigning
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Sprintf("payload %d is not a simple-signing document", i+1)
+	}
+	if p.Critical.Type != signatureType {
+		return nil, fmt.Sprintf("payload %d has type %q, want %q", i+1, p.Critical.Type, signatureType)
+	}
+	if p.Critical.Image.DockerManifestDigest != digest {
+		return nil, fmt.Sprintf("signature %d signs %q, not %s", i+1, p.Critical.Image.DockerManifestDigest, digest)
+	}
+	return by, ""
 }
 
 // readPayload reads one payload layer, checked against its digest.
