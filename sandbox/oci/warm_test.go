@@ -262,10 +262,11 @@ func TestWarmNewSession(t *testing.T) {
 }
 
 // TestStubOutsideTaskLimit: the stub's threads do not count against the
-// call's task limit. Under limits.pids 16 a shell starting up to 40 background
-// sleeps gets 15 of them (the shell is the 16th task), or 14 when the
-// stub started a thread after its call was bound; before, the stub's
-// 7 or 8 threads left it about half.
+// call's task limit. Under limits.pids 16 a shell starting up to 40
+// background sleeps gets 15 of them (the shell is the 16th task), or up
+// to three fewer when the stub's runtime started threads after the call
+// was bound (one or two seen, on a loaded machine); before, the stub's 7
+// or 8 threads left it 7.
 func TestStubOutsideTaskLimit(t *testing.T) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		t.Run(rt, func(t *testing.T) {
@@ -282,8 +283,8 @@ func TestStubOutsideTaskLimit(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run = %v", err)
 			}
-			if n := strings.Count(res.Stdout.Text, "started"); n < 14 || n > 15 {
-				t.Errorf("%d background sleeps under limits.pids 16, want 14 or 15 (stderr %q)", n, res.Stderr.Text)
+			if n := strings.Count(res.Stdout.Text, "started"); n < 12 || n > 15 {
+				t.Errorf("%d background sleeps under limits.pids 16, want 12–15 (stderr %q)", n, res.Stderr.Text)
 			}
 		})
 	}
