@@ -279,10 +279,39 @@ func (b *bundle) remove() error {
 	if len(left) > 0 {
 		return fmt.Errorf("bundle %s: still mounted: %s", b.dir, strings.Join(left, ", "))
 	}
-	if err := os.RemoveAll(b.dir); err != nil {
+	if err := removeBundleDir(b.dir); err != nil {
 		return fmt.Errorf("bundle %s: %w", b.dir, err)
 	}
 	return nil
+}
+
+// removeBundleDir removes the bundle directory dir with the files that
+// name its call last: the marker, then the bound call's id. A removal
+// cut short (the service killed during it, or a file it cannot remove)
+// leaves a bundle that still says whose it is, which Reap removes at
+// once when its instance is dead, rather than one without a marker,
+// whose fresh modification time makes Reap wait unmarkedBundleSettle.
+func removeBundleDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, ent := range entries {
+		if name := ent.Name(); name != bundleMarker && name != bundleBound {
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, name := range []string{bundleMarker, bundleBound} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Remove(dir)
 }
 
 // bindMount is an image bind as the bundle needs it.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // The test binary doubles as a service that crashes mid-call: with
@@ -452,3 +453,90 @@ func TestReapUnmarkedBundles(t *testing.T) {
 		}
 	}
 }
+
+// TestReapBundleRemovalCutShort: a bundle whose removal stopped half way
+// (here at a file that cannot be removed; in life the service killed
+// during its teardown) still has its marker, so Reap removes it at once
+// once its instance is dead, although the removal has just touched it.
+func TestReapBundleRemovalCutShort(t *testing.T) {
+	requireRuntime(t, RuntimeRunc)
+	state := testStateDir(t)
+	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	dead, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.bundlesDir(), "call-00000000000000000000000c")
+	b, err := createBundle(dir, marker{Instance: dead.instance, Runtime: RuntimeRunc, Container: filepath.Base(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.path(bundleBound), []byte("call-00000000000000000000000d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stuck []string
+	for i := range 8 {
+		sub := b.path(fmt.Sprintf("part-%d", i))
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(sub, "file")
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		setImmutable(t, f, true)
+		stuck = append(stuck, f)
+	}
+	removeErr := b.remove()
+	for _, f := range stuck { // so that t.TempDir's cleanup can remove them
+		setImmutable(t, f, false)
+	}
+	if removeErr == nil {
+		t.Fatal("remove() of a bundle with an immutable file succeeded")
+	}
+	for _, name := range []string{bundleMarker, bundleBound} {
+		if _, err := os.Stat(b.path(name)); err != nil {
+			t.Errorf("%s after a removal cut short: %v, want kept", name, err)
+		}
+	}
+	if err := dead.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.Reap(t.Context())
+	if err != nil || !slices.Equal(rep.Bundles, []string{dir}) {
+		t.Errorf("Reap() = %+v, %v; want bundle %q of the dead instance removed at once", rep, err, dir)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s after Reap: %v, want removed", dir, err)
+	}
+}
+
+// setImmutable sets or clears the immutable attribute of file f.
+func setImmutable(t *testing.T, f string, on bool) {
+	t.Helper()
+	fd, err := unix.Open(f, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Fatalf("%s: read flags: %v", f, err)
+	}
+	if on {
+		flags |= fsImmutableFlag
+	} else {
+		flags &^= fsImmutableFlag
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+		t.Fatalf("%s: set flags: %v", f, err)
+	}
+}
+
+// fsImmutableFlag is FS_IMMUTABLE_FL of linux/fs.h, which x/sys/unix
+// does not define.
+const fsImmutableFlag = 0x10
