@@ -334,6 +334,21 @@ func brokenConnection(err error) bool {
 		strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such file")
 }
 
+// bundleSummary names a leftover bundle directory with what it holds
+// and its age, which tell why Reap kept it.
+func bundleSummary(dir string) string {
+	var names []string
+	ents, _ := os.ReadDir(dir)
+	for _, ent := range ents {
+		names = append(names, ent.Name())
+	}
+	age := "?"
+	if fi, err := os.Lstat(dir); err == nil {
+		age = time.Since(fi.ModTime()).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%s (age %s, holds %s)", filepath.Base(dir), age, strings.Join(names, " "))
+}
+
 // soakLeftovers counts, by kind, what calls left on the host: containers
 // per runtime, bundles, mounts under the state directory, cgroups of the
 // given instances, network namespaces, call processes, spill files in the
@@ -356,7 +371,7 @@ func soakLeftovers(t *testing.T, e env, insts []string, results map[string]bool)
 	add("bundles")
 	if ents, err := os.ReadDir(filepath.Join(e.state, "bundles")); err == nil {
 		for _, ent := range ents {
-			add("bundles", ent.Name())
+			add("bundles", bundleSummary(filepath.Join(e.state, "bundles", ent.Name())))
 		}
 	}
 	add("mounts")
