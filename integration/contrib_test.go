@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -15,8 +16,15 @@ import (
 func TestContribConfigServesAndExecs(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	cfg, err := filepath.Abs(filepath.Join("..", "contrib", "dsh-sandbox.yaml"))
+	// A copy with the mode an operator installs it with: the checkout's
+	// own mode follows the umask of whoever cloned it, and a config that
+	// others can write is refused.
+	shipped, err := os.ReadFile(filepath.Join("..", "contrib", "dsh-sandbox.yaml"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "dsh-sandbox.yaml")
+	if err := os.WriteFile(cfg, shipped, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	machine := []string{"--config", cfg, "--workspace-roots", e.workspace}
