@@ -178,9 +178,12 @@ func (e *Executor) leftoverBundle(s *reap.Sweep, dir string, foreign func() bool
 		return m, true
 	case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
 		// No marker, or one torn by a crash while it was written.
-		fi, serr := os.Lstat(dir)
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return m, false // removed since it was listed
+		}
 		age := time.Since(fi.ModTime())
-		if serr != nil || age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
+		if age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
 			return m, false
 		}
 		return marker{Container: filepath.Base(dir)}, true
