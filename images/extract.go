@@ -153,7 +153,12 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
+	return x.create(hdr, p, body)
+}
 
+// create writes the entry hdr at p, where nothing is, by its type; it
+// refuses device nodes, FIFOs and types it does not know.
+func (x *extractor) create(hdr *tar.Header, p string, body io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if err := x.root.Mkdir(p, 0o700); err != nil {
@@ -165,19 +170,7 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 		x.markAdded(p)
 		return x.regular(hdr, p, body)
 	case tar.TypeSymlink:
-		if err := symlinkInside(p, hdr.Linkname); err != nil {
-			return fmt.Errorf("%w: entry %q: %v", ErrInvalid, hdr.Name, err)
-		}
-		if err := x.root.Symlink(hdr.Linkname, p); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		x.markAdded(p)
-		if x.chown {
-			if err := x.root.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
-				return fmt.Errorf("entry %q: %w", hdr.Name, err)
-			}
-		}
-		return nil
+		return x.symlink(hdr, p)
 	case tar.TypeLink:
 		return x.hardlink(hdr, p)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
@@ -185,6 +178,24 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 	default:
 		return fmt.Errorf("%w: entry %q: unsupported tar entry type %q", ErrInvalid, hdr.Name, hdr.Typeflag)
 	}
+}
+
+// symlink writes a symbolic link entry at p, whose target must stay
+// inside the root filesystem, with its owner.
+func (x *extractor) symlink(hdr *tar.Header, p string) error {
+	if err := symlinkInside(p, hdr.Linkname); err != nil {
+		return fmt.Errorf("%w: entry %q: %v", ErrInvalid, hdr.Name, err)
+	}
+	if err := x.root.Symlink(hdr.Linkname, p); err != nil {
+		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	x.markAdded(p)
+	if x.chown {
+		if err := x.root.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+	}
+	return nil
 }
 
 // regular writes a regular file's content, mode, owner and times.

@@ -25,77 +25,111 @@ var lddPath = regexp.MustCompile(`(/\S+)`)
 // already has is kept as it is. It is meant for test and demo images
 // (busybox plus the host's bash) when no registry is reachable.
 func AddHostBinaries(w io.Writer, base io.Reader, names ...string) error {
-	type entry struct{ target, source string }
-	var add []entry
+	var add []hostFile
 	for _, name := range names {
-		if name == "" || strings.Contains(name, "/") {
-			return fmt.Errorf("host binary %q: want a command name", name)
-		}
-		bin, err := exec.LookPath(name)
+		files, err := hostBinary(name)
 		if err != nil {
-			return fmt.Errorf("host binary %q: %w", name, err)
+			return err
 		}
-		if bin, err = filepath.EvalSymlinks(bin); err != nil {
-			return fmt.Errorf("host binary %q: %w", name, err)
-		}
-		add = append(add, entry{"/bin/" + name, bin})
-		out, err := exec.Command("ldd", bin).Output()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			continue // ldd exits 1 for a static binary: no libraries
-		}
-		if err != nil {
-			return fmt.Errorf("host binary %q: ldd: %w", name, err)
-		}
-		for _, lib := range lddPath.FindAllString(string(out), -1) {
-			real, err := filepath.EvalSymlinks(lib)
-			if err != nil {
-				return fmt.Errorf("host binary %q: library %s: %w", name, lib, err)
-			}
-			add = append(add, entry{lib, real})
+		add = append(add, files...)
+	}
+	tw := tar.NewWriter(w)
+	seen, err := copyBase(tw, base)
+	if err != nil {
+		return err
+	}
+	for _, f := range add {
+		if err := addHostFile(tw, f, seen); err != nil {
+			return err
 		}
 	}
+	return tw.Close()
+}
 
-	tw := tar.NewWriter(w)
+// hostFile is a host file AddHostBinaries stores: source on the host,
+// target in the image.
+type hostFile struct{ target, source string }
+
+// hostBinary returns the files the host program name needs in an image:
+// the program itself as /bin/<name> and the shared libraries ldd lists
+// for it at their own paths, each read from the host with its links
+// resolved.
+func hostBinary(name string) ([]hostFile, error) {
+	if name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("host binary %q: want a command name", name)
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("host binary %q: %w", name, err)
+	}
+	if bin, err = filepath.EvalSymlinks(bin); err != nil {
+		return nil, fmt.Errorf("host binary %q: %w", name, err)
+	}
+	files := []hostFile{{"/bin/" + name, bin}}
+	out, err := exec.Command("ldd", bin).Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return files, nil // ldd exits 1 for a static binary: no libraries
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host binary %q: ldd: %w", name, err)
+	}
+	for _, lib := range lddPath.FindAllString(string(out), -1) {
+		real, err := filepath.EvalSymlinks(lib)
+		if err != nil {
+			return nil, fmt.Errorf("host binary %q: library %s: %w", name, lib, err)
+		}
+		files = append(files, hostFile{lib, real})
+	}
+	return files, nil
+}
+
+// copyBase copies the entries of the tarball base to tw and returns the
+// set of paths it holds ("/" and each entry's clean absolute name).
+func copyBase(tw *tar.Writer, base io.Reader) (map[string]bool, error) {
 	tr := tar.NewReader(base)
 	seen := map[string]bool{"/": true}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return seen, nil
 		}
 		if err != nil {
-			return fmt.Errorf("base rootfs: %w", err)
+			return nil, fmt.Errorf("base rootfs: %w", err)
 		}
 		seen[path.Clean("/"+h.Name)] = true
 		if err := tw.WriteHeader(h); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return fmt.Errorf("base rootfs: %w", err)
+			return nil, fmt.Errorf("base rootfs: %w", err)
 		}
 	}
-	for _, e := range add {
-		if seen[e.target] {
-			continue
-		}
-		var dirs []string
-		for d := path.Dir(e.target); !seen[d]; d = path.Dir(d) {
-			dirs = append(dirs, d)
-		}
-		for i := len(dirs) - 1; i >= 0; i-- {
-			seen[dirs[i]] = true
-			h := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(dirs[i], "/") + "/", Mode: 0o755, ModTime: busyboxEpoch, Format: tar.FormatPAX}
-			if err := tw.WriteHeader(h); err != nil {
-				return err
-			}
-		}
-		if err := copyFileEntry(tw, e.target, e.source); err != nil {
+}
+
+// addHostFile writes f to tw, after the directories of its path that
+// seen (the paths tw holds) lacks, and adds what it wrote to seen; a
+// target tw already holds is left as it is.
+func addHostFile(tw *tar.Writer, f hostFile, seen map[string]bool) error {
+	if seen[f.target] {
+		return nil
+	}
+	var dirs []string
+	for d := path.Dir(f.target); !seen[d]; d = path.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		seen[dirs[i]] = true
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(dirs[i], "/") + "/", Mode: 0o755, ModTime: busyboxEpoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		seen[e.target] = true
 	}
-	return tw.Close()
+	if err := copyFileEntry(tw, f.target, f.source); err != nil {
+		return err
+	}
+	seen[f.target] = true
+	return nil
 }
 
 // copyFileEntry writes the regular file source as target (mode 0755).

@@ -213,10 +213,7 @@ func walkWant(field, path string, create bool, perm uint32, wantDir bool) (int, 
 		return -1, Errorf(ErrInternal, "sandbox: %s: open /: %w", field, err)
 	}
 	parts := strings.Split(path, "/")
-	last := len(parts) - 1
-	for last > 0 && (parts[last] == "" || parts[last] == ".") {
-		last-- // trailing "/" or "/."
-	}
+	last := lastComponent(parts)
 	at := "/"
 	for i, name := range parts {
 		if name == "" || name == "." {
@@ -227,37 +224,68 @@ func walkWant(field, path string, create bool, perm uint32, wantDir bool) (int, 
 			return -1, Errorf(ErrInvalid, "sandbox: %s %q has a \"..\" component", field, path)
 		}
 		at = filepath.Join(at, name)
-		next, err := syscall.Openat(fd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		if errors.Is(err, syscall.ENOENT) && create {
-			if merr := syscall.Mkdirat(fd, name, perm); merr != nil && !errors.Is(merr, syscall.EEXIST) {
-				syscall.Close(fd)
-				return -1, Errorf(ErrInternal, "sandbox: %s %q: create %s: %w", field, path, at, merr)
-			}
-			next, err = syscall.Openat(fd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		}
-		syscall.Close(fd)
+		next, err := openComponent(fd, name, create, perm, field, path, at)
 		if err != nil {
-			if errors.Is(err, syscall.ENOENT) {
-				return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s does not exist: %w", field, path, at, fs.ErrNotExist)
-			}
-			return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s: %w", field, path, at, err)
+			return -1, err
 		}
 		fd = next
-		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil {
+		if err := checkComponent(fd, i < last || wantDir, field, path, at); err != nil {
 			syscall.Close(fd)
-			return -1, Errorf(ErrInternal, "sandbox: %s %q: stat %s: %w", field, path, at, err)
-		}
-		switch mode := st.Mode & syscall.S_IFMT; {
-		case mode == syscall.S_IFLNK:
-			syscall.Close(fd)
-			return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s is a symbolic link; links are never followed", field, path, at)
-		case mode != syscall.S_IFDIR && (i < last || wantDir):
-			syscall.Close(fd)
-			return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s is not a directory", field, path, at)
+			return -1, err
 		}
 	}
 	return fd, nil
+}
+
+// lastComponent is the index in parts (a path split at "/") of the
+// path's last component, ignoring a trailing "/" or "/.".
+func lastComponent(parts []string) int {
+	last := len(parts) - 1
+	for last > 0 && (parts[last] == "" || parts[last] == ".") {
+		last-- // trailing "/" or "/."
+	}
+	return last
+}
+
+// openComponent opens name in the directory dir without following a
+// link, first creating it as a directory (mode perm) when it is missing
+// and create is set, and returns an O_PATH descriptor of it. It closes
+// dir in every case. field, path and at (the path up to name) name the
+// component in errors.
+func openComponent(dir int, name string, create bool, perm uint32, field, path, at string) (int, error) {
+	next, err := syscall.Openat(dir, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, syscall.ENOENT) && create {
+		if merr := syscall.Mkdirat(dir, name, perm); merr != nil && !errors.Is(merr, syscall.EEXIST) {
+			syscall.Close(dir)
+			return -1, Errorf(ErrInternal, "sandbox: %s %q: create %s: %w", field, path, at, merr)
+		}
+		next, err = syscall.Openat(dir, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	}
+	syscall.Close(dir)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s does not exist: %w", field, path, at, fs.ErrNotExist)
+		}
+		return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s: %w", field, path, at, err)
+	}
+	return next, nil
+}
+
+// checkComponent refuses the opened component fd when it is a symbolic
+// link, or not a directory while mustBeDir is set (every component but
+// the last, and the last when a directory is wanted). It leaves fd open.
+func checkComponent(fd int, mustBeDir bool, field, path, at string) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return Errorf(ErrInternal, "sandbox: %s %q: stat %s: %w", field, path, at, err)
+	}
+	switch mode := st.Mode & syscall.S_IFMT; {
+	case mode == syscall.S_IFLNK:
+		return Errorf(ErrInvalid, "sandbox: %s %q: %s is a symbolic link; links are never followed", field, path, at)
+	case mode != syscall.S_IFDIR && mustBeDir:
+		return Errorf(ErrInvalid, "sandbox: %s %q: %s is not a directory", field, path, at)
+	}
+	return nil
 }
 
 // CheckDeployment refuses a deployment shape in which a call could write

@@ -185,9 +185,29 @@ func Validate(req *Request) error {
 }
 
 // checkRequest validates the fields of req that Prepare relies on, naming
-// the first bad one.
+// the first bad one. The validators run in a fixed order, so that a
+// request with several problems is always refused for the same one.
 func checkRequest(req *Request) error {
-	lim := req.Policy.Limits
+	for _, check := range [...]func(*Request) error{
+		checkCommand,
+		checkBackend,
+		checkTimeouts,
+		checkOutputLimits,
+		checkIDs,
+		checkTerminal,
+		checkPaths,
+		checkEnv,
+	} {
+		if err := check(req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCommand validates what the call runs: Argv (checkArgv), else a
+// non-empty Command; Command carries no NUL byte.
+func checkCommand(req *Request) error {
 	if req.Argv != nil {
 		if err := checkArgv(req); err != nil {
 			return err
@@ -198,8 +218,24 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: command is empty")
 	case strings.IndexByte(req.Command, 0) >= 0:
 		return Errorf(ErrInvalid, "sandbox: command contains a NUL byte")
-	case req.Policy.Backend == "":
+	}
+	return nil
+}
+
+// checkBackend refuses a request whose policy names no backend: it was
+// never resolved against a policy.
+func checkBackend(req *Request) error {
+	if req.Policy.Backend == "" {
 		return Errorf(ErrInvalid, "sandbox: policy.backend is empty (the request has no resolved policy)")
+	}
+	return nil
+}
+
+// checkTimeouts refuses a negative timeout of the request or of the
+// policy's limits.
+func checkTimeouts(req *Request) error {
+	lim := req.Policy.Limits
+	switch {
 	case req.TimeoutMs < 0:
 		return Errorf(ErrInvalid, "sandbox: timeoutMs %d is negative", req.TimeoutMs)
 	case lim.TimeoutMs < 0:
@@ -208,6 +244,16 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: policy.limits.maxTimeoutMs %d is negative", lim.MaxTimeoutMs)
 	case lim.JobTimeoutMs < 0:
 		return Errorf(ErrInvalid, "sandbox: policy.limits.jobTimeoutMs %d is negative", lim.JobTimeoutMs)
+	}
+	return nil
+}
+
+// checkOutputLimits refuses a tail size of the request or the policy
+// outside [0, MaxTailBytes], a negative spill size and a spill retention
+// outside [0, maxSpillRetentionMs].
+func checkOutputLimits(req *Request) error {
+	lim := req.Policy.Limits
+	switch {
 	case req.StdoutMaxBytes < 0 || req.StdoutMaxBytes > MaxTailBytes:
 		return Errorf(ErrInvalid, "sandbox: stdoutMaxBytes %d is outside [0, %d]", req.StdoutMaxBytes, MaxTailBytes)
 	case lim.StdoutMaxBytes < 0 || lim.StdoutMaxBytes > MaxTailBytes:
@@ -218,13 +264,33 @@ func checkRequest(req *Request) error {
 		return Errorf(ErrInvalid, "sandbox: policy.limits.spillTotalBytes %d is negative", lim.SpillTotalBytes)
 	case lim.SpillRetentionMs < 0 || lim.SpillRetentionMs > maxSpillRetentionMs:
 		return Errorf(ErrInvalid, "sandbox: policy.limits.spillRetentionMs %d is outside [0, %d]", lim.SpillRetentionMs, int64(maxSpillRetentionMs))
+	}
+	return nil
+}
+
+// checkIDs refuses a call id that is not a safe name (ValidCallID) and a
+// session id with a NUL byte.
+func checkIDs(req *Request) error {
+	switch {
 	case req.CallID != "" && !ValidCallID(req.CallID):
 		return Errorf(ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
 	case strings.IndexByte(req.Session.ID, 0) >= 0:
 		return Errorf(ErrInvalid, "sandbox: session.id %q contains a NUL byte", req.Session.ID)
-	case req.Terminal != nil && req.Policy.DenyTTY:
+	}
+	return nil
+}
+
+// checkTerminal refuses a terminal that the policy forbids.
+func checkTerminal(req *Request) error {
+	if req.Terminal != nil && req.Policy.DenyTTY {
 		return Errorf(ErrInvalid, "sandbox: policy %q forbids a terminal (tty: false): run without -t", req.Policy.Name)
 	}
+	return nil
+}
+
+// checkPaths refuses a workdir, session cwd or transcript directory that
+// is set but relative or carries a NUL byte, and a workdir in /proc.
+func checkPaths(req *Request) error {
 	for _, p := range [...]struct{ field, path string }{
 		{"workdir", req.Workdir},
 		{"session.cwd", req.Session.Cwd},
@@ -245,6 +311,12 @@ func checkRequest(req *Request) error {
 		// directory is how CVE-2024-21626 left the container.
 		return Errorf(ErrInvalid, "sandbox: workdir %q lies in /proc; choose a directory of the call's own file system", req.Workdir)
 	}
+	return nil
+}
+
+// checkEnv refuses a malformed Policy.EnvSet or Env entry, and a DSHEnv
+// entry that is malformed, outside DSH_ or set twice.
+func checkEnv(req *Request) error {
 	for k, v := range req.Policy.EnvSet {
 		if err := checkName("policy.envSet", k); err != nil {
 			return err
@@ -399,28 +471,59 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 	if req == nil || call == nil {
 		return Errorf(ErrInvalid, "sandbox: PreparePaths: request or call is nil")
 	}
-	local := req.Policy.Backend == BackendLocal
 	plan := NewPlan(req.Policy, req.Session, Identity{UID: callUID})
 	_, mounted := plan.Mount(MountWorkspace)
 	if mounted {
-		ws, err := ResolveDir("session.cwd", req.Session.Cwd)
-		if err != nil {
-			return err
-		}
-		if SystemDir(ws) {
-			return Errorf(ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
-		}
-		call.Workspace = ws
-		if err := limitWorkspace(req.Policy, plan, ws); err != nil {
+		if err := prepareWorkspace(req, plan, call); err != nil {
 			return err
 		}
 	}
+	if err := checkWorkdir(req, call, mounted); err != nil {
+		return err
+	}
+	if err := checkMountSources(req.Policy.Mounts); err != nil {
+		return err
+	}
+	if len(plan.Dirs) == 0 {
+		return nil
+	}
+	// The plan's directories are the session directory and its spill/
+	// subdirectory, which MakeSessionDir creates together.
+	return prepareSessionDir(plan.Dirs[0], call, mounted)
+}
+
+// prepareWorkspace resolves and checks the mounted workspace (the
+// session cwd), sets call.Workspace and bounds the workspace's size
+// when the policy asks for it (limitWorkspace).
+func prepareWorkspace(req *Request, plan Plan, call *Call) error {
+	ws, err := ResolveDir("session.cwd", req.Session.Cwd)
+	if err != nil {
+		return err
+	}
+	if SystemDir(ws) {
+		return Errorf(ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
+	}
+	call.Workspace = ws
+	return limitWorkspace(req.Policy, plan, ws)
+}
+
+// checkWorkdir refuses a workdir with a symbolic link in an existing
+// component when it lies in the mounted workspace, and always for the
+// local backend, which also needs it to exist.
+func checkWorkdir(req *Request, call *Call, mounted bool) error {
+	local := req.Policy.Backend == BackendLocal
 	if req.Workdir != "" && (local || (mounted && Within(call.Workdir, call.Workspace))) {
 		if _, err := ResolveDir("workdir", req.Workdir); err != nil && (local || !errors.Is(err, fs.ErrNotExist)) {
 			return err
 		}
 	}
-	for i, m := range req.Policy.Mounts {
+	return nil
+}
+
+// checkMountSources refuses a policy mount whose source has a symbolic
+// link in any component, and a read-write mount of a system directory.
+func checkMountSources(mounts []Mount) error {
+	for i, m := range mounts {
 		field := fmt.Sprintf("policy.mounts[%d].source", i)
 		src, err := ResolvePath(field, m.Source)
 		if err != nil {
@@ -430,12 +533,14 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 			return Errorf(ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
 		}
 	}
-	if len(plan.Dirs) == 0 {
-		return nil
-	}
-	// The plan's directories are the session directory and its spill/
-	// subdirectory, which MakeSessionDir creates together.
-	dir := plan.Dirs[0]
+	return nil
+}
+
+// prepareSessionDir checks the session directory dir (not a system
+// directory, apart from a mounted workspace), creates it with its spill/
+// subdirectory (MakeSessionDir) and fills call.TranscriptDir and, when
+// the call's spill files go there, call.SpillOwner and call.SpillReader.
+func prepareSessionDir(dir PlanDir, call *Call, mounted bool) error {
 	td := dir.Path
 	if SystemDir(td) {
 		return Errorf(ErrInvalid, "sandbox: session.transcriptDir %q is a system directory", td)

@@ -38,25 +38,20 @@ const shimBinary = "containerd-shim-runc-v2"
 // lock file too.
 func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	var checks []sandbox.Check
+	keep := func(c sandbox.Check) bool {
+		checks = append(checks, c)
+		return c.OK
+	}
 	add := func(name string, ok bool, format string, args ...any) bool {
-		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
-		return ok
+		return keep(check(name, ok, format, args...))
 	}
 	ns := opts.Namespace
 	if ns == "" {
 		ns = DefaultNamespace
 	}
-	if opts.Address == "" {
-		add("daemon", false, "Address is empty: name the containerd socket")
-		return checks
-	}
-	if err := probe(ctx, opts.Address); err != nil {
-		add("daemon", false, "%v", err)
-		return checks
-	}
-	cli, err := containerd.New(opts.Address, containerd.WithTimeout(doctorTimeout))
-	if err != nil {
-		add("daemon", false, "connect to %s: %v", opts.Address, err)
+	cli, failed := doctorConnect(ctx, opts)
+	if cli == nil {
+		keep(failed)
 		return checks
 	}
 	defer cli.Close()
@@ -66,60 +61,18 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	if !add("daemon", err == nil, "%s", errOr(err, fmt.Sprintf("containerd %s (revision %s) on %s", v.Version, v.Revision, opts.Address))) {
 		return checks
 	}
-
-	if err := identifiers.Validate(ns); err != nil {
-		add("namespace", false, "namespace %q: %v", ns, err)
+	if !keep(namespaceCheck(dctx, cli, ns)) || !keep(snapshotterCheck(dctx, cli)) {
 		return checks
-	}
-	known, err := cli.NamespaceService().List(dctx)
-	switch {
-	case err != nil:
-		add("namespace", false, "list namespaces: %v", err)
-		return checks
-	case slices.Contains(known, ns):
-		add("namespace", true, "%s exists", ns)
-	default:
-		add("namespace", true, "%s does not exist yet; importing an image creates it", ns)
-	}
-
-	ps, err := cli.IntrospectionService().Plugins(dctx, "type==io.containerd.snapshotter.v1,id=="+snapshotter)
-	switch {
-	case err != nil:
-		add("snapshotter", false, "list plugins: %v", err)
-		return checks
-	case len(ps.Plugins) == 0:
-		add("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
-		return checks
-	case ps.Plugins[0].InitErr != nil:
-		add("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
-		return checks
-	default:
-		add("snapshotter", true, "%s loaded", snapshotter)
 	}
 
 	shim, err := exec.LookPath(shimBinary)
 	shimOK := add("shim", err == nil, "%s", errOr(err, shim))
 	checks = append(checks, runtimeChecks(dctx)...)
 
-	state := sandbox.CheckStateDir(opts.StateDir)
-	stateOK := add(state.Name, state.OK, "%s", state.Detail)
+	stateOK := keep(sandbox.CheckStateDir(opts.StateDir))
 
-	imgs, err := cli.ImageService().List(namespaces.WithNamespace(dctx, ns), labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
-	image := ""
-	switch {
-	case err != nil:
-		add("image", false, "list images in namespace %s: %v", ns, err)
-	case len(imgs) == 0:
-		add("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns)
-	default:
-		names := make([]string, len(imgs))
-		for i, img := range imgs {
-			names[i] = img.Name
-		}
-		slices.Sort(names)
-		image = names[0]
-		add("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image)
-	}
+	imageChecked, image := imageCheck(dctx, cli, ns)
+	keep(imageChecked)
 
 	if !shimOK || !stateOK || image == "" {
 		add("run", false, "not run: a prerequisite failed")
@@ -131,6 +84,80 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		add("run", true, "`true` ran in a fresh container of %s in %v", image, d.Round(time.Millisecond))
 	}
 	return checks
+}
+
+// doctorConnect connects to the daemon at opts.Address once it answers.
+// When it cannot, it returns a nil client and the failed "daemon" check
+// that says why; the caller closes a client it returns.
+func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, sandbox.Check) {
+	if opts.Address == "" {
+		return nil, check("daemon", false, "Address is empty: name the containerd socket")
+	}
+	if err := probe(ctx, opts.Address); err != nil {
+		return nil, check("daemon", false, "%v", err)
+	}
+	cli, err := containerd.New(opts.Address, containerd.WithTimeout(doctorTimeout))
+	if err != nil {
+		return nil, check("daemon", false, "connect to %s: %v", opts.Address, err)
+	}
+	return cli, sandbox.Check{}
+}
+
+// namespaceCheck is the "namespace" check of Doctor: ns is valid, and
+// whether it exists yet.
+func namespaceCheck(ctx context.Context, cli *containerd.Client, ns string) sandbox.Check {
+	if err := identifiers.Validate(ns); err != nil {
+		return check("namespace", false, "namespace %q: %v", ns, err)
+	}
+	known, err := cli.NamespaceService().List(ctx)
+	switch {
+	case err != nil:
+		return check("namespace", false, "list namespaces: %v", err)
+	case slices.Contains(known, ns):
+		return check("namespace", true, "%s exists", ns)
+	}
+	return check("namespace", true, "%s does not exist yet; importing an image creates it", ns)
+}
+
+// snapshotterCheck is the "snapshotter" check of Doctor: the daemon's
+// overlayfs snapshotter loaded.
+func snapshotterCheck(ctx context.Context, cli *containerd.Client) sandbox.Check {
+	ps, err := cli.IntrospectionService().Plugins(ctx, "type==io.containerd.snapshotter.v1,id=="+snapshotter)
+	switch {
+	case err != nil:
+		return check("snapshotter", false, "list plugins: %v", err)
+	case len(ps.Plugins) == 0:
+		return check("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
+	case ps.Plugins[0].InitErr != nil:
+		return check("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
+	}
+	return check("snapshotter", true, "%s loaded", snapshotter)
+}
+
+// imageCheck is the "image" check of Doctor: an image imported by
+// dsh-sandbox is in namespace ns. It also returns the first such image
+// by name, which the test call uses, or "" when there is none.
+func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox.Check, string) {
+	imgs, err := cli.ImageService().List(namespaces.WithNamespace(ctx, ns), labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	switch {
+	case err != nil:
+		return check("image", false, "list images in namespace %s: %v", ns, err), ""
+	case len(imgs) == 0:
+		return check("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns), ""
+	}
+	names := make([]string, len(imgs))
+	for i, img := range imgs {
+		names[i] = img.Name
+	}
+	slices.Sort(names)
+	image := names[0]
+	return check("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image), image
+}
+
+// check is the check name with its outcome ok and its detail formatted
+// from format and args.
+func check(name string, ok bool, format string, args ...any) sandbox.Check {
+	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
 }
 
 // doctorRun runs `true` through a short-lived executor of its own.

@@ -379,20 +379,88 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // terminal: there the call is baked in, and Bind starts its task.
 func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
-	req, log, cu, ids := call.Request, call.Log, call.Cleanup, pl.ids
-	opts := pl.opts
-	if req.Policy.Network == policy.NetworkAllowlist {
-		// Closed after the container is removed (pushed before it).
-		joinNet, closeNet, err := e.startEgress(req.Policy, call.Call, log)
-		if err != nil {
+	opts, err := e.joinEgress(call, pl.opts)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := e.callSpec(call, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !e.active.Add(call.ID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q is already running on this executor", call.ID)
+	}
+	call.Cleanup.Add("active call", func(context.Context) error {
+		e.active.Remove(call.ID)
+		return nil
+	})
+	callDir, err := e.stageCall(call, spec, pl.ids)
+	if err != nil {
+		return nil, err
+	}
+	// The stub and its lifeline are the service's own files, not staged:
+	// no call can have swapped them.
+	var msg []byte
+	var lifeline *os.File
+	if call.Request.Terminal == nil {
+		if msg, lifeline, err = e.addStub(call, spec, callDir); err != nil {
 			return nil, err
 		}
-		cu.Add("egress", func(context.Context) error {
-			call.Result.Egress = closeNet()
-			return nil
-		})
-		opts = append(opts, joinNet...)
 	}
+	// The daemon's objects are made on a context the caller's
+	// cancellation does not reach: they are removed on every path.
+	bg := context.WithoutCancel(e.ctx(ctx))
+	c, err := e.createContainer(bg, call, pl, spec)
+	if err != nil {
+		return nil, err
+	}
+	ct := &callContainer{e: e, call: call, c: c, bg: bg, msg: msg, lifeline: lifeline}
+	// The task, once Start created it; teardown then needs no lookup.
+	call.Cleanup.Add("container", func(ctx context.Context) error {
+		return e.markLeftover(e.remove(ctx, c, ct.task))
+	})
+	if pl.ids.Enabled {
+		if err := e.mountCallRootfs(bg, call, spec, pl.ids, callDir); err != nil {
+			return nil, err
+		}
+	}
+	return ct, nil
+}
+
+// markLeftover marks the executor's state directory as holding
+// leftovers when err, the error of a teardown step, is not nil, so that
+// Close keeps the lock file. It returns err.
+func (e *Executor) markLeftover(err error) error {
+	if err != nil {
+		e.leftover.Store(true)
+	}
+	return err
+}
+
+// joinEgress starts the call's egress proxy when its policy's network is
+// an allowlist, pushing its closing onto the call's cleanup stack, and
+// returns opts with the spec options that join the proxy's network.
+// Other calls get opts as they are.
+func (e *Executor) joinEgress(call *driver.Call, opts []sandbox.SpecOpt) ([]sandbox.SpecOpt, error) {
+	if call.Request.Policy.Network != policy.NetworkAllowlist {
+		return opts, nil
+	}
+	// Closed after the container is removed (pushed before it).
+	joinNet, closeNet, err := e.startEgress(call.Request.Policy, call.Call, call.Log)
+	if err != nil {
+		return nil, err
+	}
+	call.Cleanup.Add("egress", func(context.Context) error {
+		call.Result.Egress = closeNet()
+		return nil
+	})
+	return append(opts, joinNet...), nil
+}
+
+// callSpec builds the call's spec from the policy's options opts: its
+// process, annotations, cgroup and terminal, on the read-only rootfs.
+func (e *Executor) callSpec(call *driver.Call, opts []sandbox.SpecOpt) (*specs.Spec, error) {
+	req := call.Request
 	spec := policy.BaseSpec("rootfs", nil)
 	all := append(opts,
 		policy.WithProcess(sandbox.InitArgs(req, call.Env), call.Env, call.Workdir),
@@ -408,69 +476,69 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 		}
 	}
 	spec.Root = &specs.Root{Path: "rootfs", Readonly: true}
+	return spec, nil
+}
 
-	if !e.active.Add(call.ID) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q is already running on this executor", call.ID)
-	}
-	cu.Add("active call", func(context.Context) error {
-		e.active.Remove(call.ID)
-		return nil
-	})
-	// failed marks the executor's state directory as holding leftovers
-	// when a teardown step fails, so that Close keeps the lock file.
-	failed := func(err error) error {
-		if err != nil {
-			e.leftover.Store(true)
-		}
-		return err
-	}
-
+// stageCall makes the call's directory and stages every bind source of
+// spec in it as a mount, pushing their removal onto the call's cleanup
+// stack, and returns the directory. In a user namespace, spec's rootfs
+// becomes the directory's, which mountCallRootfs mounts.
+func (e *Executor) stageCall(call *driver.Call, spec *specs.Spec, ids idmap.Call) (string, error) {
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
+			return "", sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
 		}
 	}
 	callDir, err := e.makeCallDir(call.ID)
 	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+		return "", sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 	}
 	// Removed after the container (pushed before its removal).
 	var staged []string
-	cu.Add("staging mounts", func(context.Context) error {
-		return failed(removeCallDir(callDir, staged))
+	call.Cleanup.Add("staging mounts", func(context.Context) error {
+		return e.markLeftover(removeCallDir(callDir, staged))
 	})
 	// Every bind source becomes a staging mount: the shim's runc must
 	// not follow a link swapped in since PreparePaths.
-	if staged, err = stageBinds(spec, idmap.StagingFor(req, ids), callDir); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+	if staged, err = stageBinds(spec, idmap.StagingFor(call.Request, ids), callDir); err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 	}
 	if ids.Enabled {
 		spec.Root = &specs.Root{Path: rootfsDir(callDir), Readonly: true}
 	}
-	// The stub and its lifeline are the service's own files, not staged:
-	// no call can have swapped them.
-	var msg []byte
-	var lifeline *os.File
-	if req.Terminal == nil {
-		if lifeline, err = makeLifeline(callDir); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
-		}
-		// Removed after the container, before the call's directory.
-		cu.Add("lifeline", func(context.Context) error {
-			lifeline.Close()
-			return failed(os.Remove(lifeline.Name()))
-		})
-		if msg, err = withStub(spec, e.stub, lifeline.Name(), call.Timeout+e.opts.KillGrace+stubSlack); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %v", call.ID, err)
-		}
-	}
+	return callDir, nil
+}
 
-	// The daemon's objects are made on a context the caller's
-	// cancellation does not reach: they are removed on every path.
-	bg := context.WithoutCancel(e.ctx(ctx))
+// addStub makes the stub's lifeline in the call's directory, pushing its
+// removal onto the call's cleanup stack, and makes the stub spec's
+// process. It returns the call message for the stub and the executor's
+// end of the lifeline.
+func (e *Executor) addStub(call *driver.Call, spec *specs.Spec, callDir string) ([]byte, *os.File, error) {
+	lifeline, err := makeLifeline(callDir)
+	if err != nil {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+	}
+	// Removed after the container, before the call's directory.
+	call.Cleanup.Add("lifeline", func(context.Context) error {
+		lifeline.Close()
+		return e.markLeftover(os.Remove(lifeline.Name()))
+	})
+	msg, err := withStub(spec, e.stub, lifeline.Name(), call.Timeout+e.opts.KillGrace+stubSlack)
+	if err != nil {
+		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %v", call.ID, err)
+	}
+	return msg, lifeline, nil
+}
+
+// createContainer creates the call's container of spec and its snapshot
+// of the plan's image on bg. When the create fails, it pushes the
+// removal of a snapshot the create may have left onto the call's cleanup
+// stack, unless the container or snapshot already existed (another
+// call's).
+func (e *Executor) createContainer(bg context.Context, call *driver.Call, pl *plan, spec *specs.Spec) (containerd.Container, error) {
 	id := containerID(call.ID)
 	snapLabels := call.Labels
-	if ids.Enabled {
+	if pl.ids.Enabled {
 		snapLabels = maps.Clone(call.Labels)
 		snapLabels[gcRootLabel] = time.Now().UTC().Format(time.RFC3339)
 	}
@@ -482,7 +550,7 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 		containerd.WithRuntime(runtimeName, nil),
 		containerd.WithSpec(spec),
 	}
-	if ids.Enabled {
+	if pl.ids.Enabled {
 		copts = append(copts, withoutShimRootfs())
 	}
 	c, err := e.cli.NewContainer(bg, id, copts...)
@@ -491,29 +559,28 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: callId %q: a container or snapshot %q already exists in namespace %q: %w", call.ID, id, e.opts.Namespace, err)
 		}
 		// A failed create may have left the snapshot behind.
-		cu.Add("snapshot", func(ctx context.Context) error {
-			return failed(e.removeSnapshot(ctx, id))
+		call.Cleanup.Add("snapshot", func(ctx context.Context) error {
+			return e.markLeftover(e.removeSnapshot(ctx, id))
 		})
 		return nil, classify(err, "call %s: create container", call.ID)
 	}
-	ct := &callContainer{e: e, call: call, c: c, bg: bg, msg: msg, lifeline: lifeline}
-	// The task, once Start created it; teardown then needs no lookup.
-	cu.Add("container", func(ctx context.Context) error {
-		return failed(e.remove(ctx, c, ct.task))
-	})
-	if ids.Enabled {
-		unmount, err := e.mountRootfs(bg, id, callDir, spec, ids.RootUID, ids.RootGID)
-		if errors.Is(err, sandbox.ErrInvalid) {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)
-		}
-		if err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
-		}
-		// Detached before the task is deleted (the container keeps its
-		// own mount) and so before its snapshot is removed.
-		cu.Add("rootfs", func(context.Context) error { return failed(unmount()) })
+	return c, nil
+}
+
+// mountCallRootfs mounts the call's id-mapped rootfs in its directory,
+// pushing its unmounting onto the call's cleanup stack.
+func (e *Executor) mountCallRootfs(bg context.Context, call *driver.Call, spec *specs.Spec, ids idmap.Call, callDir string) error {
+	unmount, err := e.mountRootfs(bg, containerID(call.ID), callDir, spec, ids.RootUID, ids.RootGID)
+	if errors.Is(err, sandbox.ErrInvalid) {
+		return sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)
 	}
-	return ct, nil
+	if err != nil {
+		return sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
+	}
+	// Detached before the task is deleted (the container keeps its
+	// own mount) and so before its snapshot is removed.
+	call.Cleanup.Add("rootfs", func(context.Context) error { return e.markLeftover(unmount()) })
+	return nil
 }
 
 // remove deletes the call's task (killing what is left of it), container

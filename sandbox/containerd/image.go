@@ -65,36 +65,9 @@ func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, e
 	if err := content.WriteBlob(ctx, cs, "dsh-layer-"+layer.Digest.Encoded(), tmp, layer); err != nil {
 		return classify(err, "import %q: write layer", canon)
 	}
-	cfg := ocispec.Image{
-		Created:  ptr(time.Now().UTC()),
-		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
-		Config:   ocispec.ImageConfig{Env: env},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
-	}
-	// The config names its unpacked snapshot (a single layer's chain id
-	// is its diff id) from the start: re-importing an image replaces the
-	// record's config, and until Unpack labels the new one a concurrent
-	// garbage collection would otherwise remove the snapshot that
-	// existing images and new containers still need.
-	cfgRefs := map[string]string{"containerd.io/gc.ref.snapshot." + snapshotter: layer.Digest.String()}
-	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, cfgRefs)
+	mfDesc, err := writeManifest(ctx, cs, canon, layer, env)
 	if err != nil {
-		return classify(err, "import %q: write config", canon)
-	}
-	mf := ocispec.Manifest{
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    cfgDesc,
-		Layers:    []ocispec.Descriptor{layer},
-	}
-	mf.SchemaVersion = 2
-	// The manifest's labels tell the garbage collector what it refers to.
-	refs := map[string]string{
-		"containerd.io/gc.ref.content.config": cfgDesc.Digest.String(),
-		"containerd.io/gc.ref.content.l.0":    layer.Digest.String(),
-	}
-	mfDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageManifest, mf, refs)
-	if err != nil {
-		return classify(err, "import %q: write manifest", canon)
+		return err
 	}
 	rec := images.Image{Name: canon, Target: mfDesc, Labels: map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue}}
 	is := e.cli.ImageService()
@@ -111,6 +84,44 @@ func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, e
 		return classify(err, "import %q: unpack", canon)
 	}
 	return nil
+}
+
+// writeManifest stores the config of the one-layer image canon whose
+// layer is layer and whose environment is env, and its manifest, in cs.
+// It returns the manifest's descriptor.
+func writeManifest(ctx context.Context, cs content.Store, canon string, layer ocispec.Descriptor, env []string) (ocispec.Descriptor, error) {
+	cfg := ocispec.Image{
+		Created:  ptr(time.Now().UTC()),
+		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Config:   ocispec.ImageConfig{Env: env},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+	}
+	// The config names its unpacked snapshot (a single layer's chain id
+	// is its diff id) from the start: re-importing an image replaces the
+	// record's config, and until Unpack labels the new one a concurrent
+	// garbage collection would otherwise remove the snapshot that
+	// existing images and new containers still need.
+	cfgRefs := map[string]string{"containerd.io/gc.ref.snapshot." + snapshotter: layer.Digest.String()}
+	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, cfgRefs)
+	if err != nil {
+		return ocispec.Descriptor{}, classify(err, "import %q: write config", canon)
+	}
+	mf := ocispec.Manifest{
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    cfgDesc,
+		Layers:    []ocispec.Descriptor{layer},
+	}
+	mf.SchemaVersion = 2
+	// The manifest's labels tell the garbage collector what it refers to.
+	refs := map[string]string{
+		"containerd.io/gc.ref.content.config": cfgDesc.Digest.String(),
+		"containerd.io/gc.ref.content.l.0":    layer.Digest.String(),
+	}
+	mfDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageManifest, mf, refs)
+	if err != nil {
+		return ocispec.Descriptor{}, classify(err, "import %q: write manifest", canon)
+	}
+	return mfDesc, nil
 }
 
 func ptr[T any](v T) *T { return &v }

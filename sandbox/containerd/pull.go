@@ -10,6 +10,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	cerrdefs "github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -83,7 +84,43 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOp
 	}
 	defer func() { _ = done(context.WithoutCancel(ctx)) }()
 
-	regs := o.Registries
+	resolver := registryResolver(o.Registries)
+	fq := fullyQualified(res.Pinned)
+	stop := e.watchProgress(ctx, res, event)
+	img, err := e.cli.Pull(ctx, fq,
+		containerd.WithResolver(resolver),
+		containerd.WithPullUnpack,
+		containerd.WithPullSnapshotter(snapshotter),
+		containerd.WithImageHandler(capPull(res, maxBytes)),
+	)
+	stop()
+	if err != nil {
+		return nil, pullFailure(res, err)
+	}
+	if got := img.Target().Digest.String(); got != res.Digest {
+		_ = e.cli.ImageService().Delete(ctx, fq)
+		return nil, fmt.Errorf("%w: %s: containerd pulled %s, not the resolved %s", dshimages.ErrVerify, res.Reference, got, res.Digest)
+	}
+	for i, l := range res.Layers {
+		event(dshimages.PullEvent{Event: "layer", Layer: l, Index: i + 1, Layers: len(res.Layers), Done: res.LayerSizes[i], Total: res.LayerSizes[i]})
+	}
+	out, err := e.recordPull(ctx, res, img.Target(), fq)
+	if err != nil {
+		return nil, err
+	}
+	event(dshimages.PullEvent{Event: "stored"})
+	pulled := recordImage(out)
+	pulled.Name = res.Reference
+	if size, err := containerd.NewImage(e.cli, out).Size(ctx); err == nil {
+		pulled.Size = size
+	}
+	return pulled, nil
+}
+
+// registryResolver is the resolver of a pull with the operator's
+// registries regs: their credentials, and plain HTTP only to those regs
+// lists as insecure.
+func registryResolver(regs *dshimages.Registries) remotes.Resolver {
 	hosts := docker.ConfigureDefaultRegistries(
 		docker.WithPlainHTTP(func(host string) (bool, error) { return regs.Insecure(host), nil }),
 		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(func(host string) (string, string, error) {
@@ -97,36 +134,32 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOp
 			return ac.Username, ac.Password, nil
 		}))),
 	)
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
-	fq := fullyQualified(res.Pinned)
-	stop := e.watchProgress(ctx, res, event)
+	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+}
+
+// capPull is the image handler of the pull of res that fails it with
+// images.ErrVerify once the blobs it fetched add up to more than
+// maxBytes.
+func capPull(res *dshimages.Resolved, maxBytes int64) images.HandlerFunc {
 	var fetched int64
 	var mu sync.Mutex
-	img, err := e.cli.Pull(ctx, fq,
-		containerd.WithResolver(resolver),
-		containerd.WithPullUnpack,
-		containerd.WithPullSnapshotter(snapshotter),
-		containerd.WithImageHandler(images.HandlerFunc(func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			fetched += d.Size
-			if fetched > maxBytes {
-				return nil, fmt.Errorf("%w: %s: more than the cap of %d bytes", dshimages.ErrVerify, res.Reference, maxBytes)
-			}
-			return nil, nil
-		})),
-	)
-	stop()
-	if err != nil {
-		return nil, pullFailure(res, err)
+	return func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fetched += d.Size
+		if fetched > maxBytes {
+			return nil, fmt.Errorf("%w: %s: more than the cap of %d bytes", dshimages.ErrVerify, res.Reference, maxBytes)
+		}
+		return nil, nil
 	}
-	if got := img.Target().Digest.String(); got != res.Digest {
-		_ = e.cli.ImageService().Delete(ctx, fq)
-		return nil, fmt.Errorf("%w: %s: containerd pulled %s, not the resolved %s", dshimages.ErrVerify, res.Reference, got, res.Digest)
-	}
-	for i, l := range res.Layers {
-		event(dshimages.PullEvent{Event: "layer", Layer: l, Index: i + 1, Layers: len(res.Layers), Done: res.LayerSizes[i], Total: res.LayerSizes[i]})
-	}
+}
+
+// recordPull records the pulled image target of res, labelled as
+// dsh-sandbox's with its source and signers, as the canonical reference
+// and, for a tag, also under the tag; then it deletes the record under
+// the fully qualified name fq the pull made. It returns the last record
+// it made.
+func (e *Executor) recordPull(ctx context.Context, res *dshimages.Resolved, target ocispec.Descriptor, fq string) (images.Image, error) {
 	labels := map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue, labelSource: res.Source}
 	if len(res.Signers) > 0 {
 		labels[labelSigners] = strings.Join(res.Signers, ",")
@@ -140,9 +173,10 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOp
 	}
 	var out images.Image
 	for _, n := range names {
-		rec := images.Image{Name: n, Target: img.Target(), Labels: labels}
+		rec := images.Image{Name: n, Target: target, Labels: labels}
+		var err error
 		if out, err = e.putImage(ctx, rec); err != nil {
-			return nil, classify(err, "pull %q: record image %s", res.Reference, n)
+			return images.Image{}, classify(err, "pull %q: record image %s", res.Reference, n)
 		}
 	}
 	// The record under the fully qualified name goes once the canonical
@@ -150,13 +184,7 @@ func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOp
 	if fq != names[0] && fq != res.Reference {
 		_ = e.cli.ImageService().Delete(ctx, fq)
 	}
-	event(dshimages.PullEvent{Event: "stored"})
-	pulled := recordImage(out)
-	pulled.Name = res.Reference
-	if size, err := containerd.NewImage(e.cli, out).Size(ctx); err == nil {
-		pulled.Size = size
-	}
-	return pulled, nil
+	return out, nil
 }
 
 // putImage creates or replaces the image record rec.

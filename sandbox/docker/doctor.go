@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/system"
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -38,9 +39,12 @@ const (
 // concurrently.
 func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	var checks []sandbox.Check
+	keep := func(c sandbox.Check) bool {
+		checks = append(checks, c)
+		return c.OK
+	}
 	add := func(name string, ok bool, format string, args ...any) bool {
-		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
-		return ok
+		return keep(check(name, ok, format, args...))
 	}
 
 	cli, err := newClient(opts.Host)
@@ -65,41 +69,16 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	if err != nil {
 		add("runtimes", false, "cannot list the engine's runtimes: %v", err)
 	} else {
-		have := make([]string, 0, len(info.Runtimes))
-		for name := range info.Runtimes {
-			have = append(have, name)
-		}
-		slices.Sort(have)
-		runtimesOK = slices.Contains(have, string(policy.DefaultRuntime))
-		detail := fmt.Sprintf("registered: %s; default %s", strings.Join(have, ", "), info.DefaultRuntime)
-		if !runtimesOK {
-			detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
-		}
-		add("runtimes", runtimesOK, "%s", detail)
-		switch r, err := detectRemap(info.SecurityOptions, info.DockerRootDir); {
-		case err != nil:
-			add("userns", false, "%v: calls cannot run", err)
-		case r.enabled():
-			add("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
-		default:
-			add("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
-		}
+		runtimesOK = keep(runtimesCheck(info))
+		keep(usernsCheck(info))
 	}
 
-	state := sandbox.CheckStateDir(opts.StateDir)
-	stateOK := add(state.Name, state.OK, "%s", state.Detail)
+	stateOK := keep(sandbox.CheckStateDir(opts.StateDir))
 
 	dctx, cancel = context.WithTimeout(ctx, doctorTimeout)
 	imgs, err := ownedImages(dctx, cli, false)
 	cancel()
-	var name string
-	var picked image.Summary
-	for _, img := range imgs {
-		if tag := imageName(img); tag != "" {
-			name, picked = tag, img
-			break
-		}
-	}
+	name, picked := firstNamed(imgs)
 	switch {
 	case err != nil:
 		add("image", false, "cannot list the engine's images: %v", err)
@@ -123,6 +102,52 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		add("run", true, "`true` ran in a fresh container of %s under policy %s in %v", name, policy.WorkspaceWrite, d.Round(time.Millisecond))
 	}
 	return checks
+}
+
+// runtimesCheck is the "runtimes" check of Doctor on the engine's info:
+// the runtimes it has registered, failed when it lacks
+// policy.DefaultRuntime.
+func runtimesCheck(info system.Info) sandbox.Check {
+	have := make([]string, 0, len(info.Runtimes))
+	for name := range info.Runtimes {
+		have = append(have, name)
+	}
+	slices.Sort(have)
+	ok := slices.Contains(have, string(policy.DefaultRuntime))
+	detail := fmt.Sprintf("registered: %s; default %s", strings.Join(have, ", "), info.DefaultRuntime)
+	if !ok {
+		detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
+	}
+	return check("runtimes", ok, "%s", detail)
+}
+
+// usernsCheck is the "userns" check of Doctor on the engine's info:
+// whether the engine remaps user namespaces, and with which map.
+func usernsCheck(info system.Info) sandbox.Check {
+	switch r, err := detectRemap(info.SecurityOptions, info.DockerRootDir); {
+	case err != nil:
+		return check("userns", false, "%v: calls cannot run", err)
+	case r.enabled():
+		return check("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
+	}
+	return check("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
+}
+
+// firstNamed returns the first of imgs that has a name, and that name;
+// "" and the zero summary when none has.
+func firstNamed(imgs []image.Summary) (string, image.Summary) {
+	for _, img := range imgs {
+		if tag := imageName(img); tag != "" {
+			return tag, img
+		}
+	}
+	return "", image.Summary{}
+}
+
+// check is the check name with its outcome ok and its detail formatted
+// from format and args.
+func check(name string, ok bool, format string, args ...any) sandbox.Check {
+	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
 }
 
 // remapOK reports whether no "userns" check failed.

@@ -267,16 +267,9 @@ func (e *Executor) engineInsecure(ctx context.Context, host string) error {
 // enginePull has the engine pull res.Pinned and translates its progress
 // stream; an error in the stream fails the pull.
 func (e *Executor) enginePull(ctx context.Context, res *images.Resolved, o images.PullOptions, event func(images.PullEvent)) error {
-	var auth string
-	if ac, ok := o.Registries.Credentials(res.Registry); ok {
-		var err error
-		auth, err = registry.EncodeAuthConfig(registry.AuthConfig{
-			Username: ac.Username, Password: ac.Password, IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken,
-			ServerAddress: res.Registry,
-		})
-		if err != nil {
-			return sandbox.Errorf(sandbox.ErrInternal, "docker: image pull %s: credentials: %v", res.Reference, err)
-		}
+	auth, err := registryAuth(res, o.Registries)
+	if err != nil {
+		return err
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -289,7 +282,7 @@ func (e *Executor) enginePull(ctx context.Context, res *images.Resolved, o image
 	if maxBytes <= 0 {
 		maxBytes = images.DefaultMaxPullBytes
 	}
-	done := make([]int64, len(res.Layers))
+	progress := &pullProgress{res: res, maxBytes: maxBytes, done: make([]int64, len(res.Layers)), event: event}
 	dec := json.NewDecoder(rc)
 	for {
 		var m jsonmessage.JSONMessage
@@ -304,31 +297,67 @@ func (e *Executor) enginePull(ctx context.Context, res *images.Resolved, o image
 		if m.Error != nil {
 			return engineError(res, m.Error)
 		}
-		i := slices.IndexFunc(res.Layers, func(d string) bool {
-			return m.ID != "" && strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), m.ID)
-		})
-		if i < 0 || m.Status != "Downloading" || m.Progress == nil {
-			if i >= 0 && m.Status == "Pulling fs layer" {
-				event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Total: res.LayerSizes[i]})
-			}
-			if i >= 0 && (m.Status == "Download complete" || m.Status == "Already exists") {
-				done[i] = res.LayerSizes[i]
-				event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Done: done[i], Total: res.LayerSizes[i]})
-			}
-			continue
-		}
-		done[i] = m.Progress.Current
-		var sum int64
-		for _, d := range done {
-			sum += d
-		}
-		if done[i] > res.LayerSizes[i] || sum > maxBytes {
-			err := fmt.Errorf("%w: %s: layer %d (%s): the engine read %d bytes, more than declared (%d) or the cap (%d)", images.ErrVerify, res.Reference, i+1, res.Layers[i], done[i], res.LayerSizes[i], maxBytes)
+		if err := progress.update(&m); err != nil {
 			cancel(err)
 			return err
 		}
-		event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Done: done[i], Total: res.LayerSizes[i]})
 	}
+}
+
+// registryAuth is the engine's encoding of the operator's credentials
+// (in regs) of res's registry, or "" when regs has none for it.
+func registryAuth(res *images.Resolved, regs *images.Registries) (string, error) {
+	ac, ok := regs.Credentials(res.Registry)
+	if !ok {
+		return "", nil
+	}
+	auth, err := registry.EncodeAuthConfig(registry.AuthConfig{
+		Username: ac.Username, Password: ac.Password, IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken,
+		ServerAddress: res.Registry,
+	})
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.ErrInternal, "docker: image pull %s: credentials: %v", res.Reference, err)
+	}
+	return auth, nil
+}
+
+// pullProgress follows the layers of res through the engine's progress
+// stream of its pull, sending "layer" events.
+type pullProgress struct {
+	res      *images.Resolved
+	maxBytes int64   // the cap of the pull
+	done     []int64 // the bytes the engine read of each layer
+	event    func(images.PullEvent)
+}
+
+// update takes the message m of the progress stream. It fails with
+// images.ErrVerify when a layer grows past its declared size or the
+// layers past the cap.
+func (p *pullProgress) update(m *jsonmessage.JSONMessage) error {
+	res := p.res
+	i := slices.IndexFunc(res.Layers, func(d string) bool {
+		return m.ID != "" && strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), m.ID)
+	})
+	if i < 0 || m.Status != "Downloading" || m.Progress == nil {
+		if i >= 0 && m.Status == "Pulling fs layer" {
+			p.event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Total: res.LayerSizes[i]})
+		}
+		if i >= 0 && (m.Status == "Download complete" || m.Status == "Already exists") {
+			p.done[i] = res.LayerSizes[i]
+			p.event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Done: p.done[i], Total: res.LayerSizes[i]})
+		}
+		return nil
+	}
+	p.done[i] = m.Progress.Current
+	var sum int64
+	for _, d := range p.done {
+		sum += d
+	}
+	if p.done[i] > res.LayerSizes[i] || sum > p.maxBytes {
+		return fmt.Errorf("%w: %s: layer %d (%s): the engine read %d bytes, more than declared (%d) or the cap (%d)", images.ErrVerify, res.Reference, i+1, res.Layers[i], p.done[i], res.LayerSizes[i], p.maxBytes)
+	}
+	p.event(images.PullEvent{Event: "layer", Layer: res.Layers[i], Index: i + 1, Layers: len(res.Layers), Done: p.done[i], Total: res.LayerSizes[i]})
+	return nil
 }
 
 // engineError classifies an error of the engine's pull: content that

@@ -275,29 +275,9 @@ func (x Exit) decode() (*int, string) {
 func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result *sandbox.Result, err error) {
 	cfg := b.Config()
 	t0 := time.Now()
-	if req == nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
-	}
-	if string(req.Policy.Backend) != cfg.Name {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
-	}
-	// A malformed request is refused before a daemon is asked anything.
-	if err := sandbox.Validate(req); err != nil {
-		return nil, err
-	}
-	tgt, state, err := b.Resolve(ctx, req)
+	tgt, state, sc, err := prepareCall(ctx, b, cfg, req)
 	if err != nil {
 		return nil, err
-	}
-	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notStarted(cfg, sc.ID, ctx)
 	}
 	res := &sandbox.Result{TimeoutMs: sc.Timeout.Milliseconds(), Sandbox: tgt.Info}
 	call := newCall(cfg, req, sc, res)
@@ -310,16 +290,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 		if warm != nil && warm.Release(call, state, call.Cleanup.Release()) {
 			return
 		}
-		t := time.Now()
-		tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
-		defer cancel()
-		if terr := call.Cleanup.Clean(tctx); terr != nil {
-			// The outcome of the call is known; what is left is for
-			// Reap. Say so loudly but keep the result.
-			log.Error().Err(terr).Msgf("teardown left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap"))
-		}
-		res.Timings.Teardown = time.Since(t)
-		log.Debug().Dur("teardown", res.Timings.Teardown).Msg("call torn down")
+		tearDown(bg, cfg, call, log)
 		if call.failed != nil && err == nil {
 			result, err = nil, call.failed
 		}
@@ -327,18 +298,9 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	res.Timings.Prepare = time.Since(t0)
 
 	t1 := time.Now()
-	var slot Slot
-	if warm != nil {
-		var undo *Cleanup
-		slot, undo, res.Timings.Pool = warm.Take(ctx, call, state)
-		if slot != nil {
-			call.Cleanup.Merge(undo)
-		}
-	}
-	if slot == nil {
-		if slot, err = b.Prepare(ctx, call, state); err != nil {
-			return nil, err
-		}
+	slot, err := takeSlot(ctx, b, warm, call, state)
+	if err != nil {
+		return nil, err
 	}
 	res.Sandbox.ContainerID = slot.ID()
 	res.Timings.Create = time.Since(t1)
@@ -356,8 +318,89 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	if warm != nil {
 		warm.Started(call, state)
 	}
+	if err := await(ctx, bg, cfg, call, log, p, stdout, stderr); err != nil {
+		return nil, err
+	}
+	res.Timings.Run = time.Since(t2)
+	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	return res, nil
+}
+
+// prepareCall checks req, resolves it on b (Backend.Resolve,
+// sandbox.Prepare) and prepares its host paths (sandbox.PreparePaths):
+// everything Run does before it creates anything that needs undoing. It
+// fails with notStarted when ctx is done by then.
+func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sandbox.Request) (Target, S, *sandbox.Call, error) {
+	var none S
+	if req == nil {
+		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
+	}
+	if string(req.Policy.Backend) != cfg.Name {
+		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
+	}
+	// A malformed request is refused before a daemon is asked anything.
+	if err := sandbox.Validate(req); err != nil {
+		return Target{}, none, nil, err
+	}
+	tgt, state, err := b.Resolve(ctx, req)
+	if err != nil {
+		return Target{}, none, nil, err
+	}
+	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
+	if err != nil {
+		return Target{}, none, nil, err
+	}
+	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
+		return Target{}, none, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Target{}, none, nil, notStarted(cfg, sc.ID, ctx)
+	}
+	return tgt, state, sc, nil
+}
+
+// tearDown runs the call's cleanup stack on a context bounded by
+// TeardownTimeout, logs what it left behind and records how long it took.
+func tearDown(bg context.Context, cfg Config, call *Call, log zerolog.Logger) {
+	res := call.Result
+	t := time.Now()
+	tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
+	defer cancel()
+	if terr := call.Cleanup.Clean(tctx); terr != nil {
+		// The outcome of the call is known; what is left is for
+		// Reap. Say so loudly but keep the result.
+		log.Error().Err(terr).Msgf("teardown left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap"))
+	}
+	res.Timings.Teardown = time.Since(t)
+	log.Debug().Dur("teardown", res.Timings.Teardown).Msg("call torn down")
+}
+
+// takeSlot returns the call's slot: a prepared one of warm when it has
+// one that fits (its undo joins the call's cleanup stack), else one b
+// prepares. It records the pool's answer in the call's timings.
+func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call, state S) (Slot, error) {
+	var slot Slot
+	if warm != nil {
+		var undo *Cleanup
+		slot, undo, call.Result.Timings.Pool = warm.Take(ctx, call, state)
+		if slot != nil {
+			call.Cleanup.Merge(undo)
+		}
+	}
+	if slot == nil {
+		return b.Prepare(ctx, call, state)
+	}
+	return slot, nil
+}
+
+// await supervises the bound process p until it ends (timeout,
+// cancellation and kill grace: sandbox.Supervise), waits for it on bg
+// and fills the call's result with its output and how it ended; an
+// error is Process.Wait's.
+func await(ctx, bg context.Context, cfg Config, call *Call, log zerolog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
+	res := call.Result
 	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, sc.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
+	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
 		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
 		lastSig = sig
 		return p.Signal(bg, sig)
@@ -370,16 +413,14 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
 	}
 	if werr != nil {
-		return nil, werr
+		return werr
 	}
 	res.Stdout, res.Stderr = out, errOut
 	res.TimedOut, res.Aborted = timedOut, aborted && !timedOut
 	res.ExitCode, res.Signal = exit.decode()
 	res.StoppedBy(lastSig)
 	res.OOMKilled = exit.OOMKilled
-	res.Timings.Run = time.Since(t2)
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
-	return res, nil
+	return nil
 }
 
 // notStarted is the error of a call whose caller gave up before it

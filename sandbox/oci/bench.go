@@ -25,30 +25,12 @@ import (
 // name (runc, crun or runsc); stateDir must be absolute. Everything it
 // creates is removed before it returns.
 func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration, error) {
-	name := filepath.Base(runtimePath)
-	path, err := lookRuntime(name, runtimePath)
+	rt, layout, err := benchRuntime(runtimePath, stateDir)
 	if err != nil {
 		return 0, err
 	}
-	if !filepath.IsAbs(stateDir) {
-		return 0, sandbox.Errorf(sandbox.ErrInvalid, "oci: bench state directory %q is not an absolute path", stateDir)
-	}
-	layout, err := readCgroupLayout()
-	if err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "oci: cgroups: %v", err)
-	}
-	var hex6 [6]byte
-	_, _ = rand.Read(hex6[:])
-	tag := "bench-raw-" + hex.EncodeToString(hex6[:])
-	id := tag
-	rt := &runtimeCLI{name: name, path: path, root: filepath.Join(stateDir, "runtime", name)}
-	if name == RuntimeCrun {
-		if hide := layout.unifiedMounts(); len(hide) > 0 {
-			if rt.ns, err = newMountNamespace(hide); err != nil {
-				return 0, sandbox.Errorf(sandbox.ErrUnavailable, "oci: crun on a hybrid cgroup host: %v", err)
-			}
-			defer rt.ns.close()
-		}
+	if rt.ns != nil {
+		defer rt.ns.close()
 	}
 	if err := os.MkdirAll(rt.root, 0o700); err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "oci: bench state: %v", err)
@@ -60,13 +42,59 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 		defer cancel()
 		_ = cu.Clean(tctx)
 	}()
+	var hex6 [6]byte
+	_, _ = rand.Read(hex6[:])
+	tag := "bench-raw-" + hex.EncodeToString(hex6[:])
+	id := tag
 	cgPath := "/" + cgroupParent + "/" + tag + "/" + id
-	b, err := createBundle(filepath.Join(stateDir, "bundles", id), marker{Instance: tag, Runtime: name, Container: id, Cgroups: layout.dirsFor(cgPath)})
+	b, err := benchBundle(&cu, rt, layout, stateDir, tag, id, cgPath)
+	if err != nil {
+		return 0, err
+	}
+	if err := benchConfig(b, rt.name, stateDir, cgPath); err != nil {
+		return 0, err
+	}
+	return benchRun(ctx, rt, b, id)
+}
+
+// benchRuntime finds the runtime named by the base name of runtimePath
+// and reads the host's cgroup layout; the runtime's state goes below
+// stateDir. For crun on a hybrid cgroup host it makes the mount
+// namespace that hides the unified hierarchy, which the caller closes.
+func benchRuntime(runtimePath, stateDir string) (*runtimeCLI, cgroupLayout, error) {
+	name := filepath.Base(runtimePath)
+	path, err := lookRuntime(name, runtimePath)
+	if err != nil {
+		return nil, cgroupLayout{}, err
+	}
+	if !filepath.IsAbs(stateDir) {
+		return nil, cgroupLayout{}, sandbox.Errorf(sandbox.ErrInvalid, "oci: bench state directory %q is not an absolute path", stateDir)
+	}
+	layout, err := readCgroupLayout()
+	if err != nil {
+		return nil, cgroupLayout{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: cgroups: %v", err)
+	}
+	rt := &runtimeCLI{name: name, path: path, root: filepath.Join(stateDir, "runtime", name)}
+	if name == RuntimeCrun {
+		if hide := layout.unifiedMounts(); len(hide) > 0 {
+			if rt.ns, err = newMountNamespace(hide); err != nil {
+				return nil, cgroupLayout{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: crun on a hybrid cgroup host: %v", err)
+			}
+		}
+	}
+	return rt, layout, nil
+}
+
+// benchBundle makes the bundle of container id (of instance tag, in
+// cgroup cgPath) below stateDir and pushes onto cu the removal of the
+// bundle and, before it, of the container and its cgroups.
+func benchBundle(cu *driver.Cleanup, rt *runtimeCLI, layout cgroupLayout, stateDir, tag, id, cgPath string) (*bundle, error) {
+	b, err := createBundle(filepath.Join(stateDir, "bundles", id), marker{Instance: tag, Runtime: rt.name, Container: id, Cgroups: layout.dirsFor(cgPath)})
 	if b != nil {
 		cu.Add("bundle", func(context.Context) error { return b.remove() })
 	}
 	if err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench bundle: %v", err)
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: bench bundle: %v", err)
 	}
 	cu.Add("container", func(ctx context.Context) error {
 		err := errors.Join(rt.remove(ctx, id), removeCgroupDirs(ctx, layout.dirsFor(cgPath)))
@@ -75,24 +103,26 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 		}
 		return err
 	})
+	return b, nil
+}
 
+// benchConfig gives the bundle the rootfs of the host image as nobody
+// and the config.json of a call under the built-in workspace-write
+// policy, for runtime name, running `true` in cgroup cgPath.
+func benchConfig(b *bundle, name, stateDir, cgPath string) error {
 	const uid, gid = 65534, 65534
 	img, err := images.Host(stateDir, uid, gid)
 	if err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench host image: %v", err)
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench host image: %v", err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	opts, err := policy.SpecOpts(p, sandbox.Session{}, uid, gid)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	bm := make([]bindMount, len(img.Binds))
-	for i, bd := range img.Binds {
-		bm[i] = bindMount{Source: bd.Source, Target: bd.Target}
-	}
-	binds, err := b.hostRootfs(bm, img.Symlinks)
+	binds, err := b.hostRootfs(imageBinds(img), img.Symlinks)
 	if err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
 	}
 	spec := policy.BaseSpec(bundleRootfs, binds)
 	opts = append(opts,
@@ -105,25 +135,29 @@ func BenchRaw(ctx context.Context, runtimePath, stateDir string) (time.Duration,
 	}
 	for _, o := range opts {
 		if err := o(spec); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if err := b.mountPoints(spec.Mounts); err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
 	}
 	if err := b.writeConfig(spec); err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench: %v", err)
+		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench: %v", err)
 	}
+	return nil
+}
 
+// benchRun times one bare `runtime run` of container id from bundle b.
+func benchRun(ctx context.Context, rt *runtimeCLI, b *bundle, id string) (time.Duration, error) {
 	cmd := rt.command(ctx, "", "run", "--bundle", b.dir, id)
 	start := time.Now()
 	if err := rt.start(cmd); err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "oci: bench: %v", err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	d := time.Since(start)
 	if err != nil {
-		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench: raw %s run: %v", name, err)
+		return 0, sandbox.Errorf(sandbox.ErrInternal, "oci: bench: raw %s run: %v", rt.name, err)
 	}
 	return d, nil
 }

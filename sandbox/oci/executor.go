@@ -475,20 +475,65 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 // The driver has checked the call's host paths (sandbox.PreparePaths)
 // already.
 func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
-	internal := func(err error) error {
-		return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", call.ID, err)
+	b, err := e.makeBundle(cu, call.ID, img)
+	if err != nil {
+		return nil, err
 	}
+	binds, err := e.makeRootfs(b, call.ID, img)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := e.callSpec(call, req, bash, binds, opts)
+	if err != nil {
+		return nil, err
+	}
+	if usesStub(e.rt.name) {
+		b.tasks = reserveStubTasks(spec)
+	}
+	oom, err := e.layout.prepareOOMAccounting(cgroupsPath(e.instance, call.ID), spec)
+	if err != nil {
+		return nil, internalError(call.ID, err)
+	}
+	b.oom = oom
+	cu.Add("oom watch", func(context.Context) error { return oom.close() })
+	if err := e.prepareMounts(b, spec, call.ID, req, img, ids); err != nil {
+		return nil, err
+	}
+	if err := b.writeConfig(spec); err != nil {
+		return nil, internalError(call.ID, err)
+	}
+	b.mounts = slices.Clone(spec.Mounts)
+	b.hostUID, b.hostGID, b.hostIDsErr = idmap.CallHostIDs(spec)
+	if ids.Enabled {
+		b.rootUID, b.rootGID = ids.RootUID, ids.RootGID
+	}
+	if ctx.Err() != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
+	}
+	return b, nil
+}
+
+// internalError is err of call id as an ErrInternal error.
+func internalError(id string, err error) error {
+	return sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: %w", id, err)
+}
+
+// makeBundle makes the bundle directory of call id with its marker and
+// pushes onto cu the removal of the bundle and, before it, of the
+// container and its cgroups. When the container cannot be removed, the
+// bundle stays.
+func (e *Executor) makeBundle(cu *driver.Cleanup, id string, img *images.Image) (*bundle, error) {
 	if err := e.step("bundle"); err != nil {
 		return nil, err
 	}
 	m := marker{
 		Instance:  e.instance,
 		Runtime:   e.rt.name,
-		Container: call.ID,
-		Cgroups:   e.layout.dirsFor(cgroupsPath(e.instance, call.ID)),
+		Container: id,
+		Cgroups:   e.layout.dirsFor(cgroupsPath(e.instance, id)),
 		Overlay:   !img.Host,
 	}
-	b, err := createBundle(filepath.Join(e.bundlesDir(), call.ID), m)
+	b, err := createBundle(filepath.Join(e.bundlesDir(), id), m)
 	// containerLeft is set when the container could not be removed: its
 	// bundle (with the marker naming it) then stays, so that a later
 	// Reap, and ReapDead's check, find the container through it.
@@ -504,33 +549,52 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: callId %q is already running", call.ID)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: callId %q is already running", id)
 		}
-		return nil, internal(err)
+		return nil, internalError(id, err)
 	}
 	// The container and its cgroups go before the bundle does.
 	cu.Add("container", func(ctx context.Context) error {
-		rerr := e.rt.remove(ctx, call.ID)
+		rerr := e.rt.remove(ctx, id)
 		containerLeft = rerr != nil
 		return errors.Join(rerr, removeCgroupDirs(ctx, m.Cgroups))
 	})
+	return b, nil
+}
 
+// makeRootfs makes the root file system of call id's bundle from img:
+// the skeleton of the host image, whose binds it returns, or an overlay
+// of the image's rootfs.
+func (e *Executor) makeRootfs(b *bundle, id string, img *images.Image) ([]specs.Mount, error) {
 	if err := e.step("rootfs"); err != nil {
 		return nil, err
 	}
-	var binds []specs.Mount
-	if img.Host {
-		bm := make([]bindMount, len(img.Binds))
-		for i, bd := range img.Binds {
-			bm[i] = bindMount{Source: bd.Source, Target: bd.Target}
+	if !img.Host {
+		if err := b.overlayRootfs(img.Rootfs); err != nil {
+			return nil, internalError(id, err)
 		}
-		if binds, err = b.hostRootfs(bm, img.Symlinks); err != nil {
-			return nil, internal(err)
-		}
-	} else if err := b.overlayRootfs(img.Rootfs); err != nil {
-		return nil, internal(err)
+		return nil, nil
 	}
+	binds, err := b.hostRootfs(imageBinds(img), img.Symlinks)
+	if err != nil {
+		return nil, internalError(id, err)
+	}
+	return binds, nil
+}
 
+// imageBinds returns the binds of img as the bundle needs them.
+func imageBinds(img *images.Image) []bindMount {
+	bm := make([]bindMount, len(img.Binds))
+	for i, bd := range img.Binds {
+		bm[i] = bindMount{Source: bd.Source, Target: bd.Target}
+	}
+	return bm
+}
+
+// callSpec builds the call's runtime spec: the base spec with binds,
+// the call's process, opts, then what every container of this executor
+// gets.
+func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash string, binds []specs.Mount, opts []sandbox.SpecOpt) (*specs.Spec, error) {
 	if err := e.step("config"); err != nil {
 		return nil, err
 	}
@@ -556,31 +620,37 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
 		}
 	}
-	if usesStub(e.rt.name) {
-		b.tasks = reserveStubTasks(spec)
-	}
-	oom, err := e.layout.prepareOOMAccounting(cgroupsPath(e.instance, call.ID), spec)
-	if err != nil {
-		return nil, internal(err)
-	}
-	b.oom = oom
-	cu.Add("oom watch", func(context.Context) error { return oom.close() })
-	// Every bind source becomes a staging mount in the bundle: the
-	// runtime must not follow a link swapped in since PreparePaths.
+	return spec, nil
+}
+
+// prepareMounts makes the bundle ready for the mounts of spec: every
+// bind source becomes a staging mount in the bundle (the runtime must
+// not follow a link swapped in since PreparePaths), the rootfs is
+// checked, and then made ready for the container's root
+// (prepareMountPoints).
+func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.Call) error {
 	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := e.step("binds"); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.stageBinds(spec, idmap.StagingFor(req, ids)); err != nil {
-		return nil, internal(err)
+		return internalError(id, err)
 	}
 	if err := b.checkRootfs(spec); err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: image %s: %w", call.ID, req.Policy.Image, err)
+		return sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: image %s: %w", id, req.Policy.Image, err)
 	}
+	return e.prepareMountPoints(b, spec, id, img, ids)
+}
+
+// prepareMountPoints makes the mount points of spec in the bundle's
+// rootfs, as root, for the host image and for any image in a user
+// namespace; in a user namespace it also gives the rootfs to the
+// container's root and, for runsc, prepares the gofer.
+func (e *Executor) prepareMountPoints(b *bundle, spec *specs.Spec, id string, img *images.Image, ids idmap.Call) error {
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.
@@ -589,34 +659,23 @@ func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sa
 			mounts = goferMountPoints(spec)
 		}
 		if err := b.inNamespace(func() error { return b.mountPoints(mounts) }); err != nil {
-			return nil, internal(err)
+			return internalError(id, err)
 		}
 	}
 	if ids.Enabled {
 		if err := b.ownRootfs(ids.RootUID, ids.RootGID, !img.Host); err != nil {
-			return nil, internal(err)
+			return internalError(id, err)
 		}
 	}
 	if ids.Enabled && e.rt.name == RuntimeRunsc {
 		if err := e.step("gofer"); err != nil {
-			return nil, err
+			return err
 		}
 		if err := b.prepareGofer(spec); err != nil {
-			return nil, internal(err)
+			return internalError(id, err)
 		}
 	}
-	if err := b.writeConfig(spec); err != nil {
-		return nil, internal(err)
-	}
-	b.mounts = slices.Clone(spec.Mounts)
-	b.hostUID, b.hostGID, b.hostIDsErr = idmap.CallHostIDs(spec)
-	if ids.Enabled {
-		b.rootUID, b.rootGID = ids.RootUID, ids.RootGID
-	}
-	if ctx.Err() != nil {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: call %s not started: %w", call.ID, context.Cause(ctx))
-	}
-	return b, nil
+	return nil
 }
 
 // killAll signals every process of the container through the runtime.

@@ -156,62 +156,84 @@ func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func(
 	}
 	for _, ent := range entries {
 		dir := filepath.Join(e.bundlesDir(), ent.Name())
-		m, err := readMarker(dir)
-		var torn *json.SyntaxError
-		switch {
-		case err == nil:
-			if !s.Leftover(m.Instance, m.Container, foreign) || (m.Runtime != "" && m.Runtime != e.rt.name) {
-				continue
-			}
-		case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
-			// No marker, or one torn by a crash while it was written.
-			fi, serr := os.Lstat(dir)
-			age := time.Since(fi.ModTime())
-			if serr != nil || age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
-				continue
-			}
-			m = marker{Container: ent.Name()}
-		default:
-			s.Fail("", err)
-			continue
+		if m, ok := e.leftoverBundle(s, dir, foreign, alone); ok {
+			e.reapBundle(ctx, s, dir, m)
 		}
-		if sandbox.ValidCallID(m.Container) {
-			if ok, _ := e.rt.exists(m.Container); ok && !e.reapContainer(ctx, s, m.Instance, m.Container) {
-				continue
-			}
+	}
+}
+
+// leftoverBundle reports whether the bundle in dir is to be removed now
+// (reapBundles says when), with its marker; a bundle without a marker,
+// or with a torn one, gets a marker that names only the container, after
+// the bundle's directory. A marker that cannot be read is a failure of
+// the sweep.
+func (e *Executor) leftoverBundle(s *reap.Sweep, dir string, foreign func() bool, alone bool) (marker, bool) {
+	m, err := readMarker(dir)
+	var torn *json.SyntaxError
+	switch {
+	case err == nil:
+		if !s.Leftover(m.Instance, m.Container, foreign) || (m.Runtime != "" && m.Runtime != e.rt.name) {
+			return m, false
 		}
-		mps, err := unmountAll(dir)
-		s.Removed(reap.Mounts, m.Instance, mps...)
+		return m, true
+	case errors.Is(err, os.ErrNotExist), errors.As(err, &torn):
+		// No marker, or one torn by a crash while it was written.
+		fi, err := os.Lstat(dir)
 		if err != nil {
+			return m, false // removed since it was listed
+		}
+		age := time.Since(fi.ModTime())
+		if age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
+			return m, false
+		}
+		return marker{Container: filepath.Base(dir)}, true
+	default:
+		s.Fail("", err)
+		return m, false
+	}
+}
+
+// reapBundle removes the leftover bundle in dir, whose marker is m: its
+// container, its mounts, its recorded cgroups, the bundle itself and
+// then the spill files of its calls. It stops at the first of these
+// steps that fails, except for the cgroups.
+func (e *Executor) reapBundle(ctx context.Context, s *reap.Sweep, dir string, m marker) {
+	if sandbox.ValidCallID(m.Container) {
+		if ok, _ := e.rt.exists(m.Container); ok && !e.reapContainer(ctx, s, m.Instance, m.Container) {
+			return
+		}
+	}
+	mps, err := unmountAll(dir)
+	s.Removed(reap.Mounts, m.Instance, mps...)
+	if err != nil {
+		s.Fail(m.Instance, err)
+		return
+	}
+	for _, cg := range m.Cgroups {
+		if _, err := os.Lstat(cg); err != nil {
+			continue
+		}
+		if err := e.reapCgroup(ctx, cg); err != nil {
 			s.Fail(m.Instance, err)
 			continue
 		}
-		for _, cg := range m.Cgroups {
-			if _, err := os.Lstat(cg); err != nil {
-				continue
-			}
-			if err := e.reapCgroup(ctx, cg); err != nil {
-				s.Fail(m.Instance, err)
-				continue
-			}
-			s.Removed(reap.Cgroups, m.Instance, cg)
-		}
-		// A pooled container ran a call of another id (bundleBound).
-		calls := []string{m.Container}
-		if data, err := os.ReadFile(filepath.Join(dir, bundleBound)); err == nil {
-			calls = append(calls, strings.TrimSpace(string(data)))
-		}
-		if err := (&bundle{dir: dir}).remove(); err != nil {
+		s.Removed(reap.Cgroups, m.Instance, cg)
+	}
+	// A pooled container ran a call of another id (bundleBound).
+	calls := []string{m.Container}
+	if data, err := os.ReadFile(filepath.Join(dir, bundleBound)); err == nil {
+		calls = append(calls, strings.TrimSpace(string(data)))
+	}
+	if err := (&bundle{dir: dir}).remove(); err != nil {
+		s.Fail(m.Instance, err)
+		return
+	}
+	s.Removed(reap.Bundles, m.Instance, dir)
+	for _, id := range calls {
+		if sandbox.ValidCallID(id) {
+			files, err := e.reapSpill(id)
+			s.Removed(reap.Files, m.Instance, files...)
 			s.Fail(m.Instance, err)
-			continue
-		}
-		s.Removed(reap.Bundles, m.Instance, dir)
-		for _, id := range calls {
-			if sandbox.ValidCallID(id) {
-				files, err := e.reapSpill(id)
-				s.Removed(reap.Files, m.Instance, files...)
-				s.Fail(m.Instance, err)
-			}
 		}
 	}
 }

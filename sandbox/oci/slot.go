@@ -188,47 +188,73 @@ func (s *slot) start(ctx context.Context) error {
 	// On an early return (a failure, a panic, a slot never bound), stop
 	// the runtime before the container is deleted: a runtime still
 	// running would keep its cgroups busy.
-	call.Cleanup.Add("runtime process", func(ctx context.Context) error {
-		select {
-		case <-s.done:
-			return nil
-		default:
-		}
-		if s.ended != nil {
-			select {
-			case <-s.ended:
-				// The call is over and the stub gone: the runtime is
-				// deleting the container; let it finish first.
-				t := time.NewTimer(runtimeFinish)
-				select {
-				case <-s.done:
-					t.Stop()
-					return nil
-				case <-t.C:
-				case <-ctx.Done():
-				}
-				t.Stop()
-			default:
-			}
-		}
-		if s.ctl != nil {
-			s.ctl.Close() // the stub exits, and the container with it
-		}
-		_ = e.killAll(ctx, call.ID, s.cmd, s.pidFile, syscall.SIGKILL)
-		_ = s.cmd.Process.Kill()
-		select {
-		case <-s.done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("%s run of %s did not exit: %w", e.rt.name, call.ID, ctx.Err())
-		}
-	})
+	call.Cleanup.Add("runtime process", s.stopRuntime)
 	if err := e.step("started"); err != nil {
 		return err
 	}
 	if s.ctl == nil {
 		return nil
 	}
+	return s.waitReady(ctx)
+}
+
+// stopRuntime ends the runtime process unless it has exited already:
+// after the call's end it first gives the runtime runtimeFinish to
+// delete the container on its own, then it kills the stub, the
+// container and the runtime and waits for the runtime to exit.
+func (s *slot) stopRuntime(ctx context.Context) error {
+	e, call := s.e, s.call
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	if s.finished(ctx) {
+		return nil
+	}
+	if s.ctl != nil {
+		s.ctl.Close() // the stub exits, and the container with it
+	}
+	_ = e.killAll(ctx, call.ID, s.cmd, s.pidFile, syscall.SIGKILL)
+	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s run of %s did not exit: %w", e.rt.name, call.ID, ctx.Err())
+	}
+}
+
+// finished reports whether the runtime exited on its own within
+// runtimeFinish after the stub reported the call's end (the runtime is
+// deleting the container then). Without that report it returns false
+// at once.
+func (s *slot) finished(ctx context.Context) bool {
+	if s.ended == nil {
+		return false
+	}
+	select {
+	case <-s.ended:
+	default:
+		return false
+	}
+	t := time.NewTimer(runtimeFinish)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// waitReady waits until the stub reports it is ready for its call. When
+// the stub reports anything else, or the control channel ends, the
+// runtime failed to start the container: waitReady waits for it to exit
+// and returns its message.
+func (s *slot) waitReady(ctx context.Context) error {
+	e, call := s.e, s.call
 	ready := make(chan error, 1)
 	go func() {
 		r, err := stub.ReadReport(s.ctl)
