@@ -1,13 +1,14 @@
 package images
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -108,15 +109,33 @@ func TestStoreRemoveRefusesMountedImage(t *testing.T) {
 		}
 	}
 	opts := "lowerdir=" + img.Rootfs + ",upperdir=" + upper + ",workdir=" + work
-	if err := syscall.Mount("overlay", root, "overlay", 0, opts); err != nil {
-		t.Fatalf("mount overlay: %v", err)
+	// The overlay lives in a private mount namespace of its own, held by
+	// a child process: a mount namespace another process on the host
+	// makes meanwhile (a container starting) copies the mounts of its
+	// parent's namespace, and a copy of an overlay mounted in ours would
+	// outlive its unmount here.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`mount -t overlay -o "$1" overlay "$2" && echo mounted && exec sleep 600`, "sh", opts, root)
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
 	}
 	mounted := true
-	defer func() {
+	unmount := func() {
 		if mounted {
-			_ = syscall.Unmount(root, syscall.MNT_DETACH)
+			mounted = false
+			_ = holder.Process.Kill()
+			_ = holder.Wait()
 		}
-	}()
+	}
+	defer unmount()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "mounted\n" {
+		t.Fatalf("mount overlay in a namespace of its own: %q, %v", line, err)
+	}
 	err = s.Remove("inuse:1")
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), `"inuse:1"`) {
 		t.Errorf("Remove(inuse:1) while mounted = %v, want an error wrapping ErrInUse naming it", err)
@@ -127,10 +146,7 @@ func TestStoreRemoveRefusesMountedImage(t *testing.T) {
 	if err := s.Remove("idle:1"); err != nil {
 		t.Errorf("Remove(idle:1) while another image is mounted = %v", err)
 	}
-	if err := syscall.Unmount(root, 0); err != nil {
-		t.Fatal(err)
-	}
-	mounted = false
+	unmount()
 	if err := s.Remove("inuse:1"); err != nil {
 		t.Errorf("Remove(inuse:1) once unmounted = %v", err)
 	}
