@@ -186,9 +186,12 @@ func TestSuperviseRealProcess(t *testing.T) {
 		helper string
 		want   syscall.Signal
 		sigs   []syscall.Signal
+		// grace is the kill grace: long where the child must end on
+		// SIGTERM alone, also on a loaded machine.
+		grace time.Duration
 	}{
-		{"default-term", syscall.SIGTERM, []syscall.Signal{syscall.SIGTERM}},
-		{"ignore-term", syscall.SIGKILL, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}},
+		{"default-term", syscall.SIGTERM, []syscall.Signal{syscall.SIGTERM}, 10 * time.Second},
+		{"ignore-term", syscall.SIGKILL, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, 50 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.helper, func(t *testing.T) {
@@ -212,7 +215,7 @@ func TestSuperviseRealProcess(t *testing.T) {
 			go func() { waitErr = cmd.Wait(); close(done) }()
 
 			var sigs []syscall.Signal
-			timedOut, aborted := Supervise(t.Context(), time.Millisecond, 50*time.Millisecond, done, func(sig syscall.Signal) error {
+			timedOut, aborted := Supervise(t.Context(), time.Millisecond, tt.grace, done, func(sig syscall.Signal) error {
 				sigs = append(sigs, sig)
 				if len(sigs) > 5 {
 					sig = syscall.SIGKILL // a broken Supervise must fail, not hang
