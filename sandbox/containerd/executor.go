@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
@@ -250,10 +251,10 @@ func (e *Executor) ctx(ctx context.Context) context.Context {
 }
 
 // classify maps a daemon error with the one classifier
-// (driver.DaemonError): one that cannot be reached is ErrUnavailable, a
+// (daemon.Error): one that cannot be reached is ErrUnavailable, a
 // missing object ErrNotFound, anything else ErrInternal.
 func classify(err error, format string, args ...any) error {
-	return driver.DaemonError(err, nil, "containerd: "+format, args...)
+	return daemon.Error(err, nil, "containerd: "+format, args...)
 }
 
 // containerID is the daemon's id for a call's container and snapshot.

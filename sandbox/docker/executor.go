@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -249,11 +250,11 @@ func (e *Executor) Close() error {
 }
 
 // unavailable classifies an engine error with the one classifier
-// (driver.DaemonError): a daemon that cannot be reached is
+// (daemon.Error): a daemon that cannot be reached is
 // ErrUnavailable, a missing object ErrNotFound, anything else
 // ErrInternal.
 func unavailable(err error, format string, args ...any) error {
-	return driver.DaemonError(err, client.IsErrConnectionFailed, "docker: "+format, args...)
+	return daemon.Error(err, client.IsErrConnectionFailed, "docker: "+format, args...)
 }
 
 // isNotFound reports whether the engine said the object does not exist.

@@ -52,15 +52,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// daemon identifies one running daemon: its PID and its start time (in
+// runningDaemon identifies one running daemon: its PID and its start time (in
 // clock ticks since boot), so that a restart that reuses the PID still
 // counts as a change. The zero value means that nothing answers.
-type daemon struct {
+type runningDaemon struct {
 	pid   int
 	start uint64
 }
 
-func (d daemon) String() string {
+func (d runningDaemon) String() string {
 	if d.pid == 0 {
 		return "none"
 	}
@@ -70,8 +70,8 @@ func (d daemon) String() string {
 // sharedDaemons returns the daemons the package's tests share, by role:
 // "engine" (what answers $DOCKER_HOST or the default socket) and
 // "containerd" (the one that engine uses), when it can tell.
-func sharedDaemons() map[string]daemon {
-	out := map[string]daemon{}
+func sharedDaemons() map[string]runningDaemon {
+	out := map[string]runningDaemon{}
 	path, ok := engineSocket()
 	if !ok {
 		return out
@@ -97,7 +97,7 @@ func engineSocket() (string, bool) {
 
 // compareDaemons describes how after differs from before, "" when not
 // at all.
-func compareDaemons(before, after map[string]daemon) string {
+func compareDaemons(before, after map[string]runningDaemon) string {
 	var diffs []string
 	for role, b := range before {
 		if a := after[role]; a != b {
@@ -113,7 +113,7 @@ func compareDaemons(before, after map[string]daemon) string {
 	return strings.Join(diffs, "; ")
 }
 
-func describeDaemons(m map[string]daemon) string {
+func describeDaemons(m map[string]runningDaemon) string {
 	var parts []string
 	for role, d := range m {
 		parts = append(parts, role+": "+d.String())
@@ -125,40 +125,40 @@ func describeDaemons(m map[string]daemon) string {
 // socketPeer returns the process that serves the Unix socket at path,
 // from the connection's peer credentials; the zero daemon when nothing
 // answers.
-func socketPeer(path string) daemon {
+func socketPeer(path string) runningDaemon {
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
-		return daemon{}
+		return runningDaemon{}
 	}
 	defer c.Close()
 	raw, err := c.(*net.UnixConn).SyscallConn()
 	if err != nil {
-		return daemon{}
+		return runningDaemon{}
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return daemon{}
+		return runningDaemon{}
 	}
 	return processDaemon(int(cred.Pid))
 }
 
 // processDaemon returns pid with its start time; the zero daemon when
 // the process is gone.
-func processDaemon(pid int) daemon {
+func processDaemon(pid int) runningDaemon {
 	fields := procStat(pid)
 	// Field 22 of /proc/PID/stat is starttime; fields holds them from
 	// field 3 on.
 	if len(fields) < 20 {
-		return daemon{}
+		return runningDaemon{}
 	}
 	start, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return daemon{}
+		return runningDaemon{}
 	}
-	return daemon{pid: pid, start: start}
+	return runningDaemon{pid: pid, start: start}
 }
 
 // procStat returns the fields of /proc/PID/stat after the command name
@@ -179,10 +179,10 @@ func procStat(pid int) []string {
 // engineContainerd finds the containerd the engine with the given PID
 // uses: the socket of its --containerd flag, else a containerd child it
 // supervises, else a system containerd.
-func engineContainerd(pid int) daemon {
+func engineContainerd(pid int) runningDaemon {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		return daemon{}
+		return runningDaemon{}
 	}
 	args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
 	for i, a := range args {
@@ -217,19 +217,19 @@ func commOf(pid int) string {
 
 // TestCompareDaemonsCases checks the comparison TestMain relies on.
 func TestCompareDaemonsCases(t *testing.T) {
-	a := daemon{pid: 10, start: 5}
+	a := runningDaemon{pid: 10, start: 5}
 	for _, tc := range []struct {
 		name          string
-		before, after map[string]daemon
+		before, after map[string]runningDaemon
 		changed       bool
 	}{
-		{"unchanged", map[string]daemon{"engine": a}, map[string]daemon{"engine": a}, false},
-		{"none before and after", map[string]daemon{"engine": {}}, map[string]daemon{"engine": {}}, false},
-		{"stopped", map[string]daemon{"engine": a}, map[string]daemon{"engine": {}}, true},
-		{"restarted", map[string]daemon{"engine": a}, map[string]daemon{"engine": {pid: 11, start: 9}}, true},
-		{"same pid, restarted", map[string]daemon{"engine": a}, map[string]daemon{"engine": {pid: 10, start: 9}}, true},
-		{"started where none ran", map[string]daemon{"engine": {}}, map[string]daemon{"engine": a}, true},
-		{"containerd appeared", map[string]daemon{"engine": a}, map[string]daemon{"engine": a, "containerd": a}, true},
+		{"unchanged", map[string]runningDaemon{"engine": a}, map[string]runningDaemon{"engine": a}, false},
+		{"none before and after", map[string]runningDaemon{"engine": {}}, map[string]runningDaemon{"engine": {}}, false},
+		{"stopped", map[string]runningDaemon{"engine": a}, map[string]runningDaemon{"engine": {}}, true},
+		{"restarted", map[string]runningDaemon{"engine": a}, map[string]runningDaemon{"engine": {pid: 11, start: 9}}, true},
+		{"same pid, restarted", map[string]runningDaemon{"engine": a}, map[string]runningDaemon{"engine": {pid: 10, start: 9}}, true},
+		{"started where none ran", map[string]runningDaemon{"engine": {}}, map[string]runningDaemon{"engine": a}, true},
+		{"containerd appeared", map[string]runningDaemon{"engine": a}, map[string]runningDaemon{"engine": a, "containerd": a}, true},
 	} {
 		if got := compareDaemons(tc.before, tc.after); (got != "") != tc.changed {
 			t.Errorf("%s: compareDaemons(%v, %v) = %q, want changed=%v", tc.name, tc.before, tc.after, got, tc.changed)
