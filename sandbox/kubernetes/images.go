@@ -113,7 +113,11 @@ func (e *Executor) nodeImages(ctx context.Context) ([]corev1.Node, error) {
 // nodeDigest is podImage's answer for the tag canon (policy.image name)
 // from the image lists of nodes.
 func nodeDigest(name, canon string, nodes []corev1.Node) (image, digest string, err error) {
-	repo := canon[:strings.LastIndexByte(canon, ':')]
+	ref, err := reference.ParseNormalizedNamed(canon)
+	if err != nil {
+		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
+	}
+	repo := reference.TrimNamed(ref).String()
 	found := map[string][]string{} // digest: nodes
 	for _, n := range nodes {
 		for _, img := range n.Status.Images {

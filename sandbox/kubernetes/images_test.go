@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,7 +66,11 @@ func pullIntoNode(t *testing.T, reg *fixtures.Registry, tag string) *images.Imag
 
 // pinnedName is tag's repository with digest.
 func pinnedName(tag, digest string) string {
-	return tag[:strings.LastIndexByte(tag, ':')] + "@" + digest
+	ref, err := reference.ParseNormalizedNamed(tag)
+	if err != nil {
+		panic(fmt.Sprintf("pinnedName(%q): %v", tag, err))
+	}
+	return reference.TrimNamed(ref).String() + "@" + digest
 }
 
 // TestPodImageByDigest: an image pulled into the node runs in pods that
