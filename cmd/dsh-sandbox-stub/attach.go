@@ -114,6 +114,8 @@ func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
 	}
 }
 
+// runAttached serves one call in attach mode, its stdout unescaped if
+// raw, and returns the stub's exit status.
 func runAttached(raw bool) int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	dropSignals(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGPIPE)

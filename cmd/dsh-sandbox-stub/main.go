@@ -53,6 +53,8 @@ func main() {
 	os.Exit(run())
 }
 
+// run serves one call whose message arrives on descriptor 3 and returns
+// the stub's exit status.
 func run() int {
 	prepareStub()
 	// The control channel is read and written through the runtime's
