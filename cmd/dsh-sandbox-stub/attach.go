@@ -114,14 +114,11 @@ func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
 	}
 }
 
+// runAttached serves one call in attach mode, its stdout unescaped if
+// raw, and returns the stub's exit status.
 func runAttached(raw bool) int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGPIPE)
-	go func() {
-		for range sigs {
-		}
-	}()
+	dropSignals(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGPIPE)
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	// Escaped, unless raw: no newline byte reaches the runtime's line
 	// logger.
@@ -141,40 +138,79 @@ func runAttached(raw bool) int {
 	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
 	defer deadline.Stop()
 
-	fail := func(status int, msg string) int {
-		out.write(stub.FrameStderr, []byte(stubErrorPrefix+msg+"\n"))
-		out.report(stub.Report{Kind: stub.Failed, Value: int32(status)})
-		hungUp := make(chan struct{})
-		go func() {
-			_, _ = io.Copy(io.Discard, in)
-			close(hungUp)
-		}()
-		awaitHangUp(hungUp)
+	if c.Terminal {
+		return failAttached(in, out, statusCannotRun, "attach mode runs no terminal")
+	}
+	path, status, msg := resolveCommand(c)
+	if status != 0 {
+		return failAttached(in, out, status, msg)
+	}
+	cmd, chld, status := startAttachedCommand(in, out, c, path)
+	if status != 0 {
 		return status
 	}
-	if c.Terminal {
-		return fail(statusCannotRun, "attach mode runs no terminal")
+	commandPid.Store(int64(cmd.pid))
+	out.report(stub.Report{Kind: stub.Started, Value: int32(cmd.pid)})
+
+	pumps := pumpOutput(out, cmd.stdout, cmd.stderr)
+	exited := make(chan unix.WaitStatus, 1)
+	go reap(cmd.pid, chld, exited)
+	gone := make(chan struct{})
+	go readInput(in, cmd.stdin, cmd.pid, gone)
+
+	select {
+	case ws := <-exited:
+		return finishAttached(out, cmd.pid, ws, pumps, gone)
+	case <-gone:
+		killAll(cmd.pid, unix.SIGKILL)
+		return statusKilled
+	case <-expired:
+		killAll(cmd.pid, unix.SIGKILL)
+		out.report(stub.Report{Kind: stub.Expired})
+		awaitHangUp(gone)
+		return statusKilled
 	}
-	path, status, msg := lookPath(c.Argv[0], c.Env)
-	if status == 0 {
-		if err := unix.Chdir(c.Dir); err != nil {
-			status, msg = statusCannotRun, fmt.Sprintf("cd %s: %v", c.Dir, err)
-		}
-	}
-	if status != 0 {
-		return fail(status, msg)
-	}
+}
+
+// failAttached ends a call whose command does not run: it says why (msg)
+// on the command's stderr, reports the failure with status, waits for
+// the executor to hang up (reading and dropping the rest of in), and
+// returns status.
+func failAttached(in io.Reader, out *framer, status int, msg string) int {
+	out.write(stub.FrameStderr, []byte(stubErrorPrefix+msg+"\n"))
+	out.report(stub.Report{Kind: stub.Failed, Value: int32(status)})
+	hungUp := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, in)
+		close(hungUp)
+	}()
+	awaitHangUp(hungUp)
+	return status
+}
+
+// attachedCommand is a command the attach mode started: its pid, the
+// write end of its stdin and the read ends of its stdout and stderr.
+type attachedCommand struct {
+	pid                   int
+	stdin, stdout, stderr *os.File
+}
+
+// startAttachedCommand starts the command at path of call c in a process group
+// of its own, its stdio pipes to the stub. It returns the command and
+// the channel on which SIGCHLD arrives; or, when the command cannot
+// start, the nonzero exit status failAttached returned.
+func startAttachedCommand(in io.Reader, out *framer, c *stub.Call, path string) (*attachedCommand, <-chan os.Signal, int) {
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		return fail(statusCannotRun, err.Error())
+		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
 	}
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
-		return fail(statusCannotRun, err.Error())
+		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
 	}
 	stderrR, stderrW, err := os.Pipe()
 	if err != nil {
-		return fail(statusCannotRun, err.Error())
+		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
 	}
 	attr := &syscall.ProcAttr{
 		Env:   c.Env,
@@ -188,20 +224,20 @@ func runAttached(raw bool) int {
 	stdoutW.Close()
 	stderrW.Close()
 	if err != nil {
-		status = statusCannotRun
-		if errors.Is(err, unix.ENOENT) {
-			status = statusNotFound
-		}
-		return fail(status, fmt.Sprintf("%s: %v", c.Argv[0], err))
+		return nil, nil, failAttached(in, out, startFailureStatus(err), fmt.Sprintf("%s: %v", c.Argv[0], err))
 	}
-	commandPid.Store(int64(pid))
-	out.report(stub.Report{Kind: stub.Started, Value: int32(pid)})
+	return &attachedCommand{pid: pid, stdin: stdinW, stdout: stdoutR, stderr: stderrR}, chld, 0
+}
 
+// pumpOutput copies the command's stdout and stderr to out as frames of
+// their kinds, each in its own goroutine, until each ends. The returned
+// group is done when both have.
+func pumpOutput(out *framer, stdout, stderr *os.File) *sync.WaitGroup {
 	var pumps sync.WaitGroup
 	for _, p := range []struct {
 		r    *os.File
 		kind byte
-	}{{stdoutR, stub.FrameStdout}, {stderrR, stub.FrameStderr}} {
+	}{{stdout, stub.FrameStdout}, {stderr, stub.FrameStderr}} {
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
@@ -217,40 +253,30 @@ func runAttached(raw bool) int {
 			}
 		}()
 	}
-	exited := make(chan unix.WaitStatus, 1)
-	go reap(pid, chld, exited)
-	gone := make(chan struct{})
-	go readInput(in, stdinW, pid, gone)
+	return &pumps
+}
 
+// finishAttached ends a call whose command pid ended with wait status
+// ws: it kills what the command left running, lets its output drain
+// (pumps, at most drainGrace), reports an out-of-memory kill and the
+// exit, waits for the executor to hang up (gone), and returns the
+// command's exit status.
+func finishAttached(out *framer, pid int, ws unix.WaitStatus, pumps *sync.WaitGroup, gone <-chan struct{}) int {
+	// Whatever the command left running goes with it, as when a
+	// container's init ends; then its output is complete.
+	killAll(pid, unix.SIGKILL)
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
 	select {
-	case ws := <-exited:
-		// Whatever the command left running goes with it, as when a
-		// container's init ends; then its output is complete.
-		killAll(pid, unix.SIGKILL)
-		drained := make(chan struct{})
-		go func() { pumps.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(drainGrace):
-		}
-		if oomKilled() {
-			out.write(stub.FrameOOM, nil)
-		}
-		out.report(stub.Report{Kind: stub.Exited, Value: int32(ws)})
-		awaitHangUp(gone)
-		if ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ws.ExitStatus()
-	case <-gone:
-		killAll(pid, unix.SIGKILL)
-		return statusKilled
-	case <-expired:
-		killAll(pid, unix.SIGKILL)
-		out.report(stub.Report{Kind: stub.Expired})
-		awaitHangUp(gone)
-		return statusKilled
+	case <-drained:
+	case <-time.After(drainGrace):
 	}
+	if oomKilled() {
+		out.write(stub.FrameOOM, nil)
+	}
+	out.report(stub.Report{Kind: stub.Exited, Value: int32(ws)})
+	awaitHangUp(gone)
+	return exitStatus(ws)
 }
 
 // hangUpWait bounds how long the stub waits, after its final report, for

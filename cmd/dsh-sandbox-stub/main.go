@@ -53,7 +53,42 @@ func main() {
 	os.Exit(run())
 }
 
+// run serves one call whose message arrives on descriptor 3 and returns
+// the stub's exit status.
 func run() int {
+	prepareStub()
+	// The control channel is read and written through the runtime's
+	// poller, and the command reaped on SIGCHLD, so that waiting for
+	// either holds no thread: the threads the stub has when its call
+	// arrives are all it has (the executor counts them out of the
+	// call's task limit then).
+	if err := unix.SetNonblock(stub.ControlFD, true); err != nil {
+		return statusProtocol
+	}
+	ctl := os.NewFile(stub.ControlFD, "control")
+	if ctl == nil {
+		return statusProtocol
+	}
+	report(ctl, stub.Report{Kind: stub.Ready})
+	c, stdio, status := receiveCall(ctl)
+	if status != 0 {
+		return status
+	}
+	expired := make(chan struct{})
+	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
+	defer deadline.Stop()
+
+	pid, chld, status := startCommand(ctl, c, stdio)
+	if status != 0 {
+		return status
+	}
+	return awaitCommand(ctl, pid, chld, expired)
+}
+
+// prepareStub sets up the stub's own process before anything else: one
+// processor, not dumpable, every inherited descriptor past stdio
+// close-on-exec, and the signals meant for the command kept from it.
+func prepareStub() {
 	// One processor: the stub's goroutines mostly wait, and the runtime
 	// then starts no threads to run them in parallel.
 	runtime.GOMAXPROCS(1)
@@ -68,57 +103,57 @@ func run() int {
 		}
 	}
 	// Signals the runtime sends the container's processes (a timeout's
-	// SIGTERM) are for the command: pid 1 keeps waiting. A handler, not
-	// SIG_IGN, so that the command starts with default dispositions.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM)
+	// SIGTERM) are for the command: pid 1 keeps waiting.
+	dropSignals(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM)
+}
+
+// dropSignals catches the signals sigs and drops them, so that the stub
+// survives them. A handler, not SIG_IGN, so that the command starts with
+// default dispositions.
+func dropSignals(sigs ...os.Signal) {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, sigs...)
 	go func() {
-		for range sigs {
+		for range ch {
 		}
 	}()
-	// The control channel is read and written through the runtime's
-	// poller, and the command reaped on SIGCHLD, so that waiting for
-	// either holds no thread: the threads the stub has when its call
-	// arrives are all it has (the executor counts them out of the
-	// call's task limit then).
-	if err := unix.SetNonblock(stub.ControlFD, true); err != nil {
-		return statusProtocol
-	}
-	ctl := os.NewFile(stub.ControlFD, "control")
-	if ctl == nil {
-		return statusProtocol
-	}
-	report(ctl, stub.Report{Kind: stub.Ready})
+}
+
+// receiveCall reads the call message from the control channel ctl with
+// the command's stdio descriptors, if it has its own. It returns a
+// nonzero exit status instead when no valid call comes: statusKilled if
+// the executor let the slot go, else statusProtocol.
+func receiveCall(ctl *os.File) (*stub.Call, []int, int) {
 	head, stdio, err := readHeader(ctl)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return statusKilled // the executor let the slot go
+			return nil, nil, statusKilled // the executor let the slot go
 		}
-		return statusProtocol
+		return nil, nil, statusProtocol
 	}
 	c, err := stub.ReadCall(io.MultiReader(bytes.NewReader(head), ctl))
 	if err != nil || c.Stdio != (len(stdio) == 3) || (!c.Stdio && len(stdio) != 0) {
-		return statusProtocol
+		return nil, nil, statusProtocol
 	}
-	expired := make(chan struct{})
-	deadline := time.AfterFunc(c.Deadline, func() { close(expired) })
-	defer deadline.Stop()
+	return c, stdio, 0
+}
 
+// startCommand starts the command of call c with the stdio descriptors
+// stdio (or the stub's own) and reports its start on ctl. It returns its
+// pid and the channel on which SIGCHLD arrives; or, when the command
+// cannot start, a nonzero exit status, after it said why on the
+// command's stderr and reported the failure.
+func startCommand(ctl *os.File, c *stub.Call, stdio []int) (int, <-chan os.Signal, int) {
 	// What the stub says about the command goes to the command's stderr.
 	errOut := os.Stderr
 	if c.Stdio {
 		errOut = os.NewFile(uintptr(stdio[2]), "stderr")
 	}
-	path, status, msg := lookPath(c.Argv[0], c.Env)
-	if status == 0 {
-		if err := unix.Chdir(c.Dir); err != nil {
-			status, msg = statusCannotRun, fmt.Sprintf("cd %s: %v", c.Dir, err)
-		}
-	}
+	path, status, msg := resolveCommand(c)
 	if status != 0 {
 		fmt.Fprintf(errOut, "%s%s\n", stubErrorPrefix, msg)
 		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
-		return status
+		return 0, nil, status
 	}
 	attr := &syscall.ProcAttr{Env: c.Env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}}
 	if c.Stdio {
@@ -134,13 +169,10 @@ func run() int {
 	signal.Notify(chld, unix.SIGCHLD)
 	pid, err := syscall.ForkExec(path, c.Argv, attr)
 	if err != nil {
-		status = statusCannotRun
-		if errors.Is(err, unix.ENOENT) {
-			status = statusNotFound
-		}
+		status = startFailureStatus(err)
 		fmt.Fprintf(errOut, "%s%s: %v\n", stubErrorPrefix, c.Argv[0], err)
 		report(ctl, stub.Report{Kind: stub.Failed, Value: int32(status)})
-		return status
+		return 0, nil, status
 	}
 	if c.Stdio {
 		// Only the command holds the call's pipes: its output ends
@@ -150,7 +182,14 @@ func run() int {
 		}
 	}
 	report(ctl, stub.Report{Kind: stub.Started, Value: int32(pid)})
+	return pid, chld, 0
+}
 
+// awaitCommand waits until the command pid ends (reaped on chld), the
+// executor is gone (ctl reaches end of file) or the call's deadline
+// passes (expired closes), reports which, and returns the stub's exit
+// status.
+func awaitCommand(ctl *os.File, pid int, chld <-chan os.Signal, expired <-chan struct{}) int {
 	exited := make(chan unix.WaitStatus, 1)
 	go reap(pid, chld, exited)
 	gone := make(chan struct{})
@@ -162,16 +201,44 @@ func run() int {
 	select {
 	case ws := <-exited:
 		report(ctl, stub.Report{Kind: stub.Exited, Value: int32(ws)})
-		if ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ws.ExitStatus()
+		return exitStatus(ws)
 	case <-gone:
 		return statusKilled
 	case <-expired:
 		report(ctl, stub.Report{Kind: stub.Expired})
 		return statusKilled
 	}
+}
+
+// resolveCommand finds the command of call c and enters its working
+// directory. It returns the command's path, or a shell's status and
+// message.
+func resolveCommand(c *stub.Call) (string, int, string) {
+	path, status, msg := lookPath(c.Argv[0], c.Env)
+	if status == 0 {
+		if err := unix.Chdir(c.Dir); err != nil {
+			status, msg = statusCannotRun, fmt.Sprintf("cd %s: %v", c.Dir, err)
+		}
+	}
+	return path, status, msg
+}
+
+// startFailureStatus is the exit status for a command that could not
+// start with error err: not found, or found but not runnable.
+func startFailureStatus(err error) int {
+	if errors.Is(err, unix.ENOENT) {
+		return statusNotFound
+	}
+	return statusCannotRun
+}
+
+// exitStatus is the exit status a shell gives a command that ended with
+// wait status ws: its code, or 128+N for signal N.
+func exitStatus(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }
 
 // readHeader reads the header of the call message from the control

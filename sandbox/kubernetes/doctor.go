@@ -12,6 +12,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -43,44 +44,66 @@ var podVerbs = []struct{ verb, subresource string }{
 // (which runtimes other than runc the cluster offers). It creates
 // nothing.
 func Doctor(ctx context.Context, opts Options) []sandbox.Check {
-	var checks []sandbox.Check
-	add := func(name string, ok bool, format string, args ...any) bool {
-		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
-		return ok
-	}
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
 	cli, err := k8s.NewForConfig(opts.Config)
 	if err != nil {
-		add("cluster", false, "%v", err)
-		return checks
+		return []sandbox.Check{check("cluster", false, "%v", err)}
 	}
 	v, err := cli.Discovery().ServerVersion()
 	if err != nil {
-		add("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)
-		return checks
+		return []sandbox.Check{check("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)}
 	}
-	add("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion)
-	major, _ := strconv.Atoi(v.Major)
-	minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
-	if major > 1 || (major == 1 && minor >= MinMinor) {
-		add("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
-	} else {
-		add("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
+	checks := []sandbox.Check{
+		check("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
+		versionCheck(v),
 	}
 	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	if _, err := cli.CoreV1().Namespaces().Get(dctx, opts.Namespace, metav1.GetOptions{}); err != nil {
-		add("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", opts.Namespace, err)
-	} else {
-		add("namespace", true, "namespace %q exists", opts.Namespace)
+	checks = append(checks, namespaceCheck(dctx, cli, opts.Namespace))
+	checks = append(checks, permissionsCheck(dctx, cli, opts.Namespace))
+	checks = append(checks, nodeChecks(dctx, cli, opts.Node)...)
+	checks = append(checks, stubCheck(opts.Stub))
+	checks = append(checks, seccompCheck(opts))
+	checks = append(checks, runtimeClassesCheck(dctx, cli))
+	return checks
+}
+
+// check returns the check called name, passed if ok, its detail
+// formatted from format and args.
+func check(name string, ok bool, format string, args ...any) sandbox.Check {
+	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
+}
+
+// versionCheck says whether the API server's version v is 1.MinMinor or
+// later.
+func versionCheck(v *version.Info) sandbox.Check {
+	major, _ := strconv.Atoi(v.Major)
+	minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
+	if major > 1 || (major == 1 && minor >= MinMinor) {
+		return check("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
 	}
+	return check("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
+}
+
+// namespaceCheck says whether the namespace exists.
+func namespaceCheck(ctx context.Context, cli k8s.Interface, namespace string) sandbox.Check {
+	if _, err := cli.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); err != nil {
+		return check("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", namespace, err)
+	}
+	return check("namespace", true, "namespace %q exists", namespace)
+}
+
+// permissionsCheck says whether the backend has every permission of
+// podVerbs in the namespace, asked with SelfSubjectAccessReviews, and
+// names those it lacks.
+func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) sandbox.Check {
 	var missing []string
 	for _, pv := range podVerbs {
-		r, err := cli.AuthorizationV1().SelfSubjectAccessReviews().Create(dctx, &authv1.SelfSubjectAccessReview{
+		r, err := cli.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
 			Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
-				Namespace: opts.Namespace, Verb: pv.verb, Resource: "pods", Subresource: pv.subresource,
+				Namespace: namespace, Verb: pv.verb, Resource: "pods", Subresource: pv.subresource,
 			}},
 		}, metav1.CreateOptions{})
 		name := pv.verb + " pods"
@@ -94,68 +117,94 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		}
 	}
 	if len(missing) > 0 {
-		add("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", opts.Namespace, strings.Join(missing, ", "))
-	} else {
-		add("permissions", true, "pods: create, get, list, watch, delete, attach in %q", opts.Namespace)
+		return check("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", namespace, strings.Join(missing, ", "))
 	}
-	if nodes, err := cli.CoreV1().Nodes().List(dctx, metav1.ListOptions{}); err != nil {
-		add("nodes", false, "list nodes: %v", err)
-	} else {
-		ready := 0
-		for _, n := range nodes.Items {
-			for _, c := range n.Status.Conditions {
-				if c.Type == "Ready" && c.Status == "True" {
-					ready++
-				}
+	return check("permissions", true, "pods: create, get, list, watch, delete, attach in %q", namespace)
+}
+
+// nodeChecks says how many of the cluster's nodes are Ready (none counts
+// as Ready when node, if set, names none of them) and whether they
+// support user namespaces; one failed "nodes" check when the nodes
+// cannot be listed.
+func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []sandbox.Check {
+	nodes, err := cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []sandbox.Check{check("nodes", false, "list nodes: %v", err)}
+	}
+	ready := readyNodes(nodes.Items)
+	detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
+	if node != "" {
+		i := slices.IndexFunc(nodes.Items, func(n corev1.Node) bool { return n.Name == node })
+		if i < 0 {
+			ready = 0
+			detail += fmt.Sprintf("; %s=%q names no node", EnvNode, node)
+		} else {
+			detail += fmt.Sprintf("; every pod goes to node %s (%s), not through the scheduler", node, EnvNode)
+		}
+	}
+	if len(nodes.Items) > 1 {
+		detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
+	}
+	return []sandbox.Check{
+		check("nodes", ready > 0, "%s", detail),
+		check("user namespaces", true, "%s", userNamespaces(nodes.Items)),
+	}
+}
+
+// readyNodes counts the nodes whose Ready condition is true.
+func readyNodes(nodes []corev1.Node) int {
+	ready := 0
+	for _, n := range nodes {
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" {
+				ready++
 			}
 		}
-		detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
-		if opts.Node != "" {
-			i := slices.IndexFunc(nodes.Items, func(n corev1.Node) bool { return n.Name == opts.Node })
-			if i < 0 {
-				ready = 0
-				detail += fmt.Sprintf("; %s=%q names no node", EnvNode, opts.Node)
-			} else {
-				detail += fmt.Sprintf("; every pod goes to node %s (%s), not through the scheduler", opts.Node, EnvNode)
-			}
-		}
-		if len(nodes.Items) > 1 {
-			detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
-		}
-		add("nodes", ready > 0, "%s", detail)
-		add("user namespaces", true, "%s", userNamespaces(nodes.Items))
 	}
-	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
-		add("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", opts.Stub, EnvStub)
-	} else {
-		add("stub", true, "stub %s, mounted at %s in every pod", opts.Stub, StubTarget)
+	return ready
+}
+
+// stubCheck says whether the stub at path is a regular file on this
+// host.
+func stubCheck(path string) sandbox.Check {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return check("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", path, EnvStub)
 	}
+	return check("stub", true, "stub %s, mounted at %s in every pod", path, StubTarget)
+}
+
+// seccompCheck says where the policy's seccomp profile goes with opts,
+// or that the runtime's default profile was chosen; it fails when
+// neither is configured or the directory does not exist.
+func seccompCheck(opts Options) sandbox.Check {
 	switch {
 	case opts.SeccompDir != "":
 		if fi, err := os.Stat(opts.SeccompDir); err != nil || !fi.IsDir() {
-			add("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
-		} else {
-			add("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
+			return check("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
 		}
+		return check("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
 	case opts.RuntimeDefaultSeccomp:
-		add("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
+		return check("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
 	default:
-		add("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
+		return check("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
 	}
-	if rcs, err := cli.NodeV1().RuntimeClasses().List(dctx, metav1.ListOptions{}); err != nil {
-		add("runtimeclasses", false, "list RuntimeClasses: %v", err)
-	} else {
-		var names []string
-		for _, rc := range rcs.Items {
-			names = append(names, rc.Name+" (handler "+rc.Handler+")")
-		}
-		if len(names) == 0 {
-			add("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
-		} else {
-			add("runtimeclasses", true, "%s", strings.Join(names, ", "))
-		}
+}
+
+// runtimeClassesCheck names the cluster's RuntimeClasses and their
+// handlers.
+func runtimeClassesCheck(ctx context.Context, cli k8s.Interface) sandbox.Check {
+	rcs, err := cli.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return check("runtimeclasses", false, "list RuntimeClasses: %v", err)
 	}
-	return checks
+	var names []string
+	for _, rc := range rcs.Items {
+		names = append(names, rc.Name+" (handler "+rc.Handler+")")
+	}
+	if len(names) == 0 {
+		return check("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
+	}
+	return check("runtimeclasses", true, "%s", strings.Join(names, ", "))
 }
 
 // userNamespaces says which nodes' default runtime handler reports user

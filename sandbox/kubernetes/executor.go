@@ -138,20 +138,61 @@ var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 // instance. Errors wrap sandbox.ErrInvalid (bad options) or
 // sandbox.ErrUnavailable (the cluster cannot be reached).
 func New(ctx context.Context, opts Options) (*Executor, error) {
+	if err := checkOptions(opts); err != nil {
+		return nil, err
+	}
+	opts = withDefaults(opts)
+	if !instanceRE.MatchString(opts.InstanceID) {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: InstanceID %q: want 1-63 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
+	}
+	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: stub %q: not a regular file (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
+	}
+	cfg, cli, err := newClient(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCluster(ctx, cli, opts); err != nil {
+		return nil, err
+	}
+	lock, err := sandbox.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		opts: opts, cfg: cfg, cli: cli, instance: opts.InstanceID, lock: lock,
+		log:   opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		pools: map[string]*warmPool{},
+	}
+	if opts.SeccompDir != "" {
+		e.seccomp = &seccompProfile{dir: opts.SeccompDir}
+	}
+	return e, nil
+}
+
+// checkOptions refuses options New cannot run with, before any default
+// is filled in.
+func checkOptions(opts Options) error {
 	switch {
 	case opts.Config == nil:
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: no cluster configured (set KUBECONFIG)")
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: no cluster configured (set KUBECONFIG)")
 	case !filepath.IsAbs(opts.StateDir):
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: state directory %q is not absolute", opts.StateDir)
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: state directory %q is not absolute", opts.StateDir)
 	case !filepath.IsAbs(opts.Stub):
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: stub %q is not an absolute path (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: stub %q is not an absolute path (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
 	case opts.SeccompDir != "" && !filepath.IsAbs(opts.SeccompDir):
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: seccomp directory %q is not absolute", opts.SeccompDir)
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: seccomp directory %q is not absolute", opts.SeccompDir)
 	case opts.Node != "" && len(validation.IsDNS1123Subdomain(opts.Node)) > 0:
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q is not a node name (%s)", opts.Node, strings.Join(validation.IsDNS1123Subdomain(opts.Node), "; "))
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q is not a node name (%s)", opts.Node, strings.Join(validation.IsDNS1123Subdomain(opts.Node), "; "))
 	case opts.Warm < 0:
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: warm %d is negative", opts.Warm)
+		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: warm %d is negative", opts.Warm)
 	}
+	return nil
+}
+
+// withDefaults returns opts with the documented default in each empty
+// field that has one, a random instance id included.
+func withDefaults(opts Options) Options {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
@@ -167,12 +208,12 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if opts.InstanceID == "" {
 		opts.InstanceID = "i-" + randomHex(6)
 	}
-	if !instanceRE.MatchString(opts.InstanceID) {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: InstanceID %q: want 1-63 characters of [A-Za-z0-9_.-] starting with a letter or digit", opts.InstanceID)
-	}
-	if fi, err := os.Stat(opts.Stub); err != nil || !fi.Mode().IsRegular() {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: stub %q: not a regular file (build it with CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub)", opts.Stub)
-	}
+	return opts
+}
+
+// newClient returns the executor's copy of config and a client of the
+// API server made with it, with client-go's own logging silenced.
+func newClient(config *rest.Config) (*rest.Config, k8s.Interface, error) {
 	quietClientGo.Do(func() {
 		// client-go reports through klog on the process's stderr, which
 		// is the command's stderr under `dsh-sandbox exec`: e.g. "Copying
@@ -180,39 +221,33 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		// Everything that matters to a call reaches it as an error.
 		klog.SetLogger(logr.Discard())
 	})
-	cfg := rest.CopyConfig(opts.Config)
+	cfg := rest.CopyConfig(config)
 	cfg.UserAgent = "dsh-sandbox"
 	// A call makes few requests, but many calls run at once.
 	cfg.QPS, cfg.Burst = 200, 400
 	cli, err := k8s.NewForConfig(cfg)
 	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: client: %v", err)
+		return nil, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: client: %v", err)
 	}
+	return cfg, cli, nil
+}
+
+// checkCluster asks the API server whether the namespace of opts exists
+// and, if opts names a node, whether the cluster has it.
+func checkCluster(ctx context.Context, cli k8s.Interface, opts Options) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.CoreV1().Namespaces().Get(pctx, opts.Namespace, metav1.GetOptions{}); err != nil {
-		return nil, classify(err, "namespace %q", opts.Namespace)
+		return classify(err, "namespace %q", opts.Namespace)
 	}
 	if opts.Node != "" {
 		if _, err := cli.CoreV1().Nodes().Get(pctx, opts.Node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q: the cluster has no such node", opts.Node)
+			return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: node %q: the cluster has no such node", opts.Node)
 		} else if err != nil {
-			return nil, classify(err, "node %q", opts.Node)
+			return classify(err, "node %q", opts.Node)
 		}
 	}
-	lock, err := sandbox.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
-	if err != nil {
-		return nil, err
-	}
-	e := &Executor{
-		opts: opts, cfg: cfg, cli: cli, instance: opts.InstanceID, lock: lock,
-		log:   opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
-		pools: map[string]*warmPool{},
-	}
-	if opts.SeccompDir != "" {
-		e.seccomp = &seccompProfile{dir: opts.SeccompDir}
-	}
-	return e, nil
+	return nil
 }
 
 func instancesDir(stateDir string) string { return filepath.Join(stateDir, "kubernetes-instances") }

@@ -62,7 +62,58 @@ func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uin
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           seccomp,
 	}
-	l := p.Limits
+	volumes, mounts := podVolumes(plan, stubPath)
+	spec := corev1.PodSpec{
+		RestartPolicy:                 corev1.RestartPolicyNever,
+		AutomountServiceAccountToken:  &no,
+		EnableServiceLinks:            &no,
+		TerminationGracePeriodSeconds: ptr(int64(0)),
+		// The node's resolver configuration, named: under ClusterFirst a
+		// kubelet without a cluster DNS falls back to it anyway, with an
+		// event (two API writes) per pod.
+		DNSPolicy: corev1.DNSDefault,
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsUser:      &uid64,
+			RunAsGroup:     &gid64,
+			RunAsNonRoot:   &nonRoot,
+			SeccompProfile: seccomp,
+		},
+		Containers: []corev1.Container{{
+			Name:            containerName,
+			Image:           image,
+			ImagePullPolicy: corev1.PullNever,
+			Command:         []string{StubTarget, stub.AttachArg},
+			WorkingDir:      "/",
+			Stdin:           true,
+			StdinOnce:       true,
+			SecurityContext: sc,
+			Resources:       podResources(p.Limits),
+			VolumeMounts:    mounts,
+			// The stub's own diagnostics only; the call's output
+			// travels in frames on stdout.
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		}},
+		Volumes: volumes,
+	}
+	if runtimeClass != "" {
+		spec.RuntimeClassName = &runtimeClass
+	}
+	maxTimeout := time.Duration(p.Limits.MaxTimeoutMs) * time.Millisecond
+	if maxTimeout <= 0 {
+		maxTimeout = sandbox.DefaultMaxTimeout
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: pod spec: %v", err)
+	}
+	sum := sha256.Sum256(b)
+	return &podShape{spec: spec, maxTimeout: maxTimeout, key: hex.EncodeToString(sum[:])}, nil
+}
+
+// podResources returns the limits l of a call's container and its
+// requests: requestCPU and requestMemory, or the limit where that is
+// lower.
+func podResources(l sandbox.Limits) corev1.ResourceRequirements {
 	limits := corev1.ResourceList{}
 	if l.MemoryBytes > 0 {
 		limits[corev1.ResourceMemory] = *resource.NewQuantity(l.MemoryBytes, resource.BinarySI)
@@ -76,6 +127,13 @@ func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uin
 			requests[k] = lim
 		}
 	}
+	return corev1.ResourceRequirements{Limits: limits, Requests: requests}
+}
+
+// podVolumes returns the volumes of a call's pod and their mounts in its
+// container: the stub at stubPath, /dev/null over maskedPaths, and the
+// mounts of plan, each a hostPath (a bind) or a memory-backed emptyDir.
+func podVolumes(plan sandbox.Plan, stubPath string) ([]corev1.Volume, []corev1.VolumeMount) {
 	stubType := corev1.HostPathFile
 	volumes := []corev1.Volume{{
 		Name:         "stub",
@@ -106,51 +164,7 @@ func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uin
 		}
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: !m.Writable})
 	}
-	spec := corev1.PodSpec{
-		RestartPolicy:                 corev1.RestartPolicyNever,
-		AutomountServiceAccountToken:  &no,
-		EnableServiceLinks:            &no,
-		TerminationGracePeriodSeconds: ptr(int64(0)),
-		// The node's resolver configuration, named: under ClusterFirst a
-		// kubelet without a cluster DNS falls back to it anyway, with an
-		// event (two API writes) per pod.
-		DNSPolicy: corev1.DNSDefault,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsUser:      &uid64,
-			RunAsGroup:     &gid64,
-			RunAsNonRoot:   &nonRoot,
-			SeccompProfile: seccomp,
-		},
-		Containers: []corev1.Container{{
-			Name:            containerName,
-			Image:           image,
-			ImagePullPolicy: corev1.PullNever,
-			Command:         []string{StubTarget, stub.AttachArg},
-			WorkingDir:      "/",
-			Stdin:           true,
-			StdinOnce:       true,
-			SecurityContext: sc,
-			Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
-			VolumeMounts:    mounts,
-			// The stub's own diagnostics only; the call's output
-			// travels in frames on stdout.
-			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		}},
-		Volumes: volumes,
-	}
-	if runtimeClass != "" {
-		spec.RuntimeClassName = &runtimeClass
-	}
-	maxTimeout := time.Duration(l.MaxTimeoutMs) * time.Millisecond
-	if maxTimeout <= 0 {
-		maxTimeout = sandbox.DefaultMaxTimeout
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return nil, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: pod spec: %v", err)
-	}
-	sum := sha256.Sum256(b)
-	return &podShape{spec: spec, maxTimeout: maxTimeout, key: hex.EncodeToString(sum[:])}, nil
+	return volumes, mounts
 }
 
 // deadline is a pod's activeDeadlineSeconds for a call of timeout: the

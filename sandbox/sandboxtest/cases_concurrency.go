@@ -98,6 +98,37 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	}
 
 	marker := newMarker()
+	id1 := startFirstJob(ctx, t, s, jobs, fx, marker)
+
+	wctx, cancel := context.WithTimeout(ctx, jobDeadline)
+	defer cancel()
+	id2 := waitSecondJob(ctx, wctx, t, s, jobs, fx, id1)
+
+	var ids []string
+	for _, j := range jobs.List(owner) {
+		ids = append(ids, fmt.Sprintf("%s:%v", j.ID, j.Done))
+	}
+	if want := []string{id1 + ":false", id2 + ":true"}; !slices.Equal(ids, want) {
+		t.Errorf("List(owner) = %q, want %q", ids, want)
+	}
+
+	if err := jobs.Kill(wctx, owner, id1); err != nil {
+		t.Fatalf("Kill(bash-1) = %v", err)
+	}
+	out, err := jobs.Output(owner, id1)
+	if err != nil || !out.Done || out.Result == nil || out.Result.ExitCode != nil || strings.Contains(out.Stdout, "after-sleep") {
+		t.Errorf("Output(bash-1) after Kill = {Stdout: %q, Done: %v, Result: %s, Err: %v}, %v; want done, killed", out.Stdout, out.Done, describe(out.Result), out.Err, err)
+	}
+	checkNoSurvivors(t, marker)
+}
+
+// startFirstJob starts the first job of testJobsStartOutputKill for the
+// fixture's session: it prints to stdout and stderr, then sleeps (as
+// marker) until killed. It checks that the job's id is random, that
+// Output returns what the job printed and then no new output, and
+// returns the id.
+func startFirstJob(ctx context.Context, t *testing.T, s *suite, jobs *sandbox.Jobs, fx *fixture, marker string) string {
+	owner := fx.SessionID
 	long := s.request(fx, "echo first; echo err1 >&2; echo ready; sleep "+marker+"; echo after-sleep")
 	long.TimeoutMs = 0
 	live, ready := waitLive("ready")
@@ -124,13 +155,19 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	if again, err := jobs.Output(owner, id1); err != nil || again.Stdout != "" || again.Stderr != "" || again.Done {
 		t.Errorf("second Output(bash-1) = {Stdout: %q, Stderr: %q, Done: %v}, %v; want no new output, not done", again.Stdout, again.Stderr, again.Done, err)
 	}
+	return id1
+}
 
+// waitSecondJob starts the second job of testJobsStartOutputKill for
+// the fixture's session (started with ctx), waits for it (with wctx) and
+// checks that it got an id of its own, other than id1, and ended with
+// its output and exit code 7. It returns the id.
+func waitSecondJob(ctx, wctx context.Context, t *testing.T, s *suite, jobs *sandbox.Jobs, fx *fixture, id1 string) string {
+	owner := fx.SessionID
 	id2, err := jobs.Start(ctx, owner, s.request(fx, "echo second; exit 7"))
 	if err != nil || !jobID.MatchString(id2) || id2 == id1 {
 		t.Fatalf("Start(second job) = %q, %v; want a new bash-<16 hex>, nil", id2, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, jobDeadline)
-	defer cancel()
 	done, err := jobs.Wait(wctx, owner, id2)
 	if err != nil || !done.Done || done.Result == nil || done.Stdout != "second\n" {
 		t.Fatalf("Wait(bash-2) = {Stdout: %q, Done: %v, Result: %s, Err: %v}, %v; want second, done", done.Stdout, done.Done, describe(done.Result), done.Err, err)
@@ -138,23 +175,7 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 	if got := sandbox.ExitCode(done.Result, nil); got != 7 {
 		t.Errorf("bash-2 ended %s, want exit code 7", describe(done.Result))
 	}
-
-	var ids []string
-	for _, j := range jobs.List(owner) {
-		ids = append(ids, fmt.Sprintf("%s:%v", j.ID, j.Done))
-	}
-	if want := []string{id1 + ":false", id2 + ":true"}; !slices.Equal(ids, want) {
-		t.Errorf("List(owner) = %q, want %q", ids, want)
-	}
-
-	if err := jobs.Kill(wctx, owner, id1); err != nil {
-		t.Fatalf("Kill(bash-1) = %v", err)
-	}
-	out, err = jobs.Output(owner, id1)
-	if err != nil || !out.Done || out.Result == nil || out.Result.ExitCode != nil || strings.Contains(out.Stdout, "after-sleep") {
-		t.Errorf("Output(bash-1) after Kill = {Stdout: %q, Done: %v, Result: %s, Err: %v}, %v; want done, killed", out.Stdout, out.Done, describe(out.Result), out.Err, err)
-	}
-	checkNoSurvivors(t, marker)
+	return id2
 }
 
 // testJobsOwnerIsolation: one owner can neither read nor kill another's
