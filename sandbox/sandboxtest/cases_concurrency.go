@@ -109,7 +109,9 @@ func testJobsStartOutputKill(t *testing.T, s *suite) {
 		ids = append(ids, fmt.Sprintf("%s:%v", j.ID, j.Done))
 	}
 	if want := []string{id1 + ":false", id2 + ":true"}; !slices.Equal(ids, want) {
-		t.Errorf("List(owner) = %q, want %q", ids, want)
+		// How the first job ended, if it did, tells what ended it.
+		first, err := jobs.Output(owner, id1)
+		t.Errorf("List(owner) = %q, want %q (bash-1: {Stdout: %q, Stderr: %q, Result: %s, Err: %v}, %v)", ids, want, first.Stdout, first.Stderr, describe(first.Result), first.Err, err)
 	}
 
 	if err := jobs.Kill(wctx, owner, id1); err != nil {
