@@ -275,10 +275,7 @@ func TestReapDeadOnlyWhenDead(t *testing.T) {
 	}
 	defer e.Close()
 	// Another live instance with a finished call: still nothing to reap.
-	live, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := newRuncExecutor(t, state)
 	defer live.Close()
 	if res, err := live.Run(t.Context(), &sandbox.Request{Command: "true", Policy: testPolicy(t, RuntimeRunc)}); err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
 		t.Fatalf("live call = %+v, %v", res, err)
@@ -343,10 +340,7 @@ exec ` + real + ` "$@"
 	if ents, _ := os.ReadDir(filepath.Join(state, "bundles")); len(ents) != 1 {
 		t.Fatalf("bundles after a failed delete = %d, want the call's bundle kept", len(ents))
 	}
-	reaper, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reaper := newRuncExecutor(t, state)
 	defer reaper.Close()
 	rep, err := reaper.ReapDead(t.Context())
 	if err != nil || len(rep.Containers) != 1 || len(rep.Bundles) != 1 {
@@ -379,10 +373,7 @@ func TestReapSpillOfDeadCall(t *testing.T) {
 	if err := os.WriteFile(other, []byte("kept"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newRuncExecutor(t, state)
 	defer e.Close()
 	rep, err := e.Reap(t.Context())
 	if err != nil || !slices.Contains(rep.Instances, dead) || len(rep.Bundles) != 1 {
@@ -406,10 +397,7 @@ func TestReapSpillOfDeadCall(t *testing.T) {
 func TestReapUnmarkedBundles(t *testing.T) {
 	requireRuntime(t, RuntimeRunc)
 	state := testStateDir(t)
-	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newRuncExecutor(t, state)
 	defer e.Close()
 	bare := filepath.Join(e.bundlesDir(), "call-00000000000000000000000a")
 	torn := filepath.Join(e.bundlesDir(), "call-00000000000000000000000b")
@@ -432,10 +420,7 @@ func TestReapUnmarkedBundles(t *testing.T) {
 		}
 	}
 
-	other, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := newRuncExecutor(t, state)
 	rep, err := e.Reap(t.Context())
 	if err != nil || len(rep.Bundles) != 0 {
 		t.Errorf("Reap() with another live instance = %+v, %v; want the young unmarked bundles kept", rep, err)
@@ -461,15 +446,9 @@ func TestReapUnmarkedBundles(t *testing.T) {
 func TestReapBundleRemovalCutShort(t *testing.T) {
 	requireRuntime(t, RuntimeRunc)
 	state := testStateDir(t)
-	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newRuncExecutor(t, state)
 	defer e.Close()
-	dead, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dead := newRuncExecutor(t, state)
 	dir := filepath.Join(e.bundlesDir(), "call-00000000000000000000000c")
 	b, err := createBundle(dir, marker{Instance: dead.instance, Runtime: RuntimeRunc, Container: filepath.Base(dir)})
 	if err != nil {
@@ -540,3 +519,14 @@ func setImmutable(t *testing.T, f string, on bool) {
 // fsImmutableFlag is FS_IMMUTABLE_FL of linux/fs.h, which x/sys/unix
 // does not define.
 const fsImmutableFlag = 0x10
+
+// newRuncExecutor opens a runc executor on state directory state; the
+// caller closes it.
+func newRuncExecutor(t *testing.T, state string) *Executor {
+	t.Helper()
+	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
