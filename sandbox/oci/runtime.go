@@ -169,7 +169,7 @@ func (r *runtimeCLI) remove(ctx context.Context, id string) error {
 	// Kill first: runsc's delete --force otherwise waits seconds for a
 	// running sandbox to stop.
 	_ = r.kill(ctx, id, syscall.SIGKILL)
-	_, derr := r.output(ctx, "delete", "--force", id)
+	derr := r.delete(ctx, id)
 	if err := r.removeLock(id); err != nil && derr == nil {
 		derr = err
 	}
@@ -184,6 +184,41 @@ func (r *runtimeCLI) remove(ctx context.Context, id string) error {
 		return fmt.Errorf("container %q: %w", id, derr)
 	}
 	return nil
+}
+
+// deleteAttempts bounds the runs of `delete --force` for one container
+// whose state remains after a failed one, deleteRetryWait apart. The
+// kill before it makes runsc's foreground `run` rewrite the container's
+// state file as the sandbox ends; a delete that reads the file in the
+// middle fails ("reading container metadata file …: unexpected end of
+// JSON input", seen once in 200 calls under load), and the next one
+// finds it whole.
+const (
+	deleteAttempts  = 3
+	deleteRetryWait = 50 * time.Millisecond
+)
+
+// delete runs `delete --force` on container id, again while it fails and
+// the container's state remains (deleteAttempts), and returns the last
+// failure.
+func (r *runtimeCLI) delete(ctx context.Context, id string) error {
+	var err error
+	for attempt := 1; attempt <= deleteAttempts; attempt++ {
+		if attempt > 1 {
+			if ok, serr := r.exists(id); serr != nil || !ok {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(deleteRetryWait):
+			}
+		}
+		if _, err = r.output(ctx, "delete", "--force", id); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // removeLock removes the lock file runsc leaves behind for a container

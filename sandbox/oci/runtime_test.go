@@ -1,0 +1,70 @@
+package oci
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeDelete is a stand-in runtime for the logic of remove: `delete`
+// fails its first $FAILS runs (with the message runsc gives for a state
+// file read while it is rewritten) and then removes the container's
+// state directory; every other subcommand succeeds. Its runs are counted
+// in the state root.
+const fakeDelete = `#!/bin/sh
+root=$2
+for a; do id=$a; done
+case " $* " in
+*" delete "*)
+	n=$(cat "$root/deletes" 2>/dev/null || echo 0)
+	n=$((n + 1))
+	echo "$n" > "$root/deletes"
+	if [ "$n" -le FAILS ]; then
+		echo "loading container: reading container metadata file: unexpected end of JSON input" >&2
+		exit 128
+	fi
+	rm -rf "$root/$id"
+	;;
+esac
+exit 0
+`
+
+// TestRemoveRetriesDelete: a delete that fails while the container's
+// state remains is run again, up to deleteAttempts times; the container
+// is then gone and remove succeeds. A delete that fails every time is
+// reported with the runtime's message after deleteAttempts runs.
+func TestRemoveRetriesDelete(t *testing.T) {
+	for _, tc := range []struct {
+		fails       int
+		wantErr     bool
+		wantDeletes string
+	}{
+		{0, false, "1"},
+		{deleteAttempts - 1, false, "3"},
+		{deleteAttempts, true, "3"},
+	} {
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "runtime")
+		script := strings.Replace(fakeDelete, "FAILS", string(rune('0'+tc.fails)), 1)
+		if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		root := filepath.Join(dir, "root")
+		id := "call-00000000000000000000000e"
+		if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r := &runtimeCLI{name: RuntimeRunc, path: bin, root: root}
+		err := r.remove(t.Context(), id)
+		if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), "unexpected end of JSON input")) {
+			t.Errorf("remove() with %d failed deletes = %v, want error %v (naming the runtime's message)", tc.fails, err, tc.wantErr)
+		}
+		if data, _ := os.ReadFile(filepath.Join(root, "deletes")); strings.TrimSpace(string(data)) != tc.wantDeletes {
+			t.Errorf("remove() with %d failed deletes ran delete %q times, want %s", tc.fails, strings.TrimSpace(string(data)), tc.wantDeletes)
+		}
+		if _, err := os.Stat(filepath.Join(root, id)); (err == nil) != tc.wantErr {
+			t.Errorf("container state after remove() with %d failed deletes: %v", tc.fails, err)
+		}
+	}
+}
