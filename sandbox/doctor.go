@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// Checkf is the check called name, passed if ok, with its detail
+// formatted from format and args.
+func Checkf(name string, ok bool, format string, args ...any) Check {
+	return Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
+}
+
 // CheckStateDir is the doctors' "state" check: dir is an absolute path
 // that exists or can be created (0700) and takes a new file.
 func CheckStateDir(dir string) Check {

@@ -43,7 +43,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		return c.OK
 	}
 	add := func(name string, ok bool, format string, args ...any) bool {
-		return keep(check(name, ok, format, args...))
+		return keep(sandbox.Checkf(name, ok, format, args...))
 	}
 	ns := opts.Namespace
 	if ns == "" {
@@ -91,14 +91,14 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 // that says why; the caller closes a client it returns.
 func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, sandbox.Check) {
 	if opts.Address == "" {
-		return nil, check("daemon", false, "Address is empty: name the containerd socket")
+		return nil, sandbox.Checkf("daemon", false, "Address is empty: name the containerd socket")
 	}
 	if err := probe(ctx, opts.Address); err != nil {
-		return nil, check("daemon", false, "%v", err)
+		return nil, sandbox.Checkf("daemon", false, "%v", err)
 	}
 	cli, err := containerd.New(opts.Address, containerd.WithTimeout(doctorTimeout))
 	if err != nil {
-		return nil, check("daemon", false, "connect to %s: %v", opts.Address, err)
+		return nil, sandbox.Checkf("daemon", false, "connect to %s: %v", opts.Address, err)
 	}
 	return cli, sandbox.Check{}
 }
@@ -107,16 +107,16 @@ func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, sandb
 // whether it exists yet.
 func namespaceCheck(ctx context.Context, cli *containerd.Client, ns string) sandbox.Check {
 	if err := identifiers.Validate(ns); err != nil {
-		return check("namespace", false, "namespace %q: %v", ns, err)
+		return sandbox.Checkf("namespace", false, "namespace %q: %v", ns, err)
 	}
 	known, err := cli.NamespaceService().List(ctx)
 	switch {
 	case err != nil:
-		return check("namespace", false, "list namespaces: %v", err)
+		return sandbox.Checkf("namespace", false, "list namespaces: %v", err)
 	case slices.Contains(known, ns):
-		return check("namespace", true, "%s exists", ns)
+		return sandbox.Checkf("namespace", true, "%s exists", ns)
 	}
-	return check("namespace", true, "%s does not exist yet; importing an image creates it", ns)
+	return sandbox.Checkf("namespace", true, "%s does not exist yet; importing an image creates it", ns)
 }
 
 // snapshotterCheck is the "snapshotter" check of Doctor: the daemon's
@@ -125,13 +125,13 @@ func snapshotterCheck(ctx context.Context, cli *containerd.Client) sandbox.Check
 	ps, err := cli.IntrospectionService().Plugins(ctx, "type==io.containerd.snapshotter.v1,id=="+snapshotter)
 	switch {
 	case err != nil:
-		return check("snapshotter", false, "list plugins: %v", err)
+		return sandbox.Checkf("snapshotter", false, "list plugins: %v", err)
 	case len(ps.Plugins) == 0:
-		return check("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
+		return sandbox.Checkf("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
 	case ps.Plugins[0].InitErr != nil:
-		return check("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
+		return sandbox.Checkf("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
 	}
-	return check("snapshotter", true, "%s loaded", snapshotter)
+	return sandbox.Checkf("snapshotter", true, "%s loaded", snapshotter)
 }
 
 // imageCheck is the "image" check of Doctor: an image imported by
@@ -141,9 +141,9 @@ func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox
 	imgs, err := cli.ImageService().List(namespaces.WithNamespace(ctx, ns), labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
 	switch {
 	case err != nil:
-		return check("image", false, "list images in namespace %s: %v", ns, err), ""
+		return sandbox.Checkf("image", false, "list images in namespace %s: %v", ns, err), ""
 	case len(imgs) == 0:
-		return check("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns), ""
+		return sandbox.Checkf("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns), ""
 	}
 	names := make([]string, len(imgs))
 	for i, img := range imgs {
@@ -151,13 +151,7 @@ func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox
 	}
 	slices.Sort(names)
 	image := names[0]
-	return check("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image), image
-}
-
-// check is the check name with its outcome ok and its detail formatted
-// from format and args.
-func check(name string, ok bool, format string, args ...any) sandbox.Check {
-	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
+	return sandbox.Checkf("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image), image
 }
 
 // doctorRun runs `true` through a short-lived executor of its own.

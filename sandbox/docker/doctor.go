@@ -44,7 +44,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		return c.OK
 	}
 	add := func(name string, ok bool, format string, args ...any) bool {
-		return keep(check(name, ok, format, args...))
+		return keep(sandbox.Checkf(name, ok, format, args...))
 	}
 
 	cli, err := newClient(opts.Host)
@@ -118,7 +118,7 @@ func runtimesCheck(info system.Info) sandbox.Check {
 	if !ok {
 		detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
 	}
-	return check("runtimes", ok, "%s", detail)
+	return sandbox.Checkf("runtimes", ok, "%s", detail)
 }
 
 // usernsCheck is the "userns" check of Doctor on the engine's info:
@@ -126,11 +126,11 @@ func runtimesCheck(info system.Info) sandbox.Check {
 func usernsCheck(info system.Info) sandbox.Check {
 	switch r, err := detectRemap(info.SecurityOptions, info.DockerRootDir); {
 	case err != nil:
-		return check("userns", false, "%v: calls cannot run", err)
+		return sandbox.Checkf("userns", false, "%v: calls cannot run", err)
 	case r.enabled():
-		return check("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
+		return sandbox.Checkf("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
 	}
-	return check("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
+	return sandbox.Checkf("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
 }
 
 // firstNamed returns the first of imgs that has a name, and that name;
@@ -142,12 +142,6 @@ func firstNamed(imgs []image.Summary) (string, image.Summary) {
 		}
 	}
 	return "", image.Summary{}
-}
-
-// check is the check name with its outcome ok and its detail formatted
-// from format and args.
-func check(name string, ok bool, format string, args ...any) sandbox.Check {
-	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
 }
 
 // remapOK reports whether no "userns" check failed.

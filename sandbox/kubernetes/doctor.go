@@ -49,14 +49,14 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	}
 	cli, err := k8s.NewForConfig(opts.Config)
 	if err != nil {
-		return []sandbox.Check{check("cluster", false, "%v", err)}
+		return []sandbox.Check{sandbox.Checkf("cluster", false, "%v", err)}
 	}
 	v, err := cli.Discovery().ServerVersion()
 	if err != nil {
-		return []sandbox.Check{check("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)}
+		return []sandbox.Check{sandbox.Checkf("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)}
 	}
 	checks := []sandbox.Check{
-		check("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
+		sandbox.Checkf("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
 		versionCheck(v),
 	}
 	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
@@ -70,29 +70,23 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	return checks
 }
 
-// check returns the check called name, passed if ok, its detail
-// formatted from format and args.
-func check(name string, ok bool, format string, args ...any) sandbox.Check {
-	return sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)}
-}
-
 // versionCheck says whether the API server's version v is 1.MinMinor or
 // later.
 func versionCheck(v *version.Info) sandbox.Check {
 	major, _ := strconv.Atoi(v.Major)
 	minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
 	if major > 1 || (major == 1 && minor >= MinMinor) {
-		return check("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
+		return sandbox.Checkf("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
 	}
-	return check("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
+	return sandbox.Checkf("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
 }
 
 // namespaceCheck says whether the namespace exists.
 func namespaceCheck(ctx context.Context, cli k8s.Interface, namespace string) sandbox.Check {
 	if _, err := cli.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); err != nil {
-		return check("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", namespace, err)
+		return sandbox.Checkf("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", namespace, err)
 	}
-	return check("namespace", true, "namespace %q exists", namespace)
+	return sandbox.Checkf("namespace", true, "namespace %q exists", namespace)
 }
 
 // permissionsCheck says whether the backend has every permission of
@@ -117,9 +111,9 @@ func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) 
 		}
 	}
 	if len(missing) > 0 {
-		return check("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", namespace, strings.Join(missing, ", "))
+		return sandbox.Checkf("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", namespace, strings.Join(missing, ", "))
 	}
-	return check("permissions", true, "pods: create, get, list, watch, delete, attach in %q", namespace)
+	return sandbox.Checkf("permissions", true, "pods: create, get, list, watch, delete, attach in %q", namespace)
 }
 
 // nodeChecks says how many of the cluster's nodes are Ready (none counts
@@ -129,7 +123,7 @@ func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) 
 func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []sandbox.Check {
 	nodes, err := cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []sandbox.Check{check("nodes", false, "list nodes: %v", err)}
+		return []sandbox.Check{sandbox.Checkf("nodes", false, "list nodes: %v", err)}
 	}
 	ready := readyNodes(nodes.Items)
 	detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
@@ -146,8 +140,8 @@ func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []sandbox.C
 		detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
 	}
 	return []sandbox.Check{
-		check("nodes", ready > 0, "%s", detail),
-		check("user namespaces", true, "%s", userNamespaces(nodes.Items)),
+		sandbox.Checkf("nodes", ready > 0, "%s", detail),
+		sandbox.Checkf("user namespaces", true, "%s", userNamespaces(nodes.Items)),
 	}
 }
 
@@ -168,9 +162,9 @@ func readyNodes(nodes []corev1.Node) int {
 // host.
 func stubCheck(path string) sandbox.Check {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
-		return check("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", path, EnvStub)
+		return sandbox.Checkf("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", path, EnvStub)
 	}
-	return check("stub", true, "stub %s, mounted at %s in every pod", path, StubTarget)
+	return sandbox.Checkf("stub", true, "stub %s, mounted at %s in every pod", path, StubTarget)
 }
 
 // seccompCheck says where the policy's seccomp profile goes with opts,
@@ -180,13 +174,13 @@ func seccompCheck(opts Options) sandbox.Check {
 	switch {
 	case opts.SeccompDir != "":
 		if fi, err := os.Stat(opts.SeccompDir); err != nil || !fi.IsDir() {
-			return check("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
+			return sandbox.Checkf("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
 		}
-		return check("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
+		return sandbox.Checkf("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
 	case opts.RuntimeDefaultSeccomp:
-		return check("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
+		return sandbox.Checkf("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
 	default:
-		return check("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
+		return sandbox.Checkf("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
 	}
 }
 
@@ -195,16 +189,16 @@ func seccompCheck(opts Options) sandbox.Check {
 func runtimeClassesCheck(ctx context.Context, cli k8s.Interface) sandbox.Check {
 	rcs, err := cli.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return check("runtimeclasses", false, "list RuntimeClasses: %v", err)
+		return sandbox.Checkf("runtimeclasses", false, "list RuntimeClasses: %v", err)
 	}
 	var names []string
 	for _, rc := range rcs.Items {
 		names = append(names, rc.Name+" (handler "+rc.Handler+")")
 	}
 	if len(names) == 0 {
-		return check("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
+		return sandbox.Checkf("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
 	}
-	return check("runtimeclasses", true, "%s", strings.Join(names, ", "))
+	return sandbox.Checkf("runtimeclasses", true, "%s", strings.Join(names, ", "))
 }
 
 // userNamespaces says which nodes' default runtime handler reports user
