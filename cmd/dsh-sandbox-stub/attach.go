@@ -200,33 +200,43 @@ type attachedCommand struct {
 // the channel on which SIGCHLD arrives; or, when the command cannot
 // start, the nonzero exit status failAttached returned.
 func startAttachedCommand(in io.Reader, out *framer, c *stub.Call, path string) (*attachedCommand, <-chan os.Signal, int) {
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
-	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
+	var ends [3][2]*os.File // stdin, stdout, stderr: read and write ends
+	for i := range ends {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closePipes(ends[:i])
+			return nil, nil, failAttached(in, out, statusCannotRun, err.Error())
+		}
+		ends[i] = [2]*os.File{r, w}
 	}
 	attr := &syscall.ProcAttr{
 		Env:   c.Env,
-		Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
+		Files: []uintptr{ends[0][0].Fd(), ends[1][1].Fd(), ends[2][1].Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	pid, err := syscall.ForkExec(path, c.Argv, attr)
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
+	// The command's ends are its own now (or nobody's).
+	ends[0][0].Close()
+	ends[1][1].Close()
+	ends[2][1].Close()
 	if err != nil {
+		signal.Stop(chld)
+		ends[0][1].Close()
+		ends[1][0].Close()
+		ends[2][0].Close()
 		return nil, nil, failAttached(in, out, startFailureStatus(err), fmt.Sprintf("%s: %v", c.Argv[0], err))
 	}
-	return &attachedCommand{pid: pid, stdin: stdinW, stdout: stdoutR, stderr: stderrR}, chld, 0
+	return &attachedCommand{pid: pid, stdin: ends[0][1], stdout: ends[1][0], stderr: ends[2][0]}, chld, 0
+}
+
+// closePipes closes both ends of each pipe.
+func closePipes(pipes [][2]*os.File) {
+	for _, p := range pipes {
+		p[0].Close()
+		p[1].Close()
+	}
 }
 
 // pumpOutput copies the command's stdout and stderr to out as frames of
