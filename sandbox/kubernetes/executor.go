@@ -121,10 +121,12 @@ type Executor struct {
 	poolsMu sync.Mutex
 	pools   map[string]*warmPool
 
-	// nodes are the nodes' image lists podImage last read, at nodesAt.
-	nodesMu sync.Mutex
-	nodesAt time.Time
-	nodes   []corev1.Node
+	// nodes are the nodes' image lists podImage last read, at nodesAt;
+	// nodesReading is closed when the read running now ends.
+	nodesMu      sync.Mutex
+	nodesAt      time.Time
+	nodes        []corev1.Node
+	nodesReading chan struct{}
 
 	deleting sync.WaitGroup // deleteLater's deletions in flight
 }

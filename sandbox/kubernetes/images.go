@@ -30,20 +30,22 @@ func KubeletName(name string) error {
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
 	}
-	return kubeletReference(name, canon)
+	_, err = kubeletReference(name, canon)
+	return err
 }
 
 // kubeletReference checks that canon, the canonical form of the image
-// reference name, is the reference a kubelet looks up.
-func kubeletReference(name, canon string) error {
+// reference name, is the reference a kubelet looks up, and returns it
+// parsed.
+func kubeletReference(name, canon string) (reference.Named, error) {
 	ref, err := reference.ParseNormalizedNamed(canon)
 	if err != nil {
-		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
 	}
 	if ref.String() != canon {
-		return sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: the kubelet would look for %q, and an image imported into containerd is stored as %q: name it with a registry part, e.g. dsh-sandbox.local/%s", name, ref.String(), canon, canon)
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: the kubelet would look for %q, and an image imported into containerd is stored as %q: name it with a registry part, e.g. dsh-sandbox.local/%s", name, ref.String(), canon, canon)
 	}
-	return nil
+	return ref, nil
 }
 
 // podImage resolves the policy's image to the reference the pod spec
@@ -61,7 +63,8 @@ func (e *Executor) podImage(ctx context.Context, name string) (image, digest str
 	if err != nil {
 		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.image: %v", err)
 	}
-	if err := kubeletReference(name, canon); err != nil {
+	ref, err := kubeletReference(name, canon)
+	if err != nil {
 		return "", "", err
 	}
 	if _, d, pinned := strings.Cut(canon, "@"); pinned {
@@ -71,7 +74,7 @@ func (e *Executor) podImage(ctx context.Context, name string) (image, digest str
 	if err != nil {
 		return "", "", classify(err, "policy.image %q: the nodes' image lists", name)
 	}
-	return nodeDigest(name, canon, nodes)
+	return nodeDigest(name, canon, reference.TrimNamed(ref).String(), nodes)
 }
 
 // nodeImagesTTL is how long podImage reuses the nodes' image lists: the
@@ -81,13 +84,42 @@ const nodeImagesTTL = 10 * time.Second
 
 // nodeImages returns the name and status.images of the nodes pods may
 // run on (Options.Node alone when set), read at most once per
-// nodeImagesTTL.
+// nodeImagesTTL. Concurrent callers share one read; a caller whose ctx
+// ends while it waits for another's returns ctx's error.
 func (e *Executor) nodeImages(ctx context.Context) ([]corev1.Node, error) {
-	e.nodesMu.Lock()
-	defer e.nodesMu.Unlock()
-	if e.nodes != nil && time.Since(e.nodesAt) < nodeImagesTTL {
-		return e.nodes, nil
+	for {
+		e.nodesMu.Lock()
+		if e.nodes != nil && time.Since(e.nodesAt) < nodeImagesTTL {
+			nodes := e.nodes
+			e.nodesMu.Unlock()
+			return nodes, nil
+		}
+		if reading := e.nodesReading; reading != nil {
+			e.nodesMu.Unlock()
+			select {
+			case <-reading:
+				continue // read, or failed: then this caller tries
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		e.nodesReading = done
+		e.nodesMu.Unlock()
+		nodes, err := e.readNodeImages(ctx)
+		e.nodesMu.Lock()
+		if err == nil {
+			e.nodes, e.nodesAt = nodes, time.Now()
+		}
+		e.nodesReading = nil
+		close(done)
+		e.nodesMu.Unlock()
+		return nodes, err
 	}
+}
+
+// readNodeImages reads the nodes' names and image lists from the API.
+func (e *Executor) readNodeImages(ctx context.Context) ([]corev1.Node, error) {
 	var items []corev1.Node
 	if e.opts.Node != "" {
 		n, err := e.cli.CoreV1().Nodes().Get(ctx, e.opts.Node, metav1.GetOptions{})
@@ -106,18 +138,12 @@ func (e *Executor) nodeImages(ctx context.Context) ([]corev1.Node, error) {
 	for i, n := range items {
 		nodes[i].Name, nodes[i].Status.Images = n.Name, n.Status.Images
 	}
-	e.nodes, e.nodesAt = nodes, time.Now()
 	return nodes, nil
 }
 
 // nodeDigest is podImage's answer for the tag canon (policy.image name)
-// from the image lists of nodes.
-func nodeDigest(name, canon string, nodes []corev1.Node) (image, digest string, err error) {
-	ref, err := reference.ParseNormalizedNamed(canon)
-	if err != nil {
-		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: image %q: %v", name, err)
-	}
-	repo := reference.TrimNamed(ref).String()
+// of repository repo from the image lists of nodes.
+func nodeDigest(name, canon, repo string, nodes []corev1.Node) (image, digest string, err error) {
 	found := map[string][]string{} // digest: nodes
 	for _, n := range nodes {
 		for _, img := range n.Status.Images {

@@ -1,160 +1,73 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"slices"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/distribution/reference"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/dsh-sandbox/dsh-sandbox/images"
-	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
-// pullIntoNode pulls tag from reg into the cluster node's containerd
-// (namespace k8s.io, the kubelet's) with the containerd backend, as
-// `images pull --backend containerd` does on a node, and removes it when
-// t ends.
-func pullIntoNode(t *testing.T, reg *fixtures.Registry, tag string) *images.Image {
-	t.Helper()
-	state := t.TempDir()
-	ce, err := containerd.New(t.Context(), containerd.Options{Address: os.Getenv(envContainerd), Namespace: CRINamespace, StateDir: state})
-	if err != nil {
-		t.Fatalf("containerd.New(%s) = %v", envContainerd, err)
-	}
-	regs, err := images.LoadRegistries("", []string{reg.Host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ce.PullImage(t.Context(), tag, images.PullOptions{Registries: regs})
-	if err != nil {
-		ce.Close()
-		t.Fatalf("pull %s into the node: %v", tag, err)
-	}
-	t.Cleanup(func() {
-		defer ce.Close()
-		// The kubelet removes the containers of deleted pods in the
-		// background; until then the image is in use.
-		deadline := time.Now().Add(2 * time.Minute)
-		for _, n := range []string{tag, pinnedName(tag, img.Digest)} {
-			for {
-				_, err := ce.RemoveImage(context.Background(), n)
-				if err == nil || errors.Is(err, images.ErrNotFound) {
-					break
-				}
-				if time.Now().After(deadline) || !strings.Contains(err.Error(), "in use") {
-					t.Errorf("remove %s from the node: %v", n, err)
-					break
-				}
-				time.Sleep(time.Second)
-			}
-		}
+// TestNodeImagesSharedRead: callers that arrive while the nodes' image
+// lists are being read wait for that read instead of making their own,
+// and one whose context ends meanwhile returns at once with its error.
+func TestNodeImagesSharedRead(t *testing.T) {
+	cs := fake.NewSimpleClientset(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status:     corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"dsh-sandbox.local/tools:1"}}}},
 	})
-	return img
-}
+	release := make(chan struct{})
+	var lists atomic.Int32
+	cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		<-release
+		return false, nil, nil // the tracker answers
+	})
+	e := &Executor{cli: cs}
 
-// pinnedName is tag's repository with digest.
-func pinnedName(tag, digest string) string {
-	ref, err := reference.ParseNormalizedNamed(tag)
-	if err != nil {
-		panic(fmt.Sprintf("pinnedName(%q): %v", tag, err))
+	var wg sync.WaitGroup
+	results := make([][]corev1.Node, 4)
+	errs := make([]error, 4)
+	call := func(i int) {
+		defer wg.Done()
+		results[i], errs[i] = e.nodeImages(context.Background())
 	}
-	return reference.TrimNamed(ref).String() + "@" + digest
-}
-
-// TestPodImageByDigest: an image pulled into the node runs in pods that
-// name it by digest, whether the policy names it by tag (resolved once
-// from the node's image list) or by digest, and the result names the
-// digest; a digest the node lacks is refused before anything runs. An
-// image imported by name, which the node knows by no digest, runs by
-// name.
-func TestPodImageByDigest(t *testing.T) {
-	requireCluster(t)
-	e := newTestExecutor(t, 0)
-	var tar bytes.Buffer
-	if err := images.BusyboxWith(&tar, "bash"); err != nil {
-		t.Fatalf("busybox test image (install busybox-static and bash): %v", err)
-	}
-	marker, err := fixtures.TestImage(t, map[string]string{"etc/": "", "etc/pulled": "from the registry\n"}).Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(fixtures.ImageFromTar(t, tar.Bytes(), testImageEnv...), marker...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := fixtures.StartRegistry(t)
-	tag := reg.Ref("kube-pulled:1")
-	digest := reg.Push(t, tag, img)
-	pinned := pinnedName(tag, digest)
-	if got := pullIntoNode(t, reg, tag); got.Digest != digest {
-		t.Fatalf("pulled %+v, want digest %s", got, digest)
-	}
-
-	// The kubelet reports the node's images in the node's status.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		nodes, err := e.cli.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		listed := slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool {
-			return slices.ContainsFunc(n.Status.Images, func(i corev1.ContainerImage) bool { return slices.Contains(i.Names, pinned) })
-		})
-		if listed {
-			break
-		}
+	wg.Add(1)
+	go call(0)
+	for deadline := time.Now().Add(10 * time.Second); lists.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no node's status lists %s after 3 minutes", pinned)
-		}
-		time.Sleep(time.Second)
-	}
-
-	for _, name := range []string{tag, pinned} {
-		p := testPolicy(t)
-		p.Image = name
-		r := (*runner)(e)
-		req := request(t, p, "cat /etc/pulled")
-		target, shape, err := r.Resolve(t.Context(), req)
-		if err != nil {
-			t.Fatalf("Resolve(%s) = %v", name, err)
-		}
-		if got := shape.spec.Containers[0].Image; got != pinned || target.Info.ImageDigest != digest {
-			t.Errorf("policy.image %s: pod spec names %q, result digest %q; want %s and %s", name, got, target.Info.ImageDigest, pinned, digest)
-		}
-		res, err := e.Run(t.Context(), req)
-		if err != nil || res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout.Text != "from the registry\n" {
-			t.Fatalf("run on %s: %+v, %v; want the pulled image's /etc/pulled", name, res, err)
-		}
-		if res.Sandbox.Image != name || res.Sandbox.ImageDigest != digest {
-			t.Errorf("result names image %q digest %q, want %s and %s", res.Sandbox.Image, res.Sandbox.ImageDigest, name, digest)
+			t.Fatal("the first caller never listed the nodes")
 		}
 	}
-
-	// A digest the node does not have: the pod never starts its
-	// container, so nothing runs.
-	p := testPolicy(t)
-	p.Image = pinnedName(tag, "sha256:"+strings.Repeat("e", 64))
-	res, err := e.Run(t.Context(), request(t, p, "true"))
-	if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "ErrImageNeverPull") || !strings.Contains(err.Error(), p.Image) {
-		t.Errorf("run on a digest the node lacks: %+v, %v; want ErrImageNeverPull naming %s", res, err, p.Image)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.nodeImages(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a waiter whose context ended: %v, want %v", err, context.DeadlineExceeded)
 	}
-
-	// The imported test image has no digest on the node: it runs by name.
-	p = testPolicy(t)
-	_, shape, err := (*runner)(e).Resolve(t.Context(), request(t, p, "true"))
-	if err != nil || shape.spec.Containers[0].Image != testImage {
-		t.Errorf("imported image: %v, pod spec names %q; want %s", err, shape.spec.Containers[0].Image, testImage)
+	for i := 1; i < 4; i++ {
+		wg.Add(1)
+		go call(i)
+	}
+	time.Sleep(20 * time.Millisecond) // let them wait
+	close(release)
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil || len(results[i]) != 1 || results[i][0].Name != "n1" || len(results[i][0].Status.Images) != 1 {
+			t.Errorf("caller %d: %v, %v; want node n1 with its image", i, results[i], errs[i])
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("node lists: %d, want 1 shared by every caller", n)
+	}
+	// Within the TTL the lists are reused without a read.
+	if _, err := e.nodeImages(context.Background()); err != nil || lists.Load() != 1 {
+		t.Errorf("a call within the TTL: %v, %d lists; want the cached lists", err, lists.Load())
 	}
 }

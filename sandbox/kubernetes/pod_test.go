@@ -183,7 +183,7 @@ func TestNodeDigest(t *testing.T) {
 		{"absent", []corev1.Node{node("n1")}, repo + ":1", ""},
 		{"disagree", []corev1.Node{node("n1", []string{repo + ":1", repo + "@" + a}), node("n2", []string{repo + ":1", repo + "@" + b})}, "", a + " on n1; " + b + " on n2"},
 	} {
-		image, digest, err := nodeDigest("tools", repo+":1", tc.nodes)
+		image, digest, err := nodeDigest("tools", repo+":1", repo, tc.nodes)
 		if tc.error != "" {
 			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.error) || !strings.Contains(err.Error(), `"tools"`) {
 				t.Errorf("%s: %q, %v; want ErrInvalid naming %q", tc.name, image, err, tc.error)
