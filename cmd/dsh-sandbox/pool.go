@@ -18,6 +18,7 @@ func poolFlags() []cli.Flag {
 		&cli.IntFlag{Name: "pool-max", Value: pool.DefaultMax, Usage: "prepared containers of all sessions together"},
 		&cli.DurationFlag{Name: "pool-ttl", Value: pool.DefaultTTL, Usage: "how long a prepared container may wait unused before it is destroyed"},
 		&cli.DurationFlag{Name: "pool-idle", Value: pool.DefaultIdle, Usage: "how long after its last call a session keeps getting containers prepared"},
+		&cli.DurationFlag{Name: "pool-refill-delay", Value: pool.DefaultRefillDelay, Usage: "how long a call runs alone before its session's next container is prepared (sooner when it ends sooner; 0: at once)"},
 	}
 }
 
@@ -37,15 +38,23 @@ func poolOptions(c *cli.Context, obs pool.Observer) (*pool.Options, error) {
 			return nil, usageError("--%s: want a positive duration, got %s", f, c.Duration(f))
 		}
 	}
+	delay := c.Duration("pool-refill-delay")
+	if delay < 0 {
+		return nil, usageError("--pool-refill-delay: want a duration of 0 or more, got %s", delay)
+	}
+	if delay == 0 {
+		delay = -1 // pool.Options: at once
+	}
 	if c.Int("pool-per-key") > c.Int("pool-max") {
 		return nil, usageError("--pool-per-key %d exceeds --pool-max %d", c.Int("pool-per-key"), c.Int("pool-max"))
 	}
 	return &pool.Options{
-		PerKey:   c.Int("pool-per-key"),
-		Max:      c.Int("pool-max"),
-		TTL:      c.Duration("pool-ttl"),
-		Idle:     c.Duration("pool-idle"),
-		Observer: obs,
+		PerKey:      c.Int("pool-per-key"),
+		Max:         c.Int("pool-max"),
+		TTL:         c.Duration("pool-ttl"),
+		Idle:        c.Duration("pool-idle"),
+		RefillDelay: delay,
+		Observer:    obs,
 	}, nil
 }
 

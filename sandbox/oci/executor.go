@@ -294,6 +294,10 @@ type plan struct {
 	// directory is mounted at Bind (Executor.poolKey), computed once.
 	poolKey string
 	late    bool
+	// refill, once the call started, starts the prepare of its
+	// session's next slot now if its delay has not yet passed
+	// (pool.Pool.RefillLater).
+	refill func()
 }
 
 func (r *runner) Config() driver.Config {

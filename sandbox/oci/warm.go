@@ -126,7 +126,8 @@ func (r *runner) Take(ctx context.Context, call *driver.Call, pl *plan) (driver.
 }
 
 // Started prepares the slot of the session's next call while this one
-// runs.
+// runs, once it has run for the pool's RefillDelay; Release starts it
+// at once when the call ends sooner.
 func (r *runner) Started(call *driver.Call, pl *plan) {
 	e := (*Executor)(r)
 	key := pl.poolKey
@@ -140,13 +141,16 @@ func (r *runner) Started(call *driver.Call, pl *plan) {
 	}
 	w.templates[key] = template(call.Request, pl.late)
 	w.mu.Unlock()
-	w.pool.Refill(key)
+	pl.refill = w.pool.RefillLater(key)
 }
 
 // Release tears the call down after Run returned, in the pool's
 // background, unless its egress record may still change its result.
 func (r *runner) Release(call *driver.Call, pl *plan, teardown *driver.Cleanup) bool {
 	e := (*Executor)(r)
+	if pl.refill != nil {
+		pl.refill()
+	}
 	if e.warm == nil || call.Request.Policy.Network == policy.NetworkAllowlist {
 		call.Cleanup.Merge(teardown)
 		return false

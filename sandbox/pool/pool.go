@@ -77,6 +77,7 @@ const (
 	DefaultIdle            = 5 * time.Minute
 	DefaultTeardownTimeout = 30 * time.Second
 	DefaultWait            = 5 * time.Second
+	DefaultRefillDelay     = 50 * time.Millisecond
 )
 
 // After a failed prepare, a key gets no new prepare for backoffMin,
@@ -125,6 +126,12 @@ type Options struct {
 	// Wait bounds how long Await waits for a prepare of its key that is
 	// already running. Zero means DefaultWait (5 s).
 	Wait time.Duration
+	// RefillDelay is how long RefillLater waits before it starts the
+	// prepares: a call runs that long (or to its end, when it ends
+	// sooner) before the prepare of its session's next slot competes
+	// with it for the CPU. Zero means DefaultRefillDelay (50 ms); a
+	// negative value starts them at once.
+	RefillDelay time.Duration
 	// Observer receives the pool's events. Nil means none.
 	Observer Observer
 	// Logger receives failed prepares and teardowns (key and error only).
@@ -156,6 +163,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Wait <= 0 {
 		o.Wait = DefaultWait
+	}
+	if o.RefillDelay == 0 {
+		o.RefillDelay = DefaultRefillDelay
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
@@ -370,6 +380,25 @@ func (p *Pool[S]) Refill(key string) {
 	}
 	ks.used = now
 	p.fill(key, ks, now)
+}
+
+// RefillLater is Refill after Options.RefillDelay, or sooner: the
+// returned function starts it at once if it has not started (a second
+// call does nothing). A caller calls RefillLater when a call of key
+// starts and the returned function when that call ends: a short call then
+// runs alone, and its successor's prepare starts as soon as it is done.
+func (p *Pool[S]) RefillLater(key string) (now func()) {
+	if p.opts.RefillDelay < 0 {
+		p.Refill(key)
+		return func() {}
+	}
+	var once sync.Once
+	refill := func() { once.Do(func() { p.Refill(key) }) }
+	t := time.AfterFunc(p.opts.RefillDelay, refill)
+	return func() {
+		t.Stop()
+		refill()
+	}
 }
 
 // fill starts the prepares key lacks, evicting the least recently used

@@ -525,7 +525,7 @@ func TestIdleKeysForgotten(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	o := Options{}.withDefaults()
 	if o.PerKey != DefaultPerKey || o.Max != DefaultMax || o.TTL != DefaultTTL || o.Idle != DefaultIdle ||
-		o.Teardowns < 1 || o.TeardownTimeout != DefaultTeardownTimeout || o.Observer == nil {
+		o.Teardowns < 1 || o.TeardownTimeout != DefaultTeardownTimeout || o.RefillDelay != DefaultRefillDelay || o.Observer == nil {
 		t.Errorf("Options{}.withDefaults() = %+v", o)
 	}
 	o = Options{PerKey: 3, Max: 7, TTL: time.Second, Idle: time.Second, Teardowns: 5, TeardownTimeout: time.Second}.withDefaults()
@@ -725,4 +725,50 @@ func TestReleaseBacklog(t *testing.T) {
 		t.Errorf("the slot released past the backlog was closed %d times when Release returned, want 1", n)
 	}
 	closePool(t, p)
+}
+
+// TestRefillLater: the prepare starts when the returned function is
+// called (once, however often it is called), or by itself after the
+// delay; a negative delay starts it at once.
+func TestRefillLater(t *testing.T) {
+	t.Run("ends-first", func(t *testing.T) {
+		f := &factory{t: t}
+		p := New(f.prepare, Options{RefillDelay: time.Hour})
+		defer closePool(t, p)
+		now := p.RefillLater("a")
+		time.Sleep(20 * time.Millisecond)
+		if n := f.calls.Load(); n != 0 {
+			t.Fatalf("prepares before the delay passed or the call ended: %d, want 0", n)
+		}
+		now()
+		now()
+		eventually(t, "one slot ready", func() bool { return p.Size().Ready == 1 })
+		time.Sleep(20 * time.Millisecond)
+		if n := f.calls.Load(); n != 1 {
+			t.Errorf("prepares after two calls of now: %d, want 1", n)
+		}
+	})
+	t.Run("delay-first", func(t *testing.T) {
+		f := &factory{t: t}
+		p := New(f.prepare, Options{RefillDelay: 10 * time.Millisecond})
+		defer closePool(t, p)
+		now := p.RefillLater("a")
+		eventually(t, "one slot ready without now", func() bool { return p.Size().Ready == 1 })
+		now()
+		time.Sleep(20 * time.Millisecond)
+		if n := f.calls.Load(); n != 1 {
+			t.Errorf("prepares: %d, want 1 (now after the delay starts nothing more)", n)
+		}
+	})
+	t.Run("at-once", func(t *testing.T) {
+		gate := make(chan struct{})
+		f := &factory{t: t, gate: gate}
+		p := New(f.prepare, Options{RefillDelay: -1})
+		defer closePool(t, p)
+		defer close(gate)
+		p.RefillLater("a")
+		if s := p.Size(); s.Preparing != 1 {
+			t.Errorf("right after RefillLater with a negative delay: %+v, want 1 preparing", s)
+		}
+	})
 }
