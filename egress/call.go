@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -54,8 +54,8 @@ type Options struct {
 	// the host's resolver and dialer.
 	Network Network
 	// Logger receives refusals at debug level (host and port, never
-	// payloads) and teardown errors.
-	Logger zerolog.Logger
+	// payloads) and teardown errors; nil logs nothing.
+	Logger *slog.Logger
 	// Namespace is the path of an existing network namespace to serve
 	// in, a running container's ("/proc/<pid>/ns/net"), for a runtime
 	// that cannot join one by path (the docker backend); its loopback is
@@ -277,7 +277,7 @@ func (c *Call) Close() []sandbox.Connection {
 			errs = append(errs, c.ns.Close())
 		}
 		if err := errors.Join(errs...); err != nil {
-			c.p.log.Debug().Err(err).Msg("egress: teardown")
+			c.p.log.Debug("egress: teardown", "error", err)
 		}
 	})
 	return c.recs

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
@@ -307,7 +307,7 @@ func TestDialAfterClose(t *testing.T) {
 	nw.DialContext = func(_ context.Context, network, addr string) (net.Conn, error) {
 		return dial(context.Background(), network, addr) // completes although the call ended
 	}
-	p := newProxy(rules, nw, zerolog.Nop())
+	p := newProxy(rules, nw, slog.New(slog.DiscardHandler))
 	p.close()
 	done := make(chan error, 1)
 	go func() {

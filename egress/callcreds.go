@@ -204,7 +204,7 @@ func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool)
 func (s *Setup) Close() []sandbox.Connection {
 	recs := s.Call.Close()
 	if err := s.binding.Remove(); err != nil {
-		s.Call.p.log.Debug().Err(err).Msg("egress: removing the call's CA bundle")
+		s.Call.p.log.Debug("egress: removing the call's CA bundle", "error", err)
 	}
 	return recs
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -23,7 +23,7 @@ func newTestProxy(t *testing.T, allow []string, nw Network) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newProxy(rules, nw, zerolog.Nop())
+	return newProxy(rules, nw, slog.New(slog.DiscardHandler))
 }
 
 // TestRecordClipsHost: a refused host of 1 MB is kept as at most

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -19,7 +20,6 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -91,7 +91,7 @@ const (
 type proxy struct {
 	rules *Rules
 	net   Network
-	log   zerolog.Logger
+	log   *slog.Logger
 	ctx   context.Context
 	stop  context.CancelFunc
 
@@ -115,7 +115,10 @@ type proxy struct {
 	credTransports map[string]*http.Transport // of terminated tunnels, by credential name
 }
 
-func newProxy(rules *Rules, nw Network, log zerolog.Logger) *proxy {
+func newProxy(rules *Rules, nw Network, log *slog.Logger) *proxy {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if nw.LookupNetIP == nil {
 		nw.LookupNetIP = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -212,7 +215,7 @@ func (p *proxy) connState(c net.Conn, s http.ConnState) {
 func (p *proxy) recordClient(c net.Conn, reason string) {
 	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
 	p.record(sandbox.Connection{Host: local.Addr().String(), Port: local.Port(), Verdict: Denied, Reason: reason})
-	p.log.Debug().Str("reason", reason).Msg("egress: denied")
+	p.log.Debug("egress: denied", "reason", reason)
 }
 
 // track registers an open connection, closed by close at the latest; it
@@ -254,7 +257,7 @@ func (p *proxy) record(c sandbox.Connection) {
 	defer p.mu.Unlock()
 	if len(p.records) >= maxRecords {
 		if p.dropped == 0 {
-			p.log.Warn().Int("limit", maxRecords).Msg("egress: too many connections; later ones are not recorded")
+			p.log.Warn("egress: too many connections; later ones are not recorded", "limit", maxRecords)
 		}
 		p.dropped++
 		return
@@ -276,7 +279,7 @@ func (p *proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	deny := func(reason string) (net.Conn, error) {
 		rec.Verdict, rec.Reason = Denied, reason
 		p.record(rec)
-		p.log.Debug().Str("host", clip(host)).Uint64("port", port).Str("reason", clip(reason)).Msg("egress: denied")
+		p.log.Debug("egress: denied", "host", clip(host), "port", port, "reason", clip(reason))
 		return nil, fmt.Errorf("egress: %s:%d denied: %s", host, port, reason)
 	}
 	if network != "tcp" && network != "tcp4" && network != "tcp6" {
@@ -384,7 +387,7 @@ func (p *proxy) isOwn(a netip.Addr) bool {
 	if p.own == nil || time.Since(p.ownAt) > time.Second {
 		own, err := p.net.InterfaceAddrs()
 		if err != nil {
-			p.log.Warn().Err(err).Msg("egress: listing the host's addresses")
+			p.log.Warn("egress: listing the host's addresses", "error", err)
 			return true
 		}
 		p.own, p.ownAt = append(own[:0:0], own...), time.Now()

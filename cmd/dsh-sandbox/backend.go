@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/logbridge"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
@@ -33,7 +34,7 @@ func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) 
 		ContainerdAddress:   s.containerdAddress,
 		ContainerdNamespace: s.containerdNamespace,
 		Getenv:              os.LookupEnv,
-		Logger:              s.log,
+		Logger:              logbridge.New(s.log),
 		Pool:                s.pool,
 	}
 	if d.Needs.Images {

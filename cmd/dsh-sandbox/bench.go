@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/logbridge"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
@@ -467,7 +468,7 @@ func benchStore(ctx context.Context, s *settings, t backend.Target, ex sandbox.E
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, StateDir: dir, Logger: s.log})
+	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, StateDir: dir, Logger: logbridge.New(s.log)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -58,6 +58,7 @@ var allowed = map[string][]string{
 	"interop/...":             {"*"},
 	"internal/deptest":        {},
 	"internal/fixtures":       {},
+	"internal/logbridge":      {},
 	"internal/safefile":       {},
 }
 

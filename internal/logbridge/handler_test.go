@@ -31,15 +31,27 @@ func TestHandlerCase(t *testing.T) {
 	}{
 		{"plain", func(l zerolog.Logger) { l.Warn().Msg("output did not end") }, func(l *slog.Logger) { l.Warn("output did not end") }},
 		{"empty message", func(l zerolog.Logger) { l.Info().Str("a", "b").Send() }, func(l *slog.Logger) { l.Info("", "a", "b") }},
-		{"strings", func(l zerolog.Logger) { l.Debug().Str("signal", "SIGTERM").Str("quote", `a "b"`+"\n").Msg("stopping container") },
+		{"strings", func(l zerolog.Logger) {
+			l.Debug().Str("signal", "SIGTERM").Str("quote", `a "b"`+"\n").Msg("stopping container")
+		},
 			func(l *slog.Logger) { l.Debug("stopping container", "signal", "SIGTERM", "quote", `a "b"`+"\n") }},
-		{"ints", func(l zerolog.Logger) { l.Warn().Int("processes", 3).Int64("status", -1).Uint64("port", 443).Msg("killed") },
-			func(l *slog.Logger) { l.Warn("killed", "processes", 3, slog.Int64("status", -1), slog.Uint64("port", 443)) }},
-		{"durations", func(l zerolog.Logger) { l.Debug().Dur("run", 1500*time.Microsecond).Dur("teardown", 2*time.Second).Msg("call finished") },
-			func(l *slog.Logger) { l.Debug("call finished", "run", 1500*time.Microsecond, slog.Duration("teardown", 2*time.Second)) }},
+		{"ints", func(l zerolog.Logger) {
+			l.Warn().Int("processes", 3).Int64("status", -1).Uint64("port", 443).Msg("killed")
+		},
+			func(l *slog.Logger) {
+				l.Warn("killed", "processes", 3, slog.Int64("status", -1), slog.Uint64("port", 443))
+			}},
+		{"durations", func(l zerolog.Logger) {
+			l.Debug().Dur("run", 1500*time.Microsecond).Dur("teardown", 2*time.Second).Msg("call finished")
+		},
+			func(l *slog.Logger) {
+				l.Debug("call finished", "run", 1500*time.Microsecond, slog.Duration("teardown", 2*time.Second))
+			}},
 		{"errors", func(l zerolog.Logger) { l.Error().Err(boom).Str("pod", "p").Msg("not deleted") },
 			func(l *slog.Logger) { l.Error("not deleted", "error", boom, "pod", "p") }},
-		{"nil errors", func(l zerolog.Logger) { l.Warn().AnErr("stdout", nilErr).AnErr("stderr", boom).Msg("spill file incomplete") },
+		{"nil errors", func(l zerolog.Logger) {
+			l.Warn().AnErr("stdout", nilErr).AnErr("stderr", boom).Msg("spill file incomplete")
+		},
 			func(l *slog.Logger) { l.Warn("spill file incomplete", "stdout", nilErr, "stderr", boom) }},
 		{"bools", func(l zerolog.Logger) { l.Info().Bool("keyed", true).Bool("inherited", false).Msg("opened") },
 			func(l *slog.Logger) { l.Info("opened", "keyed", true, slog.Bool("inherited", false)) }},

@@ -15,10 +15,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -44,8 +43,8 @@ type Config struct {
 	// Getenv reads the environment of the process that runs calls, for
 	// Policy.EnvInherit; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
-	// Logger receives the backend's events; the zero value logs nothing.
-	Logger zerolog.Logger
+	// Logger receives the backend's events; nil logs nothing.
+	Logger *slog.Logger
 	// Pool, when set, turns on the warm pool of a backend that has one
 	// (oci with runc or crun); others ignore it. Nil means no pool.
 	Pool *pool.Options

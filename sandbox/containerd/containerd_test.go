@@ -10,13 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -84,7 +83,7 @@ func testStateDir(t testing.TB) string {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	addr := testAddress(t)
-	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: testStateDir(t), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

@@ -1,9 +1,8 @@
 package containerd
 
 import (
+	"log/slog"
 	"path/filepath"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -17,7 +16,7 @@ import (
 // shim's runtime opens it by its /proc path in this process) and bind
 // resolv.conf and the CA bundle, and the function that ends it and returns the record. On
 // error nothing is left.
-func (e *Executor) startEgress(p sandbox.Policy, call *sandbox.Call, log zerolog.Logger) ([]sandbox.SpecOpt, func() []sandbox.Connection, error) {
+func (e *Executor) startEgress(p sandbox.Policy, call *sandbox.Call, log *slog.Logger) ([]sandbox.SpecOpt, func() []sandbox.Connection, error) {
 	files := filepath.Join(e.opts.StateDir, "egress")
 	if err := egress.WriteFiles(files); err != nil {
 		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s: %w", call.ID, err)

@@ -3,11 +3,10 @@ package containerd
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/images"
@@ -26,7 +25,7 @@ func TestEgressAllowlist(t *testing.T) {
 	inet := fixtures.NewInternet(t)
 	e, err := New(t.Context(), Options{
 		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
-		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Network: egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
 	})
 	if err != nil {
@@ -84,7 +83,7 @@ func TestEgressCredentials(t *testing.T) {
 	bh := fixtures.NewBoundHost(t)
 	e, err := New(t.Context(), Options{
 		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
-		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
 		Getenv:  fixtures.BoundGetenv,
 	})

@@ -1,10 +1,12 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -21,7 +23,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	cerrdefs "github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -64,9 +65,9 @@ type Options struct {
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; the
-	// zero value logs nothing. Env values are never logged.
-	Logger zerolog.Logger
+	// Logger receives debug events per call and errors of teardown; nil
+	// logs nothing. Env values are never logged.
+	Logger *slog.Logger
 	// Getenv reads the service's environment for Policy.EnvInherit, at
 	// call time; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
@@ -99,7 +100,7 @@ const outputDrain = 10 * time.Second
 type Executor struct {
 	opts     Options
 	cli      *containerd.Client
-	log      zerolog.Logger
+	log      *slog.Logger
 	instance string
 	lock     *os.File
 
@@ -184,7 +185,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	e := &Executor{
 		opts:     opts,
 		cli:      cli,
-		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		instance: opts.InstanceID,
 
 		foreignGrace: sandbox.ForeignLeftoverGrace,
@@ -817,7 +818,7 @@ func (p *callTask) drainOutput() {
 	select {
 	case <-drained:
 	case <-drain.C:
-		call.Log.Warn().Msg("output did not end after the task exited; closing it")
+		call.Log.Warn("output did not end after the task exited; closing it")
 		task.IO().Cancel()
 		<-drained
 	}
@@ -828,13 +829,13 @@ func (p *callTask) drainOutput() {
 // which is how a command whose daemon went away is stopped: the runc shim
 // survives the daemon and would keep it running. Processes found are
 // logged.
-func (e *Executor) killCall(log zerolog.Logger, callID string) {
+func (e *Executor) killCall(log *slog.Logger, callID string) {
 	n, err := killCgroup(cgroupsPath(e.instance, callID))
 	if err != nil {
-		log.Error().Err(err).Msg("could not kill the call's processes")
+		log.Error("could not kill the call's processes", "error", err)
 	}
 	if n > 0 {
-		log.Warn().Int("processes", n).Msg("killed the call's processes through its cgroup: the daemon could not")
+		log.Warn("killed the call's processes through its cgroup: the daemon could not", "processes", n)
 	}
 }
 

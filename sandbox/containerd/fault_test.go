@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -231,7 +231,7 @@ func TestRunDaemonStopsUnavailableCases(t *testing.T) {
 func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 	d := startPrivateDaemon(t)
 	stateDir := testStateDir(t)
-	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: stateDir, Logger: logger})
 	if err != nil {
 		t.Fatalf("New(private daemon) = %v", err)

@@ -151,7 +151,7 @@ func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	select {
 	case <-p.exited:
 	case <-exit.C:
-		call.Log.Warn().Msg("the task did not exit after the call ended; killing it")
+		call.Log.Warn("the task did not exit after the call ended; killing it")
 		e.killCall(call.Log, call.ID)
 		<-p.exited
 	}

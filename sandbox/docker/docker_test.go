@@ -10,13 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -63,7 +62,7 @@ func requireEngine(t testing.TB) {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	requireEngine(t)
-	e, err := New(t.Context(), Options{StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	e, err := New(t.Context(), Options{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

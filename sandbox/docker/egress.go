@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
@@ -59,7 +59,7 @@ const (
 // callEgress is the egress network of one running call.
 type callEgress struct {
 	e       *Executor
-	log     zerolog.Logger
+	log     *slog.Logger
 	name    string   // the container's name
 	fifo    string   // the FIFO on the host
 	ref     *os.File // the FIFO opened O_PATH: reopened by its descriptor, so that neither serve nor end depends on the path
@@ -79,7 +79,7 @@ type callEgress struct {
 // waiting for the container in the background. The caller must defer
 // end once the container's removal is deferred too, so that end runs
 // after it. On error nothing is left.
-func (e *Executor) startEgress(log zerolog.Logger, p sandbox.Policy, call *sandbox.Call, name string, cfg *container.Config, hc *container.HostConfig) (*callEgress, error) {
+func (e *Executor) startEgress(log *slog.Logger, p sandbox.Policy, call *sandbox.Call, name string, cfg *container.Config, hc *container.HostConfig) (*callEgress, error) {
 	if p.Runtime == runtimeRunsc {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "docker: policy.network %q is not supported with runtime runsc yet (gVisor's network stack does not see the engine's namespace); use runc or crun", p.Network)
 	}
@@ -339,7 +339,7 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 	<-ce.done // serve sees ended within readyPoll, pidWait at most
 	ce.ref.Close()
 	if rmErr := os.Remove(ce.fifo); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-		ce.log.Error().Err(rmErr).Msg("egress: removing the FIFO")
+		ce.log.Error("egress: removing the FIFO", "error", rmErr)
 	}
 	ce.mu.Lock()
 	nc, failed := ce.nc, ce.failed
@@ -351,7 +351,7 @@ func (ce *callEgress) end(res **sandbox.Result, err *error) {
 		}
 	}
 	if rmErr := ce.binding.Remove(); rmErr != nil {
-		ce.log.Error().Err(rmErr).Msg("egress")
+		ce.log.Error("egress", "error", rmErr)
 	}
 	if failed != nil && *err == nil {
 		*res, *err = nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: egress network of container %s: %w", ce.name, failed)

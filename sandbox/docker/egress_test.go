@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
@@ -31,7 +31,7 @@ func newEgressExecutor(t *testing.T, inet *fixtures.Internet) *Executor {
 	requireEngine(t)
 	e, err := New(t.Context(), Options{
 		StateDir: t.TempDir(),
-		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Network:  egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
 	})
 	if err != nil {
@@ -140,7 +140,7 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 	e := &Executor{opts: Options{StateDir: t.TempDir()}}
 	p := egressPolicy(t)
 	p.Runtime = runtimeRunsc
-	_, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c"}, "n", nil, nil)
+	_, err := e.startEgress(slog.New(slog.DiscardHandler), p, &sandbox.Call{ID: "c"}, "n", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("startEgress(runsc) = %v, want an error naming runsc", err)
 	}
@@ -166,7 +166,7 @@ func TestEgressCredentialsConfig(t *testing.T) {
 	}
 	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init"}}
 	hc := &container.HostConfig{}
-	ce, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c1"}, "n", cfg, hc)
+	ce, err := e.startEgress(slog.New(slog.DiscardHandler), p, &sandbox.Call{ID: "c1"}, "n", cfg, hc)
 	if err != nil {
 		t.Fatalf("startEgress(credentials) = %v", err)
 	}
@@ -199,7 +199,7 @@ func TestEgressCredentialsConfig(t *testing.T) {
 		t.Errorf("the CA bundle is still there after end: %v", err)
 	}
 	// A crash between start and end: reapEgress removes what is left.
-	if _, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c2"}, "n", cfg, &container.HostConfig{}); err != nil {
+	if _, err := e.startEgress(slog.New(slog.DiscardHandler), p, &sandbox.Call{ID: "c2"}, "n", cfg, &container.HostConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	removed, err := e.reapEgress("i1", func(string) bool { return false })
@@ -210,7 +210,7 @@ func TestEgressCredentialsConfig(t *testing.T) {
 	// made.
 	e.opts.Getenv = func(string) (string, bool) { return "", false }
 	hc = &container.HostConfig{}
-	if _, err := e.startEgress(zerolog.Nop(), p, &sandbox.Call{ID: "c3"}, "n", cfg, hc); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "gh"`) || len(hc.Mounts) > 0 {
+	if _, err := e.startEgress(slog.New(slog.DiscardHandler), p, &sandbox.Call{ID: "c3"}, "n", cfg, hc); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "gh"`) || len(hc.Mounts) > 0 {
 		t.Errorf("startEgress(unset value) = %v (mounts %v), want an invalid-argument error naming the credential and nothing bound", err, hc.Mounts)
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "egress", "i1", "*")); len(m) > 0 {
@@ -228,7 +228,7 @@ func TestEgressCredentials(t *testing.T) {
 	bh := fixtures.NewBoundHost(t)
 	e, err := New(t.Context(), Options{
 		StateDir: t.TempDir(),
-		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Network:  egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
 		Getenv:   fixtures.BoundGetenv,
 	})
@@ -269,7 +269,7 @@ func TestEgressConfigAndEnd(t *testing.T) {
 	call := &sandbox.Call{ID: "c1", Env: []string{"A=1", "HTTP_PROXY=http://elsewhere:1"}}
 	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init", "sh", "cmd"}}
 	hc := &container.HostConfig{}
-	ce, err := e.startEgress(zerolog.Nop(), egressPolicy(t), call, "n", cfg, hc)
+	ce, err := e.startEgress(slog.New(slog.DiscardHandler), egressPolicy(t), call, "n", cfg, hc)
 	if err != nil {
 		t.Fatal(err)
 	}

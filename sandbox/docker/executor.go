@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,7 +20,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -44,9 +45,9 @@ type Options struct {
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; the
-	// zero value logs nothing. Env values are never logged.
-	Logger zerolog.Logger
+	// Logger receives debug events per call and errors of teardown; nil
+	// logs nothing. Env values are never logged.
+	Logger *slog.Logger
 	// Getenv reads the service's environment for Policy.EnvInherit, at
 	// call time; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
@@ -76,7 +77,7 @@ type Executor struct {
 	opts     Options
 	cli      *client.Client
 	probe    *client.Client // never reuses a connection: see engineGone
-	log      zerolog.Logger
+	log      *slog.Logger
 	instance string
 	lock     *os.File
 
@@ -147,7 +148,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		opts:     opts,
 		cli:      cli,
 		probe:    probe,
-		log:      opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		instance: opts.InstanceID,
 		remap:    rm,
 	}
@@ -678,7 +679,7 @@ func (p *engineProcess) Wait(context.Context, bool) (driver.Exit, error) {
 	select {
 	case copyErr = <-p.copied:
 	case <-drain.C:
-		call.Log.Warn().Msg("output stream did not end after the container exited; closing it")
+		call.Log.Warn("output stream did not end after the container exited; closing it")
 		p.hj.Close()
 		<-p.copied
 		copyErr = errors.New("the output stream did not end after the container exited")
@@ -686,7 +687,7 @@ func (p *engineProcess) Wait(context.Context, bool) (driver.Exit, error) {
 	drain.Stop()
 	if suspicious(p.status, p.waitErr, copyErr) {
 		if gone := e.engineGone(bg); gone != nil {
-			call.Log.Debug().Err(gone).AnErr("wait", p.waitErr).AnErr("output", copyErr).Int64("status", p.status).Msg("the engine went away during the call")
+			call.Log.Debug("the engine went away during the call", "error", gone, "wait", p.waitErr, "output", copyErr, "status", p.status)
 			return driver.Exit{}, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call %s: the engine at %s went away during the call (an engine that stops kills its containers); the command's outcome is unknown: %w", call.ID, e.cli.DaemonHost(), gone)
 		}
 	}
@@ -700,12 +701,12 @@ func (p *engineProcess) Wait(context.Context, bool) (driver.Exit, error) {
 // the (exited, not yet removed) container: the engine records every OOM
 // event of the container's cgroup, not only one that kills pid 1. An
 // engine that cannot answer leaves it false, logged.
-func (e *Executor) oomKilled(ctx context.Context, log zerolog.Logger, id string) bool {
+func (e *Executor) oomKilled(ctx context.Context, log *slog.Logger, id string) bool {
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := e.cli.ContainerInspect(ictx, id)
 	if err != nil || info.ContainerJSONBase == nil || info.State == nil {
-		log.Warn().Err(err).Msg("could not ask the engine whether the call ran out of memory")
+		log.Warn("could not ask the engine whether the call ran out of memory", "error", err)
 		return false
 	}
 	return info.State.OOMKilled

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -201,7 +200,7 @@ func TestRunEngineStopsUnavailable(t *testing.T) {
 }
 
 func testRunEngineStops(t *testing.T, d *privateEngine, sig syscall.Signal) {
-	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("New(private engine) = %v", err)
 	}

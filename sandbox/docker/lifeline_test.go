@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -20,7 +19,7 @@ import (
 // TestLifelineKilledSupervisor (fixtures.KillSupervisor): it supervises
 // one call, which the test kills it in the middle of.
 func runLifelineHelper(s fixtures.Supervisor) int {
-	e, err := New(context.Background(), Options{StateDir: s.State, InstanceID: s.Instance, Logger: zerolog.Nop()})
+	e, err := New(context.Background(), Options{StateDir: s.State, InstanceID: s.Instance, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -49,7 +48,7 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	}
 	t.Logf("the call ended %v after its supervisor was killed", took)
 
-	reaper, err := New(t.Context(), Options{StateDir: state, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	reaper, err := New(t.Context(), Options{StateDir: state, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +60,7 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	t.Logf("reaped after the helper: %+v", rep)
 	// The dead instance's name is free again: an executor of that name
 	// sees what is left of it.
-	again, err := New(t.Context(), Options{StateDir: state, InstanceID: dead, Logger: zerolog.Nop()})
+	again, err := New(t.Context(), Options{StateDir: state, InstanceID: dead, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func (p *stubProcess) Wait(context.Context, bool) (driver.Exit, error) {
 			copyErr = errors.New("the output stream did not end after the container exited")
 		}
 	case <-drain.C:
-		call.Log.Warn().Msg("the container did not exit after the call ended; closing its stream")
+		call.Log.Warn("the container did not exit after the call ended; closing its stream")
 		p.hj.Close()
 		copyErr = errors.New("the container did not exit after the call ended")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -252,7 +252,7 @@ func TestRunUserNamespace(t *testing.T) {
 // before, and so does user: host-root, as host uid 0.
 func TestRunRefusesRootWithoutRemap(t *testing.T) {
 	d := startPrivateEngine(t, "DSH_SANDBOX_DOCKER_USERNS_REMAP=none")
-	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("New(private engine) = %v", err)
 	}

@@ -24,11 +24,11 @@ package driver
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -52,9 +52,9 @@ type Config struct {
 	// KillGrace is the time between SIGTERM and SIGKILL when a call is
 	// stopped; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
-	// Logger receives a debug event per call and teardown errors; the
-	// zero value logs nothing.
-	Logger zerolog.Logger
+	// Logger receives a debug event per call and teardown errors; nil
+	// logs nothing.
+	Logger *slog.Logger
 	// Instance is the executor's instance id in the containers' labels.
 	Instance string
 	// Reap names the command that removes what a failed teardown left,
@@ -142,7 +142,7 @@ func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request)
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TeardownTimeout)
 		defer cancel()
 		if terr := call.Cleanup.Clean(tctx); terr != nil {
-			call.Log.Error().Err(terr).Msgf("undoing a failed slot left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap"))
+			call.Log.Error(fmt.Sprintf("undoing a failed slot left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap")), "error", terr)
 		}
 		return nil, nil, err
 	}
@@ -155,7 +155,7 @@ func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Re
 		Call:    sc,
 		Request: req,
 		Labels:  sandbox.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
-		Log:     cfg.Logger.With().Str("call", sc.ID).Str("session", req.Session.ID).Logger(),
+		Log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("call", sc.ID, "session", req.Session.ID),
 		Cleanup: &Cleanup{},
 		Result:  res,
 	}
@@ -170,7 +170,7 @@ type Call struct {
 	// Labels are the container's labels (sandbox.Labels).
 	Labels map[string]string
 	// Log is the backend's logger with the call's fields.
-	Log zerolog.Logger
+	Log *slog.Logger
 	// Cleanup is the call's cleanup stack.
 	Cleanup *Cleanup
 	// Result is the call's result in the making; a backend may fill
@@ -322,7 +322,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 		return nil, err
 	}
 	res.Timings.Run = time.Since(t2)
-	log.Debug().Dur("run", res.Timings.Run).Msg("call finished")
+	log.Debug("call finished", "run", res.Timings.Run)
 	return res, nil
 }
 
@@ -361,7 +361,7 @@ func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sand
 
 // tearDown runs the call's cleanup stack on a context bounded by
 // TeardownTimeout, logs what it left behind and records how long it took.
-func tearDown(bg context.Context, cfg Config, call *Call, log zerolog.Logger) {
+func tearDown(bg context.Context, cfg Config, call *Call, log *slog.Logger) {
 	res := call.Result
 	t := time.Now()
 	tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
@@ -369,10 +369,10 @@ func tearDown(bg context.Context, cfg Config, call *Call, log zerolog.Logger) {
 	if terr := call.Cleanup.Clean(tctx); terr != nil {
 		// The outcome of the call is known; what is left is for
 		// Reap. Say so loudly but keep the result.
-		log.Error().Err(terr).Msgf("teardown left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap"))
+		log.Error(fmt.Sprintf("teardown left objects behind; `%s` removes them", cmp.Or(cfg.Reap, "dsh-sandbox reap")), "error", terr)
 	}
 	res.Timings.Teardown = time.Since(t)
-	log.Debug().Dur("teardown", res.Timings.Teardown).Msg("call torn down")
+	log.Debug("call torn down", "teardown", res.Timings.Teardown)
 }
 
 // takeSlot returns the call's slot: a prepared one of warm when it has
@@ -397,11 +397,11 @@ func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call
 // cancellation and kill grace: sandbox.Supervise), waits for it on bg
 // and fills the call's result with its output and how it ended; an
 // error is Process.Wait's.
-func await(ctx, bg context.Context, cfg Config, call *Call, log zerolog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
+func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
 	res := call.Result
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
-		log.Debug().Str("signal", sandbox.SignalName(sig)).Msg("stopping container")
+		log.Debug("stopping container", "signal", sandbox.SignalName(sig))
 		lastSig = sig
 		return p.Signal(bg, sig)
 	})
@@ -410,7 +410,7 @@ func await(ctx, bg context.Context, cfg Config, call *Call, log zerolog.Logger, 
 	out, oerr := stdout.Stream()
 	errOut, eerr := stderr.Stream()
 	if oerr != nil || eerr != nil {
-		log.Warn().AnErr("stdout", oerr).AnErr("stderr", eerr).Msg("spill file incomplete")
+		log.Warn("spill file incomplete", "stdout", oerr, "stderr", eerr)
 	}
 	if werr != nil {
 		return werr

@@ -1,11 +1,13 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +16,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,9 +93,9 @@ type Options struct {
 	// and an event (two API writes) per pod and its share of a cold
 	// start. The kubelet still refuses a pod that does not fit.
 	Node string
-	// Logger receives debug events per call and errors of teardown; the
-	// zero value logs nothing. Env values are never logged.
-	Logger zerolog.Logger
+	// Logger receives debug events per call and errors of teardown; nil
+	// logs nothing. Env values are never logged.
+	Logger *slog.Logger
 	// Getenv reads the service's environment for Policy.EnvInherit, at
 	// call time; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
@@ -109,7 +110,7 @@ type Executor struct {
 	opts     Options
 	cfg      *rest.Config
 	cli      k8s.Interface
-	log      zerolog.Logger
+	log      *slog.Logger
 	instance string
 	lock     *os.File
 	active   sandbox.ActiveCalls
@@ -163,7 +164,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	}
 	e := &Executor{
 		opts: opts, cfg: cfg, cli: cli, instance: opts.InstanceID, lock: lock,
-		log:   opts.Logger.With().Str("backend", Backend).Str("instance", opts.InstanceID).Logger(),
+		log:   cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		pools: map[string]*warmPool{},
 	}
 	if opts.SeccompDir != "" {
@@ -421,11 +422,11 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape
 		if p, ok := pool.take(); ok {
 			call.Result.Timings.Pool = sandbox.PoolHit
 			call.Cleanup.Add("pod", func(context.Context) error { e.deleteLater(p.name); return nil })
-			call.Log.Debug().Str("pod", p.name).Msg("warm pod")
+			call.Log.Debug("warm pod", "pod", p.name)
 			return &podContainer{call: call, p: p}, nil
 		}
 		call.Result.Timings.Pool = sandbox.PoolMiss
-		call.Log.Debug().Msg("no warm pod: creating one")
+		call.Log.Debug("no warm pod: creating one")
 	}
 	name := podName()
 	pod := e.newPod(shape, name, shape.deadline(call.Timeout, e.opts.KillGrace))
@@ -460,7 +461,7 @@ func (e *Executor) deleteLater(name string) {
 		ctx, cancel := context.WithTimeout(context.Background(), driver.TeardownTimeout)
 		defer cancel()
 		if err := e.deletePod(ctx, name); err != nil {
-			e.log.Error().Err(err).Str("pod", name).Msg("pod not deleted; `dsh-sandbox reap --backend kubernetes` removes it")
+			e.log.Error("pod not deleted; `dsh-sandbox reap --backend kubernetes` removes it", "error", err, "pod", name)
 		}
 	}()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	k8s "k8s.io/client-go/kubernetes"
@@ -129,7 +129,7 @@ func newTestExecutorWith(t testing.TB, set func(*Options)) *Executor {
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(envSeccompDir),
 		ImageEnv:   testImageEnv,
-		Logger:     zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	set(&opts)
 	e, err := New(t.Context(), opts)

@@ -12,17 +12,17 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -38,9 +38,9 @@ type Options struct {
 	StateDir string
 	// Bash is the shell that runs commands; empty means "bash" on PATH.
 	Bash string
-	// Logger receives a debug event per call; the zero value logs
-	// nothing. Env values are never logged.
-	Logger zerolog.Logger
+	// Logger receives a debug event per call; nil logs nothing.
+	// Env values are never logged.
+	Logger *slog.Logger
 	// Getenv reads the service's environment for Policy.EnvInherit, at
 	// call time; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
@@ -59,7 +59,7 @@ const drainTimeout = 2 * time.Second
 type Executor struct {
 	opts Options
 	bash string
-	log  zerolog.Logger
+	log  *slog.Logger
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -83,7 +83,7 @@ func New(opts Options) (*Executor, error) {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = sandbox.DefaultKillGrace
 	}
-	return &Executor{opts: opts, bash: path, log: opts.Logger.With().Str("backend", "local").Logger()}, nil
+	return &Executor{opts: opts, bash: path, log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", "local")}, nil
 }
 
 // BaseEnv is the base environment of a local call (layer 1 of DESIGN

@@ -2,9 +2,8 @@ package oci
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
@@ -19,7 +18,7 @@ import (
 // name-service files and the CA bundle. Its end is pushed on cu, above the container's
 // removal, so it runs after the container is gone: connections still
 // open are closed then, and the record goes into res.Egress.
-func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log zerolog.Logger, cu *driver.Cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
+func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log *slog.Logger, cu *driver.Cleanup, res *sandbox.Result) ([]sandbox.SpecOpt, error) {
 	if err := e.step("egress"); err != nil {
 		return nil, err
 	}

@@ -2,9 +2,11 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +18,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
@@ -54,9 +55,9 @@ type Options struct {
 	// characters of [A-Za-z0-9_.-] starting with a letter or digit, and
 	// no other live executor on the same StateDir may use it.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; the
-	// zero value logs nothing. Env values are never logged.
-	Logger zerolog.Logger
+	// Logger receives debug events per call and errors of teardown; nil
+	// logs nothing. Env values are never logged.
+	Logger *slog.Logger
 	// Getenv reads the service's environment for Policy.EnvInherit, at
 	// call time; nil means os.LookupEnv.
 	Getenv func(string) (string, bool)
@@ -92,7 +93,7 @@ type Options struct {
 type Executor struct {
 	opts     Options
 	rt       *runtimeCLI
-	log      zerolog.Logger
+	log      *slog.Logger
 	getenv   func(string) (string, bool)
 	grace    time.Duration
 	instance string
@@ -148,7 +149,7 @@ func New(opts Options) (*Executor, error) {
 		opts:     opts,
 		stub:     stubPath,
 		stubErr:  stubErr,
-		log:      opts.Logger.With().Str("backend", "oci").Str("runtime", opts.Runtime).Str("instance", opts.InstanceID).Logger(),
+		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", "oci", "runtime", opts.Runtime, "instance", opts.InstanceID),
 		getenv:   opts.Getenv,
 		grace:    opts.KillGrace,
 		instance: opts.InstanceID,
@@ -465,7 +466,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
 		defer cancel()
 		if cerr := cu.Clean(tctx); cerr != nil {
-			e.log.Error().Str("call", call.ID).Err(cerr).Msg("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them")
+			e.log.Error("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them", "call", call.ID, "error", cerr)
 		}
 	}()
 	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts, ids)

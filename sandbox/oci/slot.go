@@ -502,7 +502,7 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 		s.tty.finish(call.Log)
 	} else {
 		driver.Drain(&p.copies, outputDrain, func() {
-			call.Log.Warn().Msg("output did not end after the container exited; closing it")
+			call.Log.Warn("output did not end after the container exited; closing it")
 			s.stdout.Close()
 			s.stderr.Close()
 		})

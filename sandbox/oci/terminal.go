@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -12,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/console"
@@ -142,14 +141,14 @@ func (ct *callTerminal) relay(p *console.Pair, in io.Reader, out io.Writer) {
 
 // finish waits, once the runtime exited, for the output to end (at most
 // terminalDrain), then closes everything.
-func (ct *callTerminal) finish(log zerolog.Logger) {
+func (ct *callTerminal) finish(log *slog.Logger) {
 	t := time.NewTimer(terminalDrain)
 	defer t.Stop()
 	if ct.got != nil {
 		select {
 		case <-ct.got:
 		case <-t.C:
-			log.Warn().Msg("the runtime exited without sending its terminal")
+			log.Warn("the runtime exited without sending its terminal")
 			ct.ln.Close() // ReceiveMaster returns
 			<-ct.got
 		}
@@ -157,7 +156,7 @@ func (ct *callTerminal) finish(log zerolog.Logger) {
 	select {
 	case <-ct.ended:
 	case <-t.C:
-		log.Warn().Msg("terminal output did not end after the runtime exited; closing it")
+		log.Warn("terminal output did not end after the runtime exited; closing it")
 	}
 	ct.close()
 	<-ct.ended

@@ -10,7 +10,7 @@
 // slot. A slot is handed out at most once, ever; a key nobody uses gets
 // nothing prepared; a slot unused for TTL is destroyed.
 //
-// The pool imports only the standard library and zerolog. Metrics are the
+// The pool imports only the standard library. Metrics are the
 // caller's: it passes an Observer and reads Size. It may be imported by
 // the service layers (cmd, api, mcpserver) and by backends' tests.
 package pool
@@ -18,11 +18,10 @@ package pool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Slot is one prepared, single-use resource.
@@ -135,8 +134,8 @@ type Options struct {
 	// Observer receives the pool's events. Nil means none.
 	Observer Observer
 	// Logger receives failed prepares and teardowns (key and error only).
-	// The zero value logs nothing.
-	Logger zerolog.Logger
+	// Nil logs nothing.
+	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -166,6 +165,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RefillDelay == 0 {
 		o.RefillDelay = DefaultRefillDelay
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
@@ -462,7 +464,7 @@ func (p *Pool[S]) prepareOne(key string) {
 	d := time.Since(start)
 	p.opts.Observer.Prepared(key, d, err)
 	if err != nil {
-		p.opts.Logger.Warn().Str("key", key).Err(err).Msg("pool: prepare failed")
+		p.opts.Logger.Warn("pool: prepare failed", "key", key, "error", err)
 	}
 
 	p.mu.Lock()
@@ -616,7 +618,7 @@ func (p *Pool[S]) closeSlot(key string, s S, why Reason) error {
 	err := s.Close(ctx)
 	p.opts.Observer.Destroyed(key, why, err)
 	if err != nil {
-		p.opts.Logger.Error().Str("key", key).Str("reason", string(why)).Err(err).Msg("pool: slot teardown failed")
+		p.opts.Logger.Error("pool: slot teardown failed", "key", key, "reason", string(why), "error", err)
 	}
 	return err
 }
