@@ -10,15 +10,19 @@
 // symbolic links, device nodes and FIFOs, and strips setuid and setgid
 // bits (see [Store.Import]).
 //
-// [Store.Pull] fetches images from registries into the store: by tag or
-// by digest, with the operator's credentials and plain-HTTP registries
-// ([Registries]), a size cap, every blob checked against its digest, and
-// optionally cosign-compatible key-based signatures verified before any
-// layer is fetched ([VerifySignature]).
+// Images pulled from registries enter the store through
+// [Store.AddRemote], every layer checked against its digest as it is
+// read; the registry client that resolves and verifies them is the
+// subpackage images/registry, which takes the operator's credentials and
+// plain-HTTP registries ([Registries]), the pull's options
+// ([PullOptions]) and the keys signatures are verified with
+// ([PublicKey]) from here.
 //
 // The package imports only the standard library,
-// github.com/google/go-containerregistry, klauspost/compress (zstd
-// layers) and sigstore's signature packages. It may be imported by the
+// github.com/google/go-containerregistry's image types (never its
+// registry client, remote and authn, which link Docker's credential
+// configuration), klauspost/compress (zstd layers) and sigstore's
+// signature packages. It may be imported by the
 // sandbox backends, by policy and by cmd/dsh-sandbox; it never imports
 // another package of this module.
 package images

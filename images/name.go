@@ -18,7 +18,7 @@ import (
 // The repository (everything before the tag) is at most 255 bytes.
 // Names (ValidateName, CanonicalName) have no digest: that is how images
 // are imported and named on every backend. A reference ([ParseReference],
-// what [Store.Pull] and [Store.Get] take) may instead end in a digest,
+// what [Store.AddRemote] and [Store.Get] take) may instead end in a digest,
 // "name@sha256:<64 lowercase hex>", naming exactly one image by content.
 //
 // The canonical form, which stores, lists and lookups use, has a tag

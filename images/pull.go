@@ -3,24 +3,17 @@ package images
 import (
 	"bufio"
 	"bytes"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -31,7 +24,8 @@ const formatRegistry = "registry"
 // configuration) of one pull when PullOptions.MaxBytes is 0: 8 GiB.
 const DefaultMaxPullBytes = 8 << 30
 
-// PullOptions configure [Store.Pull].
+// PullOptions configure a pull from a registry (images/registry's Pull
+// and Resolve, and the backends' PullImage).
 type PullOptions struct {
 	// Registries holds the operator's credentials and plain-HTTP
 	// registries; nil pulls anonymously over HTTPS.
@@ -42,7 +36,8 @@ type PullOptions struct {
 	MaxBytes int64
 	// Keys, when not empty, are the public keys of which one must have
 	// signed the image (cosign's key-based signatures, see
-	// [VerifySignature]); an image without such a signature fails before
+	// images/registry.VerifySignature); an image without such a
+	// signature fails before
 	// any layer is fetched.
 	Keys []PublicKey
 	// Progress, when non-nil, receives the pull's events from the
@@ -73,52 +68,56 @@ type PullEvent struct {
 	Signer string `json:"signer,omitempty"`
 }
 
-// Pull fetches ref ("repository:tag" or "repository@sha256:…", in any
-// spelling [CanonicalReference] takes) from its registry into the store,
-// under that canonical reference, and returns the stored image. A pull
-// by digest gets exactly that image: a registry answering with other
-// content is refused. The manifest's declared sizes are checked against
-// the size cap before any layer is fetched; every layer and the
-// configuration are checked against their digests as they are read, and
-// the image appears in the store only when all of it checked out (a
-// tampered layer leaves nothing behind). With o.Keys, the image's
-// signature is verified before any layer is fetched, and the keys that
-// verified it are recorded (Image.Signers). From an image index, the
-// image for linux and this machine's architecture is taken; the recorded
-// digest is the one the reference resolved to (the index's), which is
-// the digest signatures and pins name.
-//
-// Errors wrap [ErrInvalid] for a malformed reference, [ErrNotFound] for a
-// reference the registry does not have, [ErrVerify] for content or
-// signatures that do not check out and for images over the cap; others
-// are registry or I/O failures. Messages name the reference and the
-// reason, never credentials.
-func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, error) {
-	canon, err := CanonicalReference(ref)
-	if err != nil {
-		return nil, err
-	}
-	repo, tag, err := s.storedRef(canon)
-	if err != nil {
-		return nil, err
-	}
-	// Resolve sends the resolved and verified events; the store
-	// checks, once they passed, whether it already has the content.
-	res, err := Resolve(ctx, canon, o)
-	if err != nil {
-		return nil, err
-	}
-	event := res.Emit(o)
-	digest, signers, layers := res.Digest, res.Signers, res.planned
+// Layer is a layer of a registry image as its manifest declares it.
+type Layer struct {
+	// Blob reads the layer; Digest and Size are its declared digest
+	// ("sha256:…") and compressed size.
+	Blob   v1.Layer
+	Digest string
+	Size   int64
+}
 
-	// The store already has this content from this source (and, when
-	// keys are given, verified by them): nothing to fetch.
-	if old, err := s.load(repo, tag); err == nil && old.Digest == digest && old.Source == res.Source &&
-		!slices.ContainsFunc(signers, func(f string) bool { return !slices.Contains(old.Signers, f) }) {
-		event(PullEvent{Event: "stored", Digest: digest})
+// Remote is an image in a registry, resolved and checked by the
+// registry client (images/registry), that [Store.AddRemote] stores.
+type Remote struct {
+	// Name is the canonical reference the image is stored under.
+	Name string
+	// Source, Digest and Signers are recorded as the image's Source,
+	// Digest and Signers.
+	Source  string
+	Digest  string
+	Signers []string
+	// Image is the platform image, whose configuration is read; Layers
+	// are its layers, in order.
+	Image  v1.Image
+	Layers []Layer
+	// Failed classifies a failure while the configuration and layers are
+	// read and unpacked (the registry client's errors among them); nil
+	// returns it as it is.
+	Failed func(error) error
+}
+
+// AddRemote stores r under r.Name and returns the stored image. When the
+// store already holds r's content from r.Source under that name, signed
+// by at least r.Signers, it returns that image and reads nothing. Each
+// layer and the configuration are read once; every layer is checked
+// against its declared digest and size as it is read, and the image
+// appears in the store only when all of it checked out. progress gets
+// each layer's index (from 0) and its bytes read so far, once with 0
+// when the layer starts.
+//
+// Errors wrap [ErrInvalid] for a name the store refuses (see
+// [ValidateReference]); the failures of reading and unpacking go
+// through r.Failed.
+func (s *Store) AddRemote(ctx context.Context, r Remote, progress func(layer int, done int64)) (*Image, error) {
+	repo, tag, err := s.storedRef(r.Name)
+	if err != nil {
+		return nil, err
+	}
+	if old, err := s.load(repo, tag); err == nil && old.Digest == r.Digest && old.Source == r.Source &&
+		!slices.ContainsFunc(r.Signers, func(f string) bool { return !slices.Contains(old.Signers, f) }) {
 		return old, nil
 	}
-
 	staging, release, err := s.stage("pull-")
 	if err != nil {
 		return nil, err
@@ -129,70 +128,22 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Image, er
 		return nil, fmt.Errorf("image store %s: %w", s.root, err)
 	}
 	rootfs := filepath.Join(imageDir, rootfsDir)
-	rec := record{Name: canon, Format: formatRegistry, Source: res.Source, Signers: signers}
-	if err := unpackRemote(ctx, res.img, layers, rootfs, &rec, func(i int, done int64) {
-		event(PullEvent{Event: "layer", Digest: digest, Layer: layers[i].digest, Index: i + 1, Layers: len(layers), Done: done, Total: layers[i].size})
-	}); err != nil {
-		return nil, pullError(canon, err)
-	}
-	rec.Digest = digest
-	rec.Imported = time.Now().UTC()
-	out, err := s.finish(ctx, imageDir, &rec, repo, tag, "image pull "+canon)
-	if err == nil {
-		event(PullEvent{Event: "stored", Digest: digest})
-	}
-	return out, err
-}
-
-// remoteOptions are the registry client's options of a pull.
-func (r *Registries) remoteOptions(ctx context.Context) []remote.Option {
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(r),
-		remote.WithTransport(r.transport()),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
-		remote.WithUserAgent("dsh-sandbox"),
-	}
-}
-
-// plannedLayer is a layer as the manifest declares it.
-type plannedLayer struct {
-	layer  v1.Layer
-	digest string
-	size   int64
-}
-
-// plannedLayers lists img's layers with their declared sizes and returns
-// the compressed total, configuration included.
-func plannedLayers(img v1.Image) ([]plannedLayer, int64, error) {
-	m, err := img.Manifest()
-	if err != nil {
-		return nil, 0, err
-	}
-	ls, err := img.Layers()
-	if err != nil {
-		return nil, 0, err
-	}
-	if len(ls) != len(m.Layers) {
-		return nil, 0, fmt.Errorf("the manifest lists %d layers, the image has %d", len(m.Layers), len(ls))
-	}
-	total := max(m.Config.Size, 0)
-	out := make([]plannedLayer, len(ls))
-	for i, l := range ls {
-		d := m.Layers[i]
-		if d.Size < 0 {
-			return nil, 0, fmt.Errorf("layer %d declares a negative size", i+1)
+	rec := record{Name: r.Name, Format: formatRegistry, Source: r.Source, Signers: r.Signers}
+	if err := unpackRemote(ctx, r.Image, r.Layers, rootfs, &rec, progress); err != nil {
+		if r.Failed != nil {
+			err = r.Failed(err)
 		}
-		out[i] = plannedLayer{layer: l, digest: d.Digest.String(), size: d.Size}
-		total += d.Size
+		return nil, err
 	}
-	return out, total, nil
+	rec.Digest = r.Digest
+	rec.Imported = time.Now().UTC()
+	return s.finish(ctx, imageDir, &rec, repo, tag, "image pull "+r.Name)
 }
 
 // unpackRemote reads img's configuration and extracts its layers in
 // order into a new directory rootfs, filling rec's environment and
 // creation time. progress gets each layer's bytes read so far.
-func unpackRemote(ctx context.Context, img v1.Image, layers []plannedLayer, rootfs string, rec *record, progress func(i int, done int64)) error {
+func unpackRemote(ctx context.Context, img v1.Image, layers []Layer, rootfs string, rec *record, progress func(i int, done int64)) error {
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return fmt.Errorf("image configuration: %w", err)
@@ -206,7 +157,7 @@ func unpackRemote(ctx context.Context, img v1.Image, layers []plannedLayer, root
 	for i, l := range layers {
 		progress(i, 0)
 		if err := pullLayer(ctx, x, l, func(done int64) { progress(i, done) }); err != nil {
-			return fmt.Errorf("layer %d (%s): %w", i+1, l.digest, err)
+			return fmt.Errorf("layer %d (%s): %w", i+1, l.Digest, err)
 		}
 	}
 	if err := x.finish(); err != nil {
@@ -221,25 +172,25 @@ func unpackRemote(ctx context.Context, img v1.Image, layers []plannedLayer, root
 // hashed as it is read and may not exceed the declared size; a stream
 // whose digest is not the layer's is ErrVerify, whatever else failed
 // on the way (a tampered layer may first break its decompression).
-func pullLayer(ctx context.Context, x *extractor, l plannedLayer, progress func(int64)) error {
-	rc, err := l.layer.Compressed()
+func pullLayer(ctx context.Context, x *extractor, l Layer, progress func(int64)) error {
+	rc, err := l.Blob.Compressed()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	sum := sha256.New()
-	counted := &progressReader{ctx: ctx, r: io.TeeReader(&capReader{r: rc, left: l.size}, sum), total: l.size, fn: func(done, _ int64) { progress(done) }}
+	counted := &progressReader{ctx: ctx, r: io.TeeReader(&capReader{r: rc, left: l.Size}, sum), total: l.Size, fn: func(done, _ int64) { progress(done) }}
 	br := bufio.NewReaderSize(counted, 64<<10)
 	err = extractCompressed(ctx, x, br)
 	// Read what is left, so that the digest covers the whole stream.
 	if _, derr := io.Copy(io.Discard, br); derr != nil && err == nil {
 		err = derr
 	}
-	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); counted.done == l.size && got != l.digest {
+	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); counted.done == l.Size && got != l.Digest {
 		return fmt.Errorf("%w: the registry sent content with digest %s (tampered or corrupt)", ErrVerify, got)
 	}
-	if err == nil && counted.done != l.size {
-		err = fmt.Errorf("%w: the registry sent %d of the %d bytes the manifest declares", ErrVerify, counted.done, l.size)
+	if err == nil && counted.done != l.Size {
+		err = fmt.Errorf("%w: the registry sent %d of the %d bytes the manifest declares", ErrVerify, counted.done, l.Size)
 	}
 	return err
 }
@@ -287,52 +238,4 @@ func (c *capReader) Read(b []byte) (int, error) {
 		return n, fmt.Errorf("%w: the registry sent more bytes than the manifest declares", ErrVerify)
 	}
 	return n, err
-}
-
-// registryError classifies a failure of the registry client during step.
-func registryError(ref, step string, err error) error {
-	var te *transport.Error
-	if errors.As(err, &te) {
-		switch te.StatusCode {
-		case http.StatusNotFound:
-			return fmt.Errorf("%w: %s: the registry has no such image (%s)", ErrNotFound, ref, firstLine(err))
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("%s: %s: the registry refused access (HTTP %d); credentials come only from the operator's registry config: %s", step, ref, te.StatusCode, firstLine(err))
-		}
-	}
-	if isDigestError(err) {
-		return fmt.Errorf("%w: %s: %s: %s", ErrVerify, ref, step, firstLine(err))
-	}
-	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
-		return fmt.Errorf("%s %s: the registry speaks plain HTTP, and only registries the operator lists as insecure are reached over plain HTTP: %s", step, ref, firstLine(err))
-	}
-	return fmt.Errorf("%s %s: %s", step, ref, firstLine(err))
-}
-
-// pullError classifies a failure while fetching and unpacking layers:
-// content that does not match its digest keeps its ErrVerify, an unsafe
-// layer its ErrInvalid.
-func pullError(ref string, err error) error {
-	if errors.Is(err, ErrVerify) || errors.Is(err, ErrInvalid) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("image pull %s: %w", ref, err)
-	}
-	return registryError(ref, "fetch", err)
-}
-
-// isDigestError reports whether err is the registry client's complaint
-// that content does not match its digest or size.
-func isDigestError(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "digest mismatch") || strings.Contains(msg, "error verifying") ||
-		strings.Contains(msg, "manifest digest") || strings.Contains(msg, "size mismatch") ||
-		strings.Contains(msg, "does not match expected size")
-}
-
-// firstLine is err's message up to its first newline, bounded.
-func firstLine(err error) string {
-	msg, _, _ := strings.Cut(err.Error(), "\n")
-	if len(msg) > 512 {
-		msg = msg[:512] + "…"
-	}
-	return msg
 }

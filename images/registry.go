@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 )
 
@@ -27,13 +24,23 @@ const maxAuthFile = 1 << 20
 // [LoadRegistries] and safe for concurrent use.
 type Registries struct {
 	// auths maps a registry host[:port] to its credentials.
-	auths map[string]authn.AuthConfig
+	auths map[string]Auth
 	// insecure lists the host[:port] reached over plain HTTP.
 	insecure []string
-	// Transport is the HTTP transport under the scheme check; nil means
-	// a clone of http.DefaultTransport with bounded dial and handshake
-	// times. Tests set it.
+	// Transport is the HTTP transport of pulls under their scheme check
+	// (images/registry); nil means a clone of http.DefaultTransport with
+	// bounded dial and handshake times. Tests set it.
 	Transport http.RoundTripper
+}
+
+// Auth is the operator's credentials for one registry: a user and
+// password, or an identity or registry token (the fields of a docker
+// config.json's auths entry).
+type Auth struct {
+	Username      string
+	Password      string
+	IdentityToken string
+	RegistryToken string
 }
 
 // dockerConfig is the part of a docker config.json Registries reads.
@@ -60,7 +67,7 @@ type dockerConfig struct {
 // explicitly. Errors wrap [ErrInvalid] and name the file and the entry;
 // they never quote a secret.
 func LoadRegistries(authFile string, insecure []string) (*Registries, error) {
-	r := &Registries{auths: map[string]authn.AuthConfig{}}
+	r := &Registries{auths: map[string]Auth{}}
 	for _, h := range insecure {
 		if h == "" || !validDomain(h) {
 			return nil, fmt.Errorf("%w: insecure registry %q: want host[:port]", ErrInvalid, h)
@@ -96,7 +103,7 @@ func LoadRegistries(authFile string, insecure []string) (*Registries, error) {
 			// Not quoted: a malformed key may be a misplaced secret.
 			return nil, fmt.Errorf("%w: registry credentials %s: an auths key is not a registry host[:port] (or a URL of one)", ErrInvalid, authFile)
 		}
-		ac := authn.AuthConfig{Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}
+		ac := Auth{Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}
 		if a.Auth != "" {
 			dec, err := base64.StdEncoding.DecodeString(a.Auth)
 			user, pass, ok := strings.Cut(string(dec), ":")
@@ -105,7 +112,7 @@ func LoadRegistries(authFile string, insecure []string) (*Registries, error) {
 			}
 			ac.Username, ac.Password = user, pass
 		}
-		if ac == (authn.AuthConfig{}) {
+		if ac == (Auth{}) {
 			return nil, fmt.Errorf("%w: registry credentials %s: auths[%q] holds no credentials", ErrInvalid, authFile, key)
 		}
 		r.auths[host] = ac
@@ -143,61 +150,14 @@ func (r *Registries) Insecure(host string) bool {
 	return r != nil && slices.Contains(r.insecure, strings.ToLower(host))
 }
 
-// Resolve implements authn.Keychain: the credentials of the resource's
-// registry, else anonymous.
-func (r *Registries) Resolve(res authn.Resource) (authn.Authenticator, error) {
-	if r != nil {
-		if ac, ok := r.auths[strings.ToLower(res.RegistryStr())]; ok {
-			return authn.FromConfig(ac), nil
-		}
+// Credentials returns the operator's credentials for registry (host[:port]
+// as in images/registry's Resolved.Registry), for a registry client or a
+// daemon that pulls itself; false when the operator gave none (an
+// anonymous pull).
+func (r *Registries) Credentials(registry string) (Auth, bool) {
+	if r == nil {
+		return Auth{}, false
 	}
-	return authn.Anonymous, nil
-}
-
-// reference parses a canonical reference for the registry, marking it
-// insecure only when its registry is listed.
-func (r *Registries) reference(ref string) (name.Reference, error) {
-	var opts []name.Option
-	if first, _, ok := strings.Cut(ref, "/"); ok && r.Insecure(first) {
-		opts = append(opts, name.Insecure)
-	}
-	nr, err := name.ParseReference(ref, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reference %q: %v", ErrInvalid, ref, err)
-	}
-	return nr, nil
-}
-
-// transport is the HTTP transport of pulls: every request to a registry
-// not listed as insecure goes over HTTPS, whatever the registry client
-// chose (it prefers plain HTTP for loopback and private addresses).
-func (r *Registries) transport() http.RoundTripper {
-	base := http.RoundTripper(nil)
-	if r != nil {
-		base = r.Transport
-	}
-	if base == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		t.TLSHandshakeTimeout = 30 * time.Second
-		t.ResponseHeaderTimeout = 5 * time.Minute
-		t.Proxy = nil // the operator's registries are reached directly
-		base = t
-	}
-	return &schemeCheck{r: r, next: base}
-}
-
-// schemeCheck upgrades plain-HTTP requests to hosts not listed as
-// insecure to HTTPS.
-type schemeCheck struct {
-	r    *Registries
-	next http.RoundTripper
-}
-
-func (s *schemeCheck) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme == "http" && !s.r.Insecure(req.URL.Host) {
-		req = req.Clone(req.Context())
-		req.URL.Scheme = "https"
-	}
-	return s.next.RoundTrip(req)
+	ac, ok := r.auths[authHost(registry)]
+	return ac, ok
 }

@@ -205,16 +205,26 @@ func (s *Store) Remove(name string) error {
 // storedName validates and splits a name of a stored image (no
 // digest: imports name images by tag).
 func (s *Store) storedName(name string) (repo, tag string, err error) {
-	return s.split(name, false)
+	return splitStored(name, false)
 }
 
 // storedRef is storedName that also takes a digest reference, whose
 // "tag" is then "@sha256:…".
 func (s *Store) storedRef(name string) (repo, tag string, err error) {
-	return s.split(name, true)
+	return splitStored(name, true)
 }
 
-func (s *Store) split(name string, digest bool) (repo, tag string, err error) {
+// ValidateReference checks ref (a name, or a name with a digest) as the
+// store takes it: the name grammar, and "host", the generated host
+// image, is refused. The error wraps [ErrInvalid] and quotes ref.
+func ValidateReference(ref string) error {
+	_, _, err := splitStored(ref, true)
+	return err
+}
+
+// splitStored is splitName for a stored image: "host" is refused, and
+// the tag defaults to "latest".
+func splitStored(name string, digest bool) (repo, tag string, err error) {
 	repo, tag, err = splitName(name, digest)
 	if err != nil {
 		return "", "", err

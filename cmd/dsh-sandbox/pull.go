@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
@@ -129,7 +130,7 @@ type storeSource struct{ st *images.Store }
 
 func (s storeSource) get(_ context.Context, ref string) (*images.Image, error) { return s.st.Get(ref) }
 func (s storeSource) pull(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error) {
-	return s.st.Pull(ctx, ref, o)
+	return registry.Pull(ctx, s.st, ref, o)
 }
 func (storeSource) run(img *images.Image, _ string) string { return pinnedRef(img) }
 
@@ -410,7 +411,7 @@ func runImagesPull(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		img, err = st.Pull(c.Context, ref, opts)
+		img, err = registry.Pull(c.Context, st, ref, opts)
 		if err != nil {
 			return pullError(err)
 		}

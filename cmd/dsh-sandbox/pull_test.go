@@ -14,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -318,7 +319,7 @@ func TestReapRemovesDeadPullStaging(t *testing.T) {
 	}
 	reg := fixtures.StartRegistry(t)
 	reg.Push(t, reg.Ref("kept:1"), fixtures.TestImage(t, map[string]string{"a": "1"}))
-	if _, err := st.Pull(context.Background(), reg.Ref("kept:1"), images.PullOptions{Registries: mustRegistries(t, reg.Host)}); err != nil {
+	if _, err := registry.Pull(context.Background(), st, reg.Ref("kept:1"), images.PullOptions{Registries: mustRegistries(t, reg.Host)}); err != nil {
 		t.Fatal(err)
 	}
 	dead := filepath.Join(data, "images", ".tmp", "pull-killed")

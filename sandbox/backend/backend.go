@@ -158,12 +158,12 @@ type ImageStore interface {
 // itself (docker, containerd). Both methods take a reference in any
 // spelling images.CanonicalReference takes.
 type Puller interface {
-	// PullImage checks ref with images.Resolve (digest, signature under
+	// PullImage checks ref with images/registry.Resolve (digest, signature under
 	// o.Keys, size cap) and has the daemon pull exactly the resolved
 	// digest, with o.Registries' credentials of that registry alone; it
 	// returns the image (Name the canonical reference, Digest, Source,
 	// Signers). Errors wrap images.ErrVerify, ErrNotFound or ErrInvalid
-	// as images.Store.Pull's do, or a sandbox error class.
+	// as images/registry.Pull's do, or a sandbox error class.
 	PullImage(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error)
 	// PulledImage returns the image ref names in the daemon: a pulled one
 	// (Source set), else an imported one; images.ErrNotFound when absent.

@@ -16,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -59,7 +60,7 @@ func recordImage(rec images.Image) *dshimages.Image {
 
 // PullImage pulls ref into the executor's namespace and unpacks it into
 // the snapshotter calls use. The reference is first checked with
-// images.Resolve (its digest, its signature under o.Keys, its declared
+// registry.Resolve (its digest, its signature under o.Keys, its declared
 // size against o.MaxBytes); then containerd fetches exactly that digest
 // (it checks every blob against its digest as it writes it) through a
 // resolver that has the operator's credentials (o.Registries) and
@@ -68,7 +69,7 @@ func recordImage(rec images.Image) *dshimages.Image {
 // tag, labelled as dsh-sandbox's with its source and signers. Progress
 // becomes "layer" events of o.Progress.
 func (e *Executor) PullImage(ctx context.Context, ref string, o dshimages.PullOptions) (*dshimages.Image, error) {
-	res, err := dshimages.Resolve(ctx, ref, o)
+	res, err := registry.Resolve(ctx, ref, o)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func registryResolver(regs *dshimages.Registries) remotes.Resolver {
 // capPull is the image handler of the pull of res that fails it with
 // images.ErrVerify once the blobs it fetched add up to more than
 // maxBytes.
-func capPull(res *dshimages.Resolved, maxBytes int64) images.HandlerFunc {
+func capPull(res *registry.Resolved, maxBytes int64) images.HandlerFunc {
 	var fetched int64
 	var mu sync.Mutex
 	return func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
@@ -159,7 +160,7 @@ func capPull(res *dshimages.Resolved, maxBytes int64) images.HandlerFunc {
 // and, for a tag, also under the tag; then it deletes the record under
 // the fully qualified name fq the pull made. It returns the last record
 // it made.
-func (e *Executor) recordPull(ctx context.Context, res *dshimages.Resolved, target ocispec.Descriptor, fq string) (images.Image, error) {
+func (e *Executor) recordPull(ctx context.Context, res *registry.Resolved, target ocispec.Descriptor, fq string) (images.Image, error) {
 	labels := map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue, labelSource: res.Source}
 	if len(res.Signers) > 0 {
 		labels[labelSigners] = strings.Join(res.Signers, ",")
@@ -211,7 +212,7 @@ func fullyQualified(ref string) string {
 
 // watchProgress sends "layer" events for the ingests of res's layers in
 // the content store until stop is called.
-func (e *Executor) watchProgress(ctx context.Context, res *dshimages.Resolved, event func(dshimages.PullEvent)) (stop func()) {
+func (e *Executor) watchProgress(ctx context.Context, res *registry.Resolved, event func(dshimages.PullEvent)) (stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -242,7 +243,7 @@ func (e *Executor) watchProgress(ctx context.Context, res *dshimages.Resolved, e
 // pullFailure classifies an error of containerd's pull: content that
 // does not match its digest is images.ErrVerify, a missing image
 // images.ErrNotFound; messages name the reference, never credentials.
-func pullFailure(res *dshimages.Resolved, err error) error {
+func pullFailure(res *registry.Resolved, err error) error {
 	if errors.Is(err, dshimages.ErrVerify) {
 		return err
 	}

@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/registry"
+	dockerregistry "github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -166,7 +167,7 @@ func (rec pullRecord) image(size int64) *images.Image {
 }
 
 // PullImage pulls ref into the engine as o says. The reference is first
-// checked with images.Resolve (its digest, its signature under o.Keys,
+// checked with registry.Resolve (its digest, its signature under o.Keys,
 // its declared size against o.MaxBytes), without the engine; then the
 // engine pulls exactly that digest, with the operator's credentials of
 // that registry alone (o.Registries), and the image it stored must
@@ -178,7 +179,7 @@ func (rec pullRecord) image(size int64) *images.Image {
 // refused before the engine pulls: the engine's own insecure-registries
 // decide that.
 func (e *Executor) PullImage(ctx context.Context, ref string, o images.PullOptions) (*images.Image, error) {
-	res, err := images.Resolve(ctx, ref, o)
+	res, err := registry.Resolve(ctx, ref, o)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +267,7 @@ func (e *Executor) engineInsecure(ctx context.Context, host string) error {
 
 // enginePull has the engine pull res.Pinned and translates its progress
 // stream; an error in the stream fails the pull.
-func (e *Executor) enginePull(ctx context.Context, res *images.Resolved, o images.PullOptions, event func(images.PullEvent)) error {
+func (e *Executor) enginePull(ctx context.Context, res *registry.Resolved, o images.PullOptions, event func(images.PullEvent)) error {
 	auth, err := registryAuth(res, o.Registries)
 	if err != nil {
 		return err
@@ -306,12 +307,12 @@ func (e *Executor) enginePull(ctx context.Context, res *images.Resolved, o image
 
 // registryAuth is the engine's encoding of the operator's credentials
 // (in regs) of res's registry, or "" when regs has none for it.
-func registryAuth(res *images.Resolved, regs *images.Registries) (string, error) {
+func registryAuth(res *registry.Resolved, regs *images.Registries) (string, error) {
 	ac, ok := regs.Credentials(res.Registry)
 	if !ok {
 		return "", nil
 	}
-	auth, err := registry.EncodeAuthConfig(registry.AuthConfig{
+	auth, err := dockerregistry.EncodeAuthConfig(dockerregistry.AuthConfig{
 		Username: ac.Username, Password: ac.Password, IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken,
 		ServerAddress: res.Registry,
 	})
@@ -324,7 +325,7 @@ func registryAuth(res *images.Resolved, regs *images.Registries) (string, error)
 // pullProgress follows the layers of res through the engine's progress
 // stream of its pull, sending "layer" events.
 type pullProgress struct {
-	res      *images.Resolved
+	res      *registry.Resolved
 	maxBytes int64   // the cap of the pull
 	done     []int64 // the bytes the engine read of each layer
 	event    func(images.PullEvent)
@@ -364,7 +365,7 @@ func (p *pullProgress) update(m *jsonmessage.JSONMessage) error {
 // does not match its digest is images.ErrVerify, a missing image
 // images.ErrNotFound, the rest unavailable. The message names the
 // reference, never credentials.
-func engineError(res *images.Resolved, err error) error {
+func engineError(res *registry.Resolved, err error) error {
 	msg, _, _ := strings.Cut(err.Error(), "\n")
 	low := strings.ToLower(msg)
 	switch {

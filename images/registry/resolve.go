@@ -1,12 +1,14 @@
-package images
+package registry
 
 import (
 	"context"
 	"fmt"
+	"strings"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
 )
 
 // Resolved is a reference checked against its registry before anything
@@ -39,42 +41,39 @@ type Resolved struct {
 	LayerSizes []int64
 
 	img     v1.Image
-	planned []plannedLayer
+	planned []images.Layer
 }
 
-// Resolve checks ref (any spelling [CanonicalReference] takes) against
-// its registry as [Store.Pull] does before it fetches a layer: a digest
+// Resolve checks ref (any spelling images.CanonicalReference takes)
+// against its registry as [Pull] does before it fetches a layer: a digest
 // reference must resolve to that digest, a signature by one of o.Keys
 // must verify (when o.Keys is not empty), and the declared size must be
 // within o.MaxBytes. It sends o.Progress the "resolved" and "verified"
 // events. Errors are classified as Pull's.
-func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) {
-	canon, err := CanonicalReference(ref)
+func Resolve(ctx context.Context, ref string, o images.PullOptions) (*Resolved, error) {
+	canon, err := images.CanonicalReference(ref)
 	if err != nil {
 		return nil, err
 	}
-	_, tag, err := splitName(canon, true)
-	if err != nil {
-		return nil, err
-	}
-	event := o.emit(canon, "")
+	_, pinned, byDigest := strings.Cut(canon, "@")
+	event := emit(o, canon, "")
 	maxBytes := o.MaxBytes
 	if maxBytes <= 0 {
-		maxBytes = DefaultMaxPullBytes
+		maxBytes = images.DefaultMaxPullBytes
 	}
-	nr, err := o.Registries.reference(canon)
+	nr, err := reference(o.Registries, canon)
 	if err != nil {
 		return nil, err
 	}
-	desc, err := remote.Get(nr, o.Registries.remoteOptions(ctx)...)
+	desc, err := remote.Get(nr, remoteOptions(ctx, o.Registries)...)
 	if err != nil {
 		return nil, registryError(canon, "resolve", err)
 	}
 	digest := desc.Digest.String()
-	if isDigestTag(tag) && digest != tag[1:] {
-		return nil, fmt.Errorf("%w: %s: the registry's manifest has digest %s", ErrVerify, canon, digest)
+	if byDigest && digest != pinned {
+		return nil, fmt.Errorf("%w: %s: the registry's manifest has digest %s", images.ErrVerify, canon, digest)
 	}
-	event(PullEvent{Event: "resolved", Digest: digest})
+	event(images.PullEvent{Event: "resolved", Digest: digest})
 	repository := nr.Context().Name()
 	r := &Resolved{Reference: canon, Repository: repository, Registry: nr.Context().RegistryStr(), Source: nr.Name(), Digest: digest, Pinned: repository + "@" + digest}
 	if len(o.Keys) > 0 {
@@ -82,7 +81,7 @@ func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) 
 			return nil, err
 		}
 		for _, sg := range r.Signers {
-			event(PullEvent{Event: "verified", Digest: digest, Signer: sg})
+			event(images.PullEvent{Event: "verified", Digest: digest, Signer: sg})
 		}
 	}
 	if r.img, err = desc.Image(); err != nil {
@@ -94,14 +93,14 @@ func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) 
 		return nil, registryError(canon, "read manifest", err)
 	}
 	if r.Size > maxBytes {
-		return nil, fmt.Errorf("%w: %s: the image is %d bytes compressed, more than the cap of %d", ErrVerify, canon, r.Size, maxBytes)
+		return nil, fmt.Errorf("%w: %s: the image is %d bytes compressed, more than the cap of %d", images.ErrVerify, canon, r.Size, maxBytes)
 	}
 	for i, l := range r.planned {
-		if l.size > maxBytes {
-			return nil, fmt.Errorf("%w: %s: layer %d (%s) is %d bytes, more than the cap of %d", ErrVerify, canon, i+1, l.digest, l.size, maxBytes)
+		if l.Size > maxBytes {
+			return nil, fmt.Errorf("%w: %s: layer %d (%s) is %d bytes, more than the cap of %d", images.ErrVerify, canon, i+1, l.Digest, l.Size, maxBytes)
 		}
-		r.Layers = append(r.Layers, l.digest)
-		r.LayerSizes = append(r.LayerSizes, l.size)
+		r.Layers = append(r.Layers, l.Digest)
+		r.LayerSizes = append(r.LayerSizes, l.Size)
 	}
 	return r, nil
 }
@@ -109,8 +108,8 @@ func Resolve(ctx context.Context, ref string, o PullOptions) (*Resolved, error) 
 // emit returns the function that sends o.Progress the events of a pull
 // of ref: each with ref as its Reference, and digest as its Digest when
 // it names none.
-func (o PullOptions) emit(ref, digest string) func(PullEvent) {
-	return func(e PullEvent) {
+func emit(o images.PullOptions, ref, digest string) func(images.PullEvent) {
+	return func(e images.PullEvent) {
 		if o.Progress != nil {
 			e.Reference = ref
 			if e.Digest == "" {
@@ -124,15 +123,6 @@ func (o PullOptions) emit(ref, digest string) func(PullEvent) {
 // Emit returns the function that sends o.Progress the events of the
 // pull of r (Reference and Digest filled in), for the backends that pull
 // what Resolve checked.
-func (r *Resolved) Emit(o PullOptions) func(PullEvent) { return o.emit(r.Reference, r.Digest) }
-
-// Credentials returns the operator's credentials for registry (host[:port]
-// as in Resolved.Registry), for a daemon that pulls itself; false when
-// the operator gave none (an anonymous pull).
-func (r *Registries) Credentials(registry string) (authn.AuthConfig, bool) {
-	if r == nil {
-		return authn.AuthConfig{}, false
-	}
-	ac, ok := r.auths[authHost(registry)]
-	return ac, ok
+func (r *Resolved) Emit(o images.PullOptions) func(images.PullEvent) {
+	return emit(o, r.Reference, r.Digest)
 }

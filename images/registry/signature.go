@@ -1,26 +1,22 @@
-package images
+package registry
 
 import (
-	"bytes"
 	"context"
-	"crypto"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/sigstore/sigstore/pkg/cryptoutils"
-	"github.com/sigstore/sigstore/pkg/signature"
+
+	"github.com/dsh-sandbox/dsh-sandbox/images"
 )
 
 // Cosign's key-based signatures of an image of digest sha256:<hex> are
@@ -38,58 +34,7 @@ const (
 	// maxPayload bounds one payload, maxSignatures the layers read.
 	maxPayload    = 64 << 10
 	maxSignatures = 64
-	// maxKeyFile bounds a public key file.
-	maxKeyFile = 64 << 10
 )
-
-// PublicKey is a public key signatures are verified with, loaded by
-// [LoadPublicKey]. It is safe to copy and to use from several
-// goroutines.
-type PublicKey struct {
-	// File is the PEM file it was read from.
-	File string
-	// Fingerprint is "sha256:<hex>" of the key's DER (PKIX) encoding, as
-	// Image.Signers records it.
-	Fingerprint string
-	verifier    signature.Verifier
-}
-
-// LoadPublicKey reads a PEM public key (ECDSA, Ed25519 or RSA, as `cosign
-// generate-key-pair` writes to cosign.pub). Errors wrap [ErrInvalid] and
-// name the file.
-func LoadPublicKey(file string) (PublicKey, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%w: verify key: %v", ErrInvalid, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
-	}
-	if len(data) > maxKeyFile {
-		return PublicKey{}, fmt.Errorf("%w: verify key %s: larger than %d bytes", ErrInvalid, file, maxKeyFile)
-	}
-	pub, err := cryptoutils.UnmarshalPEMToPublicKey(data)
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%w: verify key %s: not a PEM public key: %v", ErrInvalid, file, err)
-	}
-	return NewPublicKey(file, pub)
-}
-
-// NewPublicKey makes a PublicKey of pub; file only names it.
-func NewPublicKey(file string, pub crypto.PublicKey) (PublicKey, error) {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
-	}
-	v, err := signature.LoadVerifier(pub, crypto.SHA256)
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%w: verify key %s: %v", ErrInvalid, file, err)
-	}
-	sum := sha256.Sum256(der)
-	return PublicKey{File: file, Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), verifier: v}, nil
-}
 
 // simpleSigning is the part of a payload that is checked.
 type simpleSigning struct {
@@ -111,11 +56,11 @@ func SignatureTag(digest string) string {
 // of keys, and returns the fingerprints of the keys that verified (at
 // least one). A signature counts only when it verifies over its payload
 // and the payload names digest as the signed image. Errors wrap
-// [ErrVerify] and say why: no signatures, or none verified (with each
+// images.ErrVerify and say why: no signatures, or none verified (with each
 // signature's reason), or the registry could not be asked.
-func VerifySignature(ctx context.Context, regs *Registries, repository, digest string, keys []PublicKey) ([]string, error) {
+func VerifySignature(ctx context.Context, regs *images.Registries, repository, digest string, keys []images.PublicKey) ([]string, error) {
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("%w: %s@%s: no keys to verify with", ErrVerify, repository, digest)
+		return nil, fmt.Errorf("%w: %s@%s: no keys to verify with", images.ErrVerify, repository, digest)
 	}
 	m, layers, err := fetchSignatures(ctx, regs, repository, digest)
 	if err != nil {
@@ -143,16 +88,16 @@ func VerifySignature(ctx context.Context, regs *Registries, repository, digest s
 		if len(reasons) == 0 {
 			reasons = append(reasons, "the signature image has no layers")
 		}
-		return nil, fmt.Errorf("%w: %s@%s: no valid signature by the policy's keys: %s", ErrVerify, repository, digest, strings.Join(reasons, "; "))
+		return nil, fmt.Errorf("%w: %s@%s: no valid signature by the policy's keys: %s", images.ErrVerify, repository, digest, strings.Join(reasons, "; "))
 	}
 	return signers, nil
 }
 
 // fetchSignatures fetches the manifest and layers of the signature image
 // of repository@digest (tagged SignatureTag(digest)). Errors wrap
-// [ErrVerify] (no signature image, or the registry could not be asked)
-// or [ErrInvalid] (a reference that does not parse).
-func fetchSignatures(ctx context.Context, regs *Registries, repository, digest string) (*v1.Manifest, []v1.Layer, error) {
+// images.ErrVerify (no signature image, or the registry could not be
+// asked) or images.ErrInvalid (a reference that does not parse).
+func fetchSignatures(ctx context.Context, regs *images.Registries, repository, digest string) (*v1.Manifest, []v1.Layer, error) {
 	ref := repository + ":" + SignatureTag(digest)
 	var opts []name.Option
 	if first, _, ok := strings.Cut(repository, "/"); ok && regs.Insecure(first) {
@@ -160,22 +105,22 @@ func fetchSignatures(ctx context.Context, regs *Registries, repository, digest s
 	}
 	tagRef, err := name.NewTag(ref, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: signature reference %q: %v", ErrInvalid, ref, err)
+		return nil, nil, fmt.Errorf("%w: signature reference %q: %v", images.ErrInvalid, ref, err)
 	}
-	img, err := remote.Image(tagRef, regs.remoteOptions(ctx)...)
+	img, err := remote.Image(tagRef, remoteOptions(ctx, regs)...)
 	if err != nil {
-		if errors.Is(registryError(ref, "fetch signatures", err), ErrNotFound) {
-			return nil, nil, fmt.Errorf("%w: %s@%s is not signed: the registry has no signature image %s", ErrVerify, repository, digest, ref)
+		if errors.Is(registryError(ref, "fetch signatures", err), images.ErrNotFound) {
+			return nil, nil, fmt.Errorf("%w: %s@%s is not signed: the registry has no signature image %s", images.ErrVerify, repository, digest, ref)
 		}
-		return nil, nil, fmt.Errorf("%w: %s@%s: signatures: %v", ErrVerify, repository, digest, registryError(ref, "fetch", err))
+		return nil, nil, fmt.Errorf("%w: %s@%s: signatures: %v", images.ErrVerify, repository, digest, registryError(ref, "fetch", err))
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s@%s: signature manifest: %v", ErrVerify, repository, digest, err)
+		return nil, nil, fmt.Errorf("%w: %s@%s: signature manifest: %v", images.ErrVerify, repository, digest, err)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != len(m.Layers) {
-		return nil, nil, fmt.Errorf("%w: %s@%s: signature image %s: unreadable layers", ErrVerify, repository, digest, ref)
+		return nil, nil, fmt.Errorf("%w: %s@%s: signature image %s: unreadable layers", images.ErrVerify, repository, digest, ref)
 	}
 	return m, layers, nil
 }
@@ -184,7 +129,7 @@ func fetchSignatures(ctx context.Context, regs *Registries, repository, digest s
 // layer): it returns the fingerprints of the keys its signature verifies
 // with when its payload is a simple-signing document naming digest, and
 // otherwise the reason it does not count.
-func checkSignature(i int, d v1.Descriptor, layer v1.Layer, digest string, keys []PublicKey) (by []string, reason string) {
+func checkSignature(i int, d v1.Descriptor, layer v1.Layer, digest string, keys []images.PublicKey) (by []string, reason string) {
 	sig64, ok := d.Annotations[SignatureAnnotation]
 	if !ok || string(d.MediaType) != SimpleSigningMediaType {
 		return nil, fmt.Sprintf("layer %d is not a simple-signing signature", i+1)
@@ -201,7 +146,7 @@ func checkSignature(i int, d v1.Descriptor, layer v1.Layer, digest string, keys 
 		return nil, fmt.Sprintf("payload %d: %v", i+1, err)
 	}
 	for _, k := range keys {
-		if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(payload)) == nil {
+		if k.Verify(sig, payload) == nil {
 			by = append(by, k.Fingerprint)
 		}
 	}
