@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"slices"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -81,11 +80,7 @@ func checkSession(p sandbox.Policy, s sandbox.Session) error {
 	if len(roles) == 2 && roles[0].path == roles[1].path {
 		ps.add("session.transcriptDir", "%q is also the workspace (session.cwd); the transcript must stay read-only", s.TranscriptDir)
 	}
-	tmpfs := p.Tmpfs
-	if !slices.ContainsFunc(tmpfs, func(t sandbox.Tmpfs) bool { return t.Target == "/tmp" }) {
-		tmpfs = append([]sandbox.Tmpfs{{Target: "/tmp"}}, tmpfs...)
-	}
-	for i, t := range tmpfs {
+	for i, t := range p.CallTmpfs() {
 		for _, r := range roles {
 			if within(t.Target, r.path) {
 				ps.add(fmt.Sprintf("tmpfs[%d].target", i), "%q would hide %s %q", t.Target, r.field, r.path)

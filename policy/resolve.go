@@ -316,9 +316,7 @@ func Validate(p sandbox.Policy) error {
 
 // finish puts a validated policy in normal form and digests it.
 func finish(p sandbox.Policy) sandbox.Policy {
-	if !slices.ContainsFunc(p.Tmpfs, func(t sandbox.Tmpfs) bool { return t.Target == "/tmp" }) {
-		p.Tmpfs = append([]sandbox.Tmpfs{{Target: "/tmp"}}, p.Tmpfs...)
-	}
+	p.Tmpfs = p.CallTmpfs()
 	slices.SortStableFunc(p.Mounts, func(a, b sandbox.Mount) int { return comparePaths(a.Target, b.Target) })
 	slices.SortStableFunc(p.Tmpfs, func(a, b sandbox.Tmpfs) int { return comparePaths(a.Target, b.Target) })
 	slices.SortStableFunc(p.MountRoots, func(a, b sandbox.MountRoot) int { return comparePaths(a.Path, b.Path) })

@@ -119,6 +119,17 @@ func (p Plan) Mount(k MountKind) (m PlanMount, ok bool) {
 	return p.Mounts[i], true
 }
 
+// CallTmpfs returns the tmpfs mounts of a call under p: p.Tmpfs, after a
+// /tmp of the runtime's default size when p.Tmpfs has no /tmp. This is
+// the one place that gives every call a /tmp: NewPlan, the policy's
+// checks and its normal form (package policy) all read it.
+func (p Policy) CallTmpfs() []Tmpfs {
+	if slices.ContainsFunc(p.Tmpfs, func(t Tmpfs) bool { return t.Target == "/tmp" }) {
+		return p.Tmpfs
+	}
+	return append([]Tmpfs{{Target: "/tmp"}}, p.Tmpfs...)
+}
+
 // NewPlan returns the plan of a call under policy p for session s running
 // as id. It is pure: it reads no file and checks nothing beyond what it
 // needs to decide (paths are cleaned, not resolved). Callers outside this
@@ -134,11 +145,7 @@ func (p Plan) Mount(k MountKind) (m PlanMount, ok bool) {
 // FromRoot of kind MountRequested. Every mount is nosuid and nodev.
 func NewPlan(p Policy, s Session, id Identity) Plan {
 	var pl Plan
-	tmpfs := p.Tmpfs
-	if !slices.ContainsFunc(tmpfs, func(t Tmpfs) bool { return t.Target == "/tmp" }) {
-		tmpfs = append([]Tmpfs{{Target: "/tmp"}}, tmpfs...)
-	}
-	for _, t := range tmpfs {
+	for _, t := range p.CallTmpfs() {
 		m := PlanMount{Kind: MountTmpfs, Source: "tmpfs", Target: filepath.Clean(t.Target), Writable: true,
 			NoSuid: true, NoDev: true, SizeBytes: t.SizeBytes, Mode: 0o755, Owner: &Identity{UID: id.UID, GID: id.GID}}
 		if m.Target == "/tmp" {
