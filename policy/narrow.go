@@ -60,7 +60,7 @@ func (e *NarrowError) Unwrap() error { return sandbox.ErrInvalid }
 // pure function: it reads no file and no environment.
 func Narrow(p sandbox.Policy, n Narrowing) (sandbox.Policy, error) {
 	q := clonePolicy(p)
-	l := defaultLimits(q.Limits)
+	l := LimitsOrDefault(q.Limits)
 	if err := narrowResources(&l, n); err != nil {
 		return sandbox.Policy{}, err
 	}

@@ -54,7 +54,7 @@ func checkForCall(p *sandbox.Policy) error {
 	if p.Runtime == "" {
 		p.Runtime = DefaultRuntime
 	}
-	p.Limits = defaultLimits(p.Limits)
+	p.Limits = LimitsOrDefault(p.Limits)
 	var ps problems
 	validate(p, &ps)
 	return ps.err("policy")

@@ -47,15 +47,18 @@ func defaults() sandbox.Policy {
 		Workspace:  DefaultWorkspace,
 		Transcript: DefaultTranscript,
 		Tmpfs:      []sandbox.Tmpfs{{Target: "/tmp"}},
-		Limits:     defaultLimits(sandbox.Limits{}),
+		Limits:     LimitsOrDefault(sandbox.Limits{}),
 		EnvInherit: slices.Clone(defaultEnvInherit),
 	}
 }
 
-// defaultLimits fills the zero fields of l with the defaults that
-// sandbox.Limits documents. A zero timeout takes the default of 120 s, or
-// the maximum when the maximum is smaller.
-func defaultLimits(l sandbox.Limits) sandbox.Limits {
+// LimitsOrDefault returns l with its zero fields at the defaults that
+// sandbox.Limits documents (DefaultMemoryBytes, DefaultCPUs, DefaultPids,
+// …): the one place that decides them, for the policy's checks, its spec
+// options and the backends that configure a daemon (docker). A zero
+// timeout takes the default of 120 s, or the maximum when the maximum is
+// smaller.
+func LimitsOrDefault(l sandbox.Limits) sandbox.Limits {
 	if l.MemoryBytes == 0 {
 		l.MemoryBytes = DefaultMemoryBytes
 	}
@@ -297,7 +300,7 @@ func Normalize(p sandbox.Policy) (sandbox.Policy, error) {
 	if q.Runtime == "" {
 		q.Runtime = DefaultRuntime
 	}
-	q.Limits = defaultLimits(q.Limits)
+	q.Limits = LimitsOrDefault(q.Limits)
 	var ps problems
 	validate(&q, &ps)
 	if err := ps.err("policy"); err != nil {

@@ -197,7 +197,7 @@ func WithDeviceAllowList() sandbox.SpecOpt {
 // memory limit), a CPU quota of l.CPUs cores per 100 ms period, and the
 // task limit. Other resource settings in the spec are kept.
 func WithResources(l sandbox.Limits) sandbox.SpecOpt {
-	l = defaultLimits(l)
+	l = LimitsOrDefault(l)
 	quota := int64(math.Round(l.CPUs * cpuPeriod))
 	return func(s *specs.Spec) error {
 		r := ensureResources(s)

@@ -475,19 +475,8 @@ func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) 
 //     namespace.
 func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid, gid uint32, user callUser, ms []specs.Mount, binds []stagedBind) (*container.Config, *container.HostConfig, error) {
 	p := req.Policy
-	l := p.Limits
-	mem := l.MemoryBytes
-	if mem == 0 {
-		mem = 1 << 30
-	}
-	cpus := l.CPUs
-	if cpus == 0 {
-		cpus = 1
-	}
-	pids := l.Pids
-	if pids == 0 {
-		pids = 256
-	}
+	l := policy.LimitsOrDefault(p.Limits)
+	mem, cpus, pids := l.MemoryBytes, l.CPUs, l.Pids
 	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	// When the engine stops the container itself (a daemon shutting
 	// down, `docker stop`), it gives the same grace as a timeout does.

@@ -98,10 +98,7 @@ func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uin
 	if runtimeClass != "" {
 		spec.RuntimeClassName = &runtimeClass
 	}
-	maxTimeout := time.Duration(p.Limits.MaxTimeoutMs) * time.Millisecond
-	if maxTimeout <= 0 {
-		maxTimeout = sandbox.DefaultMaxTimeout
-	}
+	maxTimeout := time.Duration(policy.LimitsOrDefault(p.Limits).MaxTimeoutMs) * time.Millisecond
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "kubernetes: pod spec: %v", err)
