@@ -11,16 +11,17 @@ import (
 const OCIVersion = "1.0.2"
 
 // BaseSpec is the skeleton every call of the oci and containerd backends
-// starts from, before the options of SpecOpts: the kernel filesystems a
-// process expects, then binds (an image's read-only binds, before any
-// policy mount, so that a workspace or transcript path below /usr or /etc
-// lands on top of them), a read-only root at rootPath, the hostname and an
-// empty Linux section for the policy options to fill.
+// starts from (CallSpec), before the options of SpecOpts: the kernel
+// filesystems a process expects, then binds (an image's read-only binds,
+// before any policy mount, so that a workspace or transcript path below
+// /usr or /etc lands on top of them), the root at rootPath (read-only
+// once SpecOpts's WithReadonlyRoot ran), the hostname and an empty Linux
+// section for the policy options to fill.
 func BaseSpec(rootPath string, binds []specs.Mount) *specs.Spec {
 	s := &specs.Spec{
 		Version:  OCIVersion,
 		Process:  &specs.Process{Terminal: false, Cwd: "/"},
-		Root:     &specs.Root{Path: rootPath, Readonly: true},
+		Root:     &specs.Root{Path: rootPath},
 		Hostname: Hostname,
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc",
@@ -40,6 +41,66 @@ func BaseSpec(rootPath string, binds []specs.Mount) *specs.Spec {
 	}
 	s.Mounts = append(s.Mounts, binds...)
 	return s
+}
+
+// SpecParts are what CallSpec assembles one call's runtime spec from.
+type SpecParts struct {
+	// Root is the path of the root file system, relative to the bundle
+	// ("rootfs") or absolute. Required.
+	Root string
+	// Binds are an image's read-only binds (BaseSpec); nil means none.
+	Binds []specs.Mount
+	// Args, Env and Cwd are the call's process (WithProcess).
+	Args, Env []string
+	Cwd       string
+	// Opts confine the call: SpecOpts (which make the root read-only),
+	// then the backend's own (user namespace, egress, stub), applied in
+	// order after the process.
+	Opts []sandbox.SpecOpt
+	// Labels become the spec's annotations; nil means none.
+	Labels map[string]string
+	// CgroupsPath is linux.cgroupsPath; "" leaves the runtime's default.
+	CgroupsPath string
+	// Terminal, when set, runs the process on a terminal of that size.
+	Terminal *sandbox.WindowSize
+}
+
+// CallSpec assembles a call's runtime spec, once for the backends that
+// hand a runtime a spec (oci, containerd, and the oci bench baseline):
+// BaseSpec(p.Root, p.Binds), the process, p.Opts, the root's path (kept
+// read-only as WithReadonlyRoot left it), the annotations, the cgroups
+// path and the terminal. Errors are those of an option.
+func CallSpec(p SpecParts) (*specs.Spec, error) {
+	spec := BaseSpec(p.Root, p.Binds)
+	all := append([]sandbox.SpecOpt{WithProcess(p.Args, p.Env, p.Cwd)}, p.Opts...)
+	all = append(all, withRootPath(p.Root))
+	if p.Labels != nil {
+		all = append(all, WithAnnotations(p.Labels))
+	}
+	if p.CgroupsPath != "" {
+		all = append(all, WithCgroupsPath(p.CgroupsPath))
+	}
+	if p.Terminal != nil {
+		all = append(all, sandbox.WithTerminal(*p.Terminal))
+	}
+	for _, o := range all {
+		if err := o(spec); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}
+
+// withRootPath points the root at path, whatever an option set, keeping
+// whether it is read-only.
+func withRootPath(path string) sandbox.SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Root == nil {
+			s.Root = &specs.Root{}
+		}
+		s.Root.Path = path
+		return nil
+	}
 }
 
 // WithProcess sets the command line, environment and working directory.

@@ -216,13 +216,20 @@ func WithResources(l sandbox.Limits) sandbox.SpecOpt {
 	}
 }
 
-// WithReadonlyRoot makes the container's root filesystem read-only.
+// ReadonlyRoot is whether a call's root file system is read-only: always,
+// on every backend. WithReadonlyRoot writes it into a spec; the backends
+// that configure a daemon rather than write a spec read it here (docker's
+// HostConfig.ReadonlyRootfs, kubernetes's ReadOnlyRootFilesystem).
+const ReadonlyRoot = true
+
+// WithReadonlyRoot makes the container's root filesystem read-only
+// (ReadonlyRoot).
 func WithReadonlyRoot() sandbox.SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Root == nil {
 			s.Root = &specs.Root{}
 		}
-		s.Root.Readonly = true
+		s.Root.Readonly = ReadonlyRoot
 		return nil
 	}
 }

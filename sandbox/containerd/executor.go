@@ -459,25 +459,25 @@ func (e *Executor) joinEgress(call *driver.Call, opts []sandbox.SpecOpt) ([]sand
 	return append(opts, joinNet...), nil
 }
 
-// callSpec builds the call's spec from the policy's options opts: its
-// process, annotations, cgroup and terminal, on the read-only rootfs.
+// callSpec builds the call's spec (policy.CallSpec) from the policy's
+// options opts: its process, annotations, cgroup and terminal, on the
+// rootfs.
 func (e *Executor) callSpec(call *driver.Call, opts []sandbox.SpecOpt) (*specs.Spec, error) {
 	req := call.Request
-	spec := policy.BaseSpec("rootfs", nil)
-	all := append(opts,
-		policy.WithProcess(sandbox.InitArgs(req, call.Env), call.Env, call.Workdir),
-		policy.WithAnnotations(call.Labels),
-		policy.WithCgroupsPath(cgroupsPath(e.instance, call.ID)),
-	)
+	parts := policy.SpecParts{
+		Root: "rootfs",
+		Args: sandbox.InitArgs(req, call.Env), Env: call.Env, Cwd: call.Workdir,
+		Opts:        opts,
+		Labels:      call.Labels,
+		CgroupsPath: cgroupsPath(e.instance, call.ID),
+	}
 	if req.Terminal != nil {
-		all = append(all, sandbox.WithTerminal(req.Terminal.Size))
+		parts.Terminal = &req.Terminal.Size
 	}
-	for _, o := range all {
-		if err := o(spec); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: spec: %w", call.ID, err)
-		}
+	spec, err := policy.CallSpec(parts)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: spec: %w", call.ID, err)
 	}
-	spec.Root = &specs.Root{Path: "rootfs", Readonly: true}
 	return spec, nil
 }
 
@@ -506,7 +506,7 @@ func (e *Executor) stageCall(call *driver.Call, spec *specs.Spec, ids idmap.Call
 		return "", sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 	}
 	if ids.Enabled {
-		spec.Root = &specs.Root{Path: rootfsDir(callDir), Readonly: true}
+		spec.Root.Path = rootfsDir(callDir)
 	}
 	return callDir, nil
 }

@@ -507,7 +507,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		MaskedPaths:    masked,
 		ReadonlyPaths:  readonly,
 		NetworkMode:    "none",
-		ReadonlyRootfs: true,
+		ReadonlyRootfs: policy.ReadonlyRoot,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + user.seccomp},
 		CgroupnsMode:   container.CgroupnsModePrivate,

@@ -51,12 +51,12 @@ var (
 func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uint32, stubPath string, seccomp *corev1.SeccompProfile, runtimeClass string) (*podShape, error) {
 	uid64, gid64 := int64(uid), int64(gid)
 	nonRoot := uid != 0
-	no, yes := false, true
+	no, readonlyRoot := false, policy.ReadonlyRoot
 	sc := &corev1.SecurityContext{
 		RunAsUser:                &uid64,
 		RunAsGroup:               &gid64,
 		RunAsNonRoot:             &nonRoot,
-		ReadOnlyRootFilesystem:   &yes,
+		ReadOnlyRootFilesystem:   &readonlyRoot,
 		AllowPrivilegeEscalation: &no,
 		Privileged:               &no,
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

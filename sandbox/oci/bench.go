@@ -124,19 +124,17 @@ func benchConfig(b *bundle, name, stateDir, cgPath string) error {
 	if err != nil {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)
 	}
-	spec := policy.BaseSpec(bundleRootfs, binds)
-	opts = append(opts,
-		withReadonlyRoot(bundleRootfs),
-		policy.WithProcess([]string{"true"}, img.Env, "/tmp"),
-		policy.WithCgroupsPath(cgPath),
-	)
 	if name == RuntimeRunsc {
 		opts = append(opts, withRunscPids())
 	}
-	for _, o := range opts {
-		if err := o(spec); err != nil {
-			return err
-		}
+	spec, err := policy.CallSpec(policy.SpecParts{
+		Root: bundleRootfs, Binds: binds,
+		Args: []string{"true"}, Env: img.Env, Cwd: "/tmp",
+		Opts:        opts,
+		CgroupsPath: cgPath,
+	})
+	if err != nil {
+		return err
 	}
 	if err := b.mountPoints(spec.Mounts); err != nil {
 		return sandbox.Errorf(sandbox.ErrInternal, "oci: bench rootfs: %v", err)

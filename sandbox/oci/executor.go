@@ -603,27 +603,25 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 	if err := e.step("config"); err != nil {
 		return nil, err
 	}
-	spec := policy.BaseSpec(bundleRootfs, binds)
-	// With the stub (the last of opts), the process is the stub and only
-	// the working directory here is the call's; runsc runs the call's
-	// init and command.
-	process := policy.WithProcess(sandbox.InitArgsWithShell(bash, req, call.Env), call.Env, call.Workdir)
-	all := append([]sandbox.SpecOpt{process}, opts...)
-	all = append(all,
-		withReadonlyRoot(bundleRootfs),
-		policy.WithAnnotations(sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)),
-		policy.WithCgroupsPath(containerCgroupsPath(e.instance, call.ID)),
-	)
-	if req.Terminal != nil {
-		all = append(all, sandbox.WithTerminal(req.Terminal.Size))
-	}
 	if e.rt.name == RuntimeRunsc {
-		all = append(all, withRunscPids())
+		opts = append(opts[:len(opts):len(opts)], withRunscPids())
 	}
-	for _, o := range all {
-		if err := o(spec); err != nil {
-			return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
-		}
+	// With the stub (in opts), the process is the stub and only the
+	// working directory here is the call's; runsc runs the call's init
+	// and command.
+	parts := policy.SpecParts{
+		Root: bundleRootfs, Binds: binds,
+		Args: sandbox.InitArgsWithShell(bash, req, call.Env), Env: call.Env, Cwd: call.Workdir,
+		Opts:        opts,
+		Labels:      sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels),
+		CgroupsPath: containerCgroupsPath(e.instance, call.ID),
+	}
+	if req.Terminal != nil {
+		parts.Terminal = &req.Terminal.Size
+	}
+	spec, err := policy.CallSpec(parts)
+	if err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: call %s: spec: %w", call.ID, err)
 	}
 	return spec, nil
 }

@@ -16,15 +16,6 @@ func roBind(source, target string) specs.Mount {
 	}
 }
 
-// withReadonlyRoot points the root at rootPath and makes it read-only,
-// whatever earlier options said.
-func withReadonlyRoot(rootPath string) sandbox.SpecOpt {
-	return func(s *specs.Spec) error {
-		s.Root = &specs.Root{Path: rootPath, Readonly: true}
-		return nil
-	}
-}
-
 // runscPidsHeadroom is added to the host pids limit of a gVisor sandbox:
 // on the host the limit counts the Sentry's and gofer's own threads, not
 // the application's tasks.
