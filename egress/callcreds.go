@@ -175,7 +175,33 @@ type Setup struct {
 	// CABundle is the host path of the call's CA bundle, to bind
 	// read-only at CABundlePath; empty without credentials.
 	CABundle string
-	binding  *Binding
+	// Files is the directory of the name-service files (WriteFiles) the
+	// call binds; set by StartCall, empty from StartPolicy.
+	Files   string
+	binding *Binding
+}
+
+// StartCall starts the egress network of call, a call of network
+// allowlist under p, for a backend whose runtime joins the network
+// namespace by its path (oci, containerd): it writes the name-service
+// files into stateDir/egress (WriteFiles), starts the network there
+// (StartPolicy, the call's files below stateDir/egress/calls) and points
+// call.Env at the proxy (Setup.Env). policy.WithEgress joins a spec to
+// what it returns. Errors are StartPolicy's, or, when the files cannot be
+// written, one wrapping sandbox.ErrUnavailable that starts with
+// "<backend>: call <id>: ". On error nothing is left.
+func StartCall(backend string, p sandbox.Policy, o Options, getenv func(string) (string, bool), stateDir string, call *sandbox.Call) (*Setup, error) {
+	files := filepath.Join(stateDir, "egress")
+	if err := WriteFiles(files); err != nil {
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "%s: call %s: %w", backend, call.ID, err)
+	}
+	st, err := StartPolicy(p, o, getenv, filepath.Join(files, "calls"), call.ID)
+	if err != nil {
+		return nil, err
+	}
+	st.Files = files
+	call.Env = WithEnv(call.Env, st.Env)
+	return st, nil
 }
 
 // StartPolicy starts the egress network of a call under p (Bind, then

@@ -118,6 +118,28 @@ func WithNetworkNamespace(path string) sandbox.SpecOpt {
 	}
 }
 
+// WithEgress makes a call join its egress network st (egress.StartCall):
+// the network namespace (WithNetworkNamespace), the name-service files
+// for an image that is the host's or not (WithNetworkFiles) and, with
+// credentials, the call's CA bundle (WithCABundle).
+func WithEgress(st *egress.Setup, hostImage bool) sandbox.SpecOpt {
+	opts := []sandbox.SpecOpt{
+		WithNetworkNamespace(st.Call.NamespacePath()),
+		WithNetworkFiles(st.Files, hostImage),
+	}
+	if st.CABundle != "" {
+		opts = append(opts, WithCABundle(st.CABundle))
+	}
+	return func(s *specs.Spec) error {
+		for _, o := range opts {
+			if err := o(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // WithNetworkFiles binds, read-only, the name-service files of a call of
 // network allowlist from dir (egress.WriteFiles): for the host image
 // /etc/nsswitch.conf, so that glibc asks DNS after /etc/hosts (with no

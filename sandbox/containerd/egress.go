@@ -1,37 +1,32 @@
 package containerd
 
 import (
-	"log/slog"
-	"path/filepath"
+	"context"
 
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
-// startEgress starts the egress network of a call of network allowlist
-// (its namespace, proxy and DNS server), points the call's env at the
-// proxy (and, with credentials, at their placeholders and its CA
-// bundle) and returns the spec options that join the namespace (the
-// shim's runtime opens it by its /proc path in this process) and bind
-// resolv.conf and the CA bundle, and the function that ends it and returns the record. On
-// error nothing is left.
-func (e *Executor) startEgress(p sandbox.Policy, call *sandbox.Call, log *slog.Logger) ([]sandbox.SpecOpt, func() []sandbox.Connection, error) {
-	files := filepath.Join(e.opts.StateDir, "egress")
-	if err := egress.WriteFiles(files); err != nil {
-		return nil, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call %s: %w", call.ID, err)
+// joinEgress starts the call's egress network when its policy's network
+// is an allowlist (egress.StartCall: its namespace, proxy and DNS server,
+// the call's env pointed at the proxy), pushing its end onto the call's
+// cleanup stack, and returns opts with the spec option that joins it
+// (policy.WithEgress; the shim's runtime opens the namespace by its
+// /proc path in this process). Other calls get opts as they are.
+func (e *Executor) joinEgress(call *driver.Call, opts []sandbox.SpecOpt) ([]sandbox.SpecOpt, error) {
+	if call.Request.Policy.Network != policy.NetworkAllowlist {
+		return opts, nil
 	}
-	st, err := egress.StartPolicy(p, egress.Options{Network: e.opts.Network, Logger: log}, e.opts.Getenv, filepath.Join(files, "calls"), call.ID)
+	st, err := egress.StartCall(Backend, call.Request.Policy, egress.Options{Network: e.opts.Network, Logger: call.Log}, e.opts.Getenv, e.opts.StateDir, call.Call)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	call.Env = egress.WithEnv(call.Env, st.Env)
-	opts := []sandbox.SpecOpt{
-		policy.WithNetworkNamespace(st.Call.NamespacePath()),
-		policy.WithNetworkFiles(files, false),
-	}
-	if st.CABundle != "" {
-		opts = append(opts, policy.WithCABundle(st.CABundle))
-	}
-	return opts, st.Close, nil
+	// Closed after the container is removed (pushed before it).
+	call.Cleanup.Add("egress", func(context.Context) error {
+		call.Result.Egress = st.Close()
+		return nil
+	})
+	return append(opts, policy.WithEgress(st, false)), nil
 }

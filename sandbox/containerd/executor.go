@@ -439,26 +439,6 @@ func (e *Executor) markLeftover(err error) error {
 	return err
 }
 
-// joinEgress starts the call's egress proxy when its policy's network is
-// an allowlist, pushing its closing onto the call's cleanup stack, and
-// returns opts with the spec options that join the proxy's network.
-// Other calls get opts as they are.
-func (e *Executor) joinEgress(call *driver.Call, opts []sandbox.SpecOpt) ([]sandbox.SpecOpt, error) {
-	if call.Request.Policy.Network != policy.NetworkAllowlist {
-		return opts, nil
-	}
-	// Closed after the container is removed (pushed before it).
-	joinNet, closeNet, err := e.startEgress(call.Request.Policy, call.Call, call.Log)
-	if err != nil {
-		return nil, err
-	}
-	call.Cleanup.Add("egress", func(context.Context) error {
-		call.Result.Egress = closeNet()
-		return nil
-	})
-	return append(opts, joinNet...), nil
-}
-
 // callSpec builds the call's spec (policy.CallSpec) from the policy's
 // options opts: its process, annotations, cgroup and terminal, on the
 // rootfs.

@@ -388,7 +388,7 @@ func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driv
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, joinNet...)
+		opts = append(opts[:len(opts):len(opts)], joinNet)
 	}
 	b, undo, err := e.createBundle(ctx, call.Call, call.Request, pl.img, pl.bash, opts, pl.ids)
 	if err != nil {
