@@ -109,8 +109,7 @@ type Executor struct {
 	// instance dead and removes what it left.
 	leftover atomic.Bool
 
-	mu     sync.RWMutex // held for reading by every running call
-	closed bool
+	gate driver.Gate // held by every running call; closed by Close
 
 	active sandbox.ActiveCalls // calls whose container Run still owns
 
@@ -226,13 +225,10 @@ func (e *Executor) Instance() string { return e.instance }
 // on the same StateDir knows the instance is dead and removes what it
 // left. Runs after Close fail with sandbox.ErrUnavailable. Close is
 // idempotent.
-func (e *Executor) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
+func (e *Executor) Close() error { return e.gate.Close(e.release) }
+
+// release is Close once the calls ended.
+func (e *Executor) release() error {
 	err := e.cli.Close()
 	cgroupsGone := removeInstanceCgroups(e.instance)
 	keep := e.leftover.Load() || !cgroupsGone
@@ -282,12 +278,7 @@ func checkRuntime(rt string) error {
 // through its cgroup (the shim would keep them running). What teardown
 // could not remove is left to Reap.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: executor is closed")
-	}
-	return driver.Run(ctx, (*runner)(e), req)
+	return driver.RunGated(ctx, &e.gate, (*runner)(e), req)
 }
 
 // runner is the Executor as driver.Run sees it.

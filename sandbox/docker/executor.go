@@ -81,8 +81,7 @@ type Executor struct {
 	instance string
 	lock     *os.File
 
-	mu     sync.RWMutex // held for reading by every running call
-	closed bool
+	gate driver.Gate // held by every running call; closed by Close
 
 	active sandbox.ActiveCalls // calls whose container Run still owns
 
@@ -225,13 +224,10 @@ func (e *Executor) Instance() string { return e.instance }
 // releases the instance lock (StateDir/docker-instances/<id>.lock, which
 // tells Reap the instance is live). Runs
 // after Close fail with sandbox.ErrUnavailable. Close is idempotent.
-func (e *Executor) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
+func (e *Executor) Close() error { return e.gate.Close(e.release) }
+
+// release is Close once the calls ended.
+func (e *Executor) release() error {
 	err := errors.Join(e.cli.Close(), e.probe.Close())
 	e.nsMu.Lock()
 	if e.userns != nil {
@@ -276,12 +272,7 @@ func isNotFound(err error) bool {
 // registered is an ErrUnavailable error; Run never falls back to another
 // runtime.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: executor is closed")
-	}
-	return driver.Run(ctx, (*runner)(e), req)
+	return driver.RunGated(ctx, &e.gate, (*runner)(e), req)
 }
 
 // runner is the Executor as driver.Run sees it.

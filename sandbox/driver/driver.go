@@ -9,7 +9,8 @@
 // container that runs and waits for its call), bind the call to it
 // (argv, environment, working directory, stdio), wait, signal — the way
 // containerd's client drives its runtime shims through the Task
-// interface; its Executor.Run is a call of Run.
+// interface; its Executor.Run is a call of Run (RunGated, behind the
+// Gate that its Close closes).
 //
 // Prepare and Bind are the seam of the warm pool: a backend that can
 // prepare a slot before its call exists (the oci backend, whose slots run

@@ -116,8 +116,7 @@ type Executor struct {
 	active   sandbox.ActiveCalls
 	seccomp  *seccompProfile
 
-	mu     sync.RWMutex
-	closed bool
+	gate driver.Gate // held by every running call; closed by Close
 
 	poolsMu sync.Mutex
 	pools   map[string]*warmPool
@@ -280,13 +279,10 @@ func (e *Executor) Namespace() string { return e.opts.Namespace }
 
 // Close deletes the executor's warm pods and releases its instance; calls
 // still running finish first.
-func (e *Executor) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
+func (e *Executor) Close() error { return e.gate.Close(e.release) }
+
+// release is Close once the calls ended.
+func (e *Executor) release() error {
 	var errs []error
 	e.poolsMu.Lock()
 	pools := e.pools
@@ -312,12 +308,7 @@ func (e *Executor) Close() error {
 // that cannot be reached, or that loses the pod during the call, gives
 // sandbox.ErrUnavailable, never a made-up exit status.
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "kubernetes: executor is closed")
-	}
-	return driver.Run(ctx, (*runner)(e), req)
+	return driver.RunGated(ctx, &e.gate, (*runner)(e), req)
 }
 
 // runner is the Executor as driver.Run sees it.

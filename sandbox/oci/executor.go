@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -103,8 +102,7 @@ type Executor struct {
 	stubErr  error
 	warm     *warm // nil without a pool
 
-	mu     sync.RWMutex // held for reading by every running call
-	closed bool
+	gate driver.Gate // held by every running call; closed by Close
 
 	// inject, when set by tests, is called at each named step of a call
 	// and fails the call with its error.
@@ -213,13 +211,10 @@ func (e *Executor) Runtime() string { return e.rt.name }
 // Close waits for running calls, then releases the instance lock, the
 // crun mount namespace and the instance's (now empty) cgroup parents.
 // Runs after Close fail with sandbox.ErrUnavailable. Close is idempotent.
-func (e *Executor) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
+func (e *Executor) Close() error { return e.gate.Close(e.release) }
+
+// release is Close once the calls ended.
+func (e *Executor) release() error {
 	var perr error
 	if e.warm != nil {
 		// Ready slots and the teardowns of finished calls go first: they
@@ -274,12 +269,7 @@ func (e *Executor) step(name string) error {
 // bundle, mounts and cgroups before returning, whatever happened
 // (driver.Run).
 func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
-	}
-	return driver.Run(ctx, (*runner)(e), req)
+	return driver.RunGated(ctx, &e.gate, (*runner)(e), req)
 }
 
 // runner is the Executor as driver.Run sees it.

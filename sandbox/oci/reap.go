@@ -80,18 +80,17 @@ func (e *Executor) mayHaveLeftovers() bool {
 //
 // Reap is safe to call while calls of this and other live instances run.
 func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	// quiet: no call of this executor runs, and none starts before Reap
-	// returns.
-	quiet := e.mu.TryLock()
-	if quiet {
-		defer e.mu.Unlock()
-	} else {
-		e.mu.RLock()
-		defer e.mu.RUnlock()
-	}
-	if e.closed {
-		return sandbox.ReapReport{}, sandbox.Errorf(sandbox.ErrUnavailable, "oci: executor is closed")
-	}
+	var rep sandbox.ReapReport
+	err := e.gate.Hold("oci", func(quiet bool) (err error) {
+		rep, err = e.reap(ctx, quiet)
+		return err
+	})
+	return rep, err
+}
+
+// reap is Reap with the executor's gate held; quiet means no call of
+// this executor runs, and none starts before it returns.
+func (e *Executor) reap(ctx context.Context, quiet bool) (sandbox.ReapReport, error) {
 	// The runtime's root is under StateDir: an instance without a lock
 	// file there is gone (Close removes it while a call's teardown may
 	// have failed), so its objects go at once.
