@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 // doctorTimeout bounds each daemon request of Doctor, and doctorRunTimeout
@@ -37,14 +38,8 @@ const shimBinary = "containerd-shim-runc-v2"
 // test call's container, task and snapshot are removed, and its instance
 // lock file too.
 func Doctor(ctx context.Context, opts Options) []sandbox.Check {
-	var checks []sandbox.Check
-	keep := func(c sandbox.Check) bool {
-		checks = append(checks, c)
-		return c.OK
-	}
-	add := func(name string, ok bool, format string, args ...any) bool {
-		return keep(sandbox.Checkf(name, ok, format, args...))
-	}
+	var checks backend.Checks
+	keep, add := checks.Keep, checks.Add
 	ns := opts.Namespace
 	if ns == "" {
 		ns = DefaultNamespace

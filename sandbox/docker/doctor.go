@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 // doctorTimeout bounds each engine request of Doctor but its test call;
@@ -38,14 +39,8 @@ const (
 // Doctor leaves nothing behind in the engine. It is safe to call
 // concurrently.
 func Doctor(ctx context.Context, opts Options) []sandbox.Check {
-	var checks []sandbox.Check
-	keep := func(c sandbox.Check) bool {
-		checks = append(checks, c)
-		return c.OK
-	}
-	add := func(name string, ok bool, format string, args ...any) bool {
-		return keep(sandbox.Checkf(name, ok, format, args...))
-	}
+	var checks backend.Checks
+	keep, add := checks.Keep, checks.Add
 
 	cli, err := newClient(opts.Host)
 	if err != nil {

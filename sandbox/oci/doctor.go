@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -27,11 +28,8 @@ const doctorRunTimeout = 60 * time.Second
 // workspace-write policy. With runc and crun it also checks the stub (found,
 // static). Checks after a failed prerequisite are reported as not run. Doctor leaves nothing behind.
 func Doctor(ctx context.Context, opts Options) []Check {
-	var checks []Check
-	add := func(name string, ok bool, format string, args ...any) bool {
-		checks = append(checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
-		return ok
-	}
+	var checks backend.Checks
+	add := checks.Add
 	rt := opts.Runtime
 	if rt == "" {
 		rt = RuntimeRunc

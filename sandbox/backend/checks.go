@@ -1,0 +1,19 @@
+package backend
+
+import "github.com/dsh-sandbox/dsh-sandbox/sandbox"
+
+// Checks collects a doctor's checks in order (what Descriptor.Doctor
+// returns). The zero value is empty and ready to use.
+type Checks []sandbox.Check
+
+// Keep appends c and reports whether it passed, so that a doctor can
+// stop after a check the later ones depend on.
+func (cs *Checks) Keep(c sandbox.Check) bool {
+	*cs = append(*cs, c)
+	return c.OK
+}
+
+// Add keeps sandbox.Checkf(name, ok, format, args...) and reports ok.
+func (cs *Checks) Add(name string, ok bool, format string, args ...any) bool {
+	return cs.Keep(sandbox.Checkf(name, ok, format, args...))
+}
