@@ -86,8 +86,10 @@ Examples:
 	}
 	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
 	app.Action = unknownCommand(func() []*cli.Command { return app.Commands })
+	owned := ownedFlags{}
+	app.Metadata = map[string]any{ownedFlagsKey: owned}
 	for _, c := range app.Commands {
-		addGlobalFlags(c) // before setUsageErrors gives groups an Action
+		addGlobalFlags(c, owned) // before setUsageErrors gives groups an Action
 		setUsageErrors(c)
 		requireFlags(c)
 		configurable(c)
@@ -100,8 +102,9 @@ Examples:
 // — take the global flags after its name too, as in `dsh-sandbox locate
 // --sessions-root /r`.
 // A leaf that defines a flag of the same name itself (hooks run --config)
-// keeps its own; the global one is then taken only before the command name.
-func addGlobalFlags(c *cli.Command) {
+// keeps its own, recorded in owned; the global one is then taken only
+// before the command name.
+func addGlobalFlags(c *cli.Command, owned ownedFlags) {
 	if len(c.Subcommands) == 0 || c.Action != nil {
 		own := map[string]bool{}
 		for _, f := range c.Flags {
@@ -112,7 +115,7 @@ func addGlobalFlags(c *cli.Command) {
 		var globals []cli.Flag
 		for _, g := range globalFlags() {
 			if own[g.Names()[0]] {
-				ownedFlags[c] = append(ownedFlags[c], g.Names()[0])
+				owned[c] = append(owned[c], g.Names()[0])
 				continue
 			}
 			globals = append(globals, g)
@@ -120,7 +123,7 @@ func addGlobalFlags(c *cli.Command) {
 		c.Flags = append(globals, c.Flags...)
 	}
 	for _, sub := range c.Subcommands {
-		addGlobalFlags(sub)
+		addGlobalFlags(sub, owned)
 	}
 }
 

@@ -37,11 +37,26 @@ const maxConfigBytes = 1 << 20
 
 // ownedFlags lists, per leaf command, the global flag names the command
 // defines with a meaning of its own; lookups of the global flag skip it.
-var ownedFlags = map[*cli.Command][]string{}
+// newApp builds it (addGlobalFlags) and keeps it in the app's Metadata
+// under ownedFlagsKey.
+type ownedFlags map[*cli.Command][]string
+
+// ownedFlagsKey is the app's Metadata key of its ownedFlags.
+const ownedFlagsKey = "ownedFlags"
+
+// ownedFlagsOf returns app's ownedFlags; nil (none owned) for an app
+// newApp did not build.
+func ownedFlagsOf(app *cli.App) ownedFlags {
+	if app == nil {
+		return nil
+	}
+	owned, _ := app.Metadata[ownedFlagsKey].(ownedFlags)
+	return owned
+}
 
 // global reports whether ctx's value of name is the global flag's.
 func global(ctx *cli.Context, name string) bool {
-	return ctx.Command == nil || !slices.Contains(ownedFlags[ctx.Command], name)
+	return ctx.Command == nil || !slices.Contains(ownedFlagsOf(ctx.App)[ctx.Command], name)
 }
 
 // flags reads global flags wherever they were given: on the command
@@ -318,7 +333,7 @@ func parseConfig(path string, data []byte, app *cli.App) (map[string]any, error)
 	for _, f := range globalFlags() {
 		globals = append(globals, configFlag(f))
 	}
-	checkSection(tree, "", globals, app.Commands, nil, &problems)
+	checkSection(tree, "", globals, app.Commands, nil, ownedFlagsOf(app), &problems)
 	if len(problems) > 0 {
 		return nil, usageError("--config: %s: %s", path, strings.Join(problems, "; "))
 	}
@@ -327,8 +342,9 @@ func parseConfig(path string, data []byte, app *cli.App) (map[string]any, error)
 
 // checkSection checks the keys of one section: flag names (with a value
 // of the flag's type) and sections of the commands cmds. owned are the
-// global flag names a leaf defines itself (its "config" is its own).
-func checkSection(sec map[string]any, where string, fls []cli.Flag, cmds []*cli.Command, owned []string, problems *[]string) {
+// global flag names a leaf defines itself (its "config" is its own), all
+// those of every command.
+func checkSection(sec map[string]any, where string, fls []cli.Flag, cmds []*cli.Command, owned []string, all ownedFlags, problems *[]string) {
 	byName := map[string]cli.Flag{}
 	for _, f := range fls {
 		name := f.Names()[0]
@@ -372,7 +388,7 @@ func checkSection(sec map[string]any, where string, fls []cli.Flag, cmds []*cli.
 		if len(subcmds) == 0 {
 			cfls = c.Flags
 		}
-		checkSection(m, key, cfls, subcmds, ownedFlags[c], problems)
+		checkSection(m, key, cfls, subcmds, all[c], all, problems)
 	}
 }
 
