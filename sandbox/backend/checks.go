@@ -1,6 +1,18 @@
 package backend
 
-import "github.com/dsh-sandbox/dsh-sandbox/sandbox"
+import (
+	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
+
+// The time bounds of a doctor: DoctorRequestTimeout bounds each request
+// it makes of a daemon or cluster, DoctorRunTimeout its test call
+// (sandbox.DoctorRun).
+const (
+	DoctorRequestTimeout = 10 * time.Second
+	DoctorRunTimeout     = 60 * time.Second
+)
 
 // Checks collects a doctor's checks in order (what Descriptor.Doctor
 // returns). The zero value is empty and ready to use.

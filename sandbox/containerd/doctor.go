@@ -16,13 +16,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
-// doctorTimeout bounds each daemon request of Doctor, and doctorRunTimeout
-// its test call.
-const (
-	doctorTimeout    = 10 * time.Second
-	doctorRunTimeout = 60 * time.Second
-)
-
 // shimBinary is the program the daemon starts for runtimeName.
 const shimBinary = "containerd-shim-runc-v2"
 
@@ -50,7 +43,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		return checks
 	}
 	defer cli.Close()
-	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	dctx, cancel := context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	defer cancel()
 	v, err := cli.Version(dctx)
 	if !add("daemon", err == nil, "%s", errOr(err, fmt.Sprintf("containerd %s (revision %s) on %s", v.Version, v.Revision, opts.Address))) {
@@ -91,7 +84,7 @@ func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, sandb
 	if err := probe(ctx, opts.Address); err != nil {
 		return nil, sandbox.Checkf("daemon", false, "%v", err)
 	}
-	cli, err := containerd.New(opts.Address, containerd.WithTimeout(doctorTimeout))
+	cli, err := containerd.New(opts.Address, containerd.WithTimeout(backend.DoctorRequestTimeout))
 	if err != nil {
 		return nil, sandbox.Checkf("daemon", false, "connect to %s: %v", opts.Address, err)
 	}
@@ -158,7 +151,7 @@ func doctorRun(ctx context.Context, opts Options, ns, image string) (time.Durati
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	p.Backend, p.Image, p.Runtime = Backend, image, ""
-	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
+	ctx, cancel := context.WithTimeout(ctx, backend.DoctorRunTimeout)
 	defer cancel()
 	d, err := sandbox.DoctorRun(ctx, e, p, e.instance)
 	if cerr := e.Close(); err == nil && cerr != nil {

@@ -15,13 +15,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
-// doctorTimeout bounds each engine request of Doctor but its test call;
-// doctorRunTimeout bounds the test call.
-const (
-	doctorTimeout    = 10 * time.Second
-	doctorRunTimeout = 60 * time.Second
-)
-
 // Doctor reports whether the docker backend is usable with opts and why
 // not, as checks in this order: "daemon" (the engine answers at which
 // host, with its server and API versions), "runtimes" (the runtimes it
@@ -48,7 +41,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		return checks
 	}
 	defer cli.Close()
-	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	dctx, cancel := context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	v, err := cli.ServerVersion(dctx)
 	cancel()
 	if err != nil {
@@ -57,7 +50,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	}
 	add("daemon", true, "engine at %s: server %s, API %s (this client speaks %s)", cli.DaemonHost(), v.Version, v.APIVersion, cli.ClientVersion())
 
-	dctx, cancel = context.WithTimeout(ctx, doctorTimeout)
+	dctx, cancel = context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	info, err := cli.Info(dctx)
 	cancel()
 	runtimesOK := false
@@ -70,7 +63,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 
 	stateOK := keep(sandbox.CheckStateDir(opts.StateDir))
 
-	dctx, cancel = context.WithTimeout(ctx, doctorTimeout)
+	dctx, cancel = context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	imgs, err := ownedImages(dctx, cli, false)
 	cancel()
 	name, picked := firstNamed(imgs)
@@ -167,7 +160,7 @@ func shortID(id string) string {
 // instance and returns how long the call took.
 func doctorRun(ctx context.Context, opts Options, name string) (time.Duration, error) {
 	opts.InstanceID = ""
-	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
+	ctx, cancel := context.WithTimeout(ctx, backend.DoctorRunTimeout)
 	defer cancel()
 	e, err := New(ctx, opts)
 	if err != nil {

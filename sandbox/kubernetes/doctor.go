@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,14 +15,12 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 )
 
 // MinMinor is the oldest Kubernetes 1.x minor release the backend
 // supports: older ones are past their upstream support.
 const MinMinor = 30
-
-// doctorTimeout bounds each request of Doctor.
-const doctorTimeout = 10 * time.Second
 
 // podVerbs are the permissions the backend needs on pods of its
 // namespace (contrib/kubernetes/rbac.yaml grants them).
@@ -59,7 +56,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		sandbox.Checkf("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
 		versionCheck(v),
 	}
-	dctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	dctx, cancel := context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	defer cancel()
 	checks = append(checks, namespaceCheck(dctx, cli, opts.Namespace))
 	checks = append(checks, permissionsCheck(dctx, cli, opts.Namespace))

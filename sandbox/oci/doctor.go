@@ -18,9 +18,6 @@ import (
 // Check is one finding of Doctor.
 type Check = sandbox.Check
 
-// doctorRunTimeout bounds the test call of Doctor.
-const doctorRunTimeout = 60 * time.Second
-
 // Doctor reports whether the runtime of opts is usable here and why not:
 // its binary and version, root privileges, the cgroup layout (and, for
 // crun on a hybrid host, whether the unified mount can be hidden), the
@@ -104,7 +101,7 @@ func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duratio
 	defer e.Close()
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	p.Backend, p.Runtime = sandbox.BackendOCI, sandbox.Runtime(rt)
-	ctx, cancel := context.WithTimeout(ctx, doctorRunTimeout)
+	ctx, cancel := context.WithTimeout(ctx, backend.DoctorRunTimeout)
 	defer cancel()
 	return sandbox.DoctorRun(ctx, e, p, e.instance)
 }
