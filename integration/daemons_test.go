@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // agentUID owns the workspace of TestDaemonBackendsMatchOCI.
@@ -327,7 +327,7 @@ func TestDaemonBackendsTimeoutDoctorReapBench(t *testing.T) {
 		}
 	}
 	// Nothing of that session is left in either daemon.
-	label := "label=" + sandbox.LabelSession + "=" + sessionID
+	label := "label=" + reap.LabelSession + "=" + sessionID
 	if out, err := exec.Command("docker", "ps", "-aq", "--filter", label).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Errorf("docker ps -aq --filter %s = %q, %v; want nothing", label, out, err)
 	}

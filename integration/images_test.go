@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // imageBackends are the backends with images.
@@ -192,8 +192,8 @@ func TestImagesRemoveLeavesForeignImages(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", name).Run() })
 	r := run(t, nil, imagesArgs(e, "rm", "docker", name)...)
-	if r.code != 2 || !strings.Contains(r.stderr, sandbox.LabelOwner) {
-		t.Errorf("images rm --backend docker %s (not imported by dsh-sandbox) exited %d, stderr %q; want 2 naming the label %s", name, r.code, r.stderr, sandbox.LabelOwner)
+	if r.code != 2 || !strings.Contains(r.stderr, reap.LabelOwner) {
+		t.Errorf("images rm --backend docker %s (not imported by dsh-sandbox) exited %d, stderr %q; want 2 naming the label %s", name, r.code, r.stderr, reap.LabelOwner)
 	}
 	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", name).CombinedOutput(); err != nil {
 		t.Errorf("docker image inspect %s after the refused images rm: %v: %s; want the image kept", name, err, out)

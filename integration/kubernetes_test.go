@@ -33,6 +33,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // kubeImage is the test image in the test cluster's containerd (namespace
@@ -139,7 +140,7 @@ func importKube(t testing.TB, k kubeTest) {
 func (k kubeTest) pods(t testing.TB) []string {
 	t.Helper()
 	l, err := k.cli.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{
-		LabelSelector: sandbox.LabelOwner + "=" + sandbox.LabelOwnerValue,
+		LabelSelector: reap.LabelOwner + "=" + reap.LabelOwnerValue,
 	})
 	if err != nil {
 		t.Fatalf("list pods: %v", err)

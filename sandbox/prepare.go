@@ -379,49 +379,11 @@ func ValidCallID(id string) bool {
 // safe for concurrent use.
 func NewCallID() string { return "call-" + randomHex(12) }
 
-// NewInstanceID returns a random executor instance id, "i-" and 12 hex
-// digits. It is safe for concurrent use.
-func NewInstanceID() string { return "i-" + randomHex(6) }
-
 // randomHex returns n random bytes in hex.
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails; see crypto/rand.Read
 	return hex.EncodeToString(b)
-}
-
-// CheckExecutorIdentity checks and completes the settings that name a
-// backend's executor: stateDir must be absolute (it is returned cleaned);
-// an empty instance becomes NewInstanceID(), any other must be 1–64
-// characters of [A-Za-z0-9_.-] starting with a letter or digit. Errors
-// wrap ErrInvalid and start with backend.
-func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, error) {
-	if stateDir == "" || !filepath.IsAbs(stateDir) {
-		return "", "", Errorf(ErrInvalid, "%s: StateDir %q is not an absolute path", backend, stateDir)
-	}
-	if instance == "" {
-		instance = NewInstanceID()
-	} else if !ValidCallID(instance) {
-		return "", "", Errorf(ErrInvalid, "%s: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", backend, instance)
-	}
-	return resolveExisting(filepath.Clean(stateDir)), instance, nil
-}
-
-// resolveExisting is dir with the symbolic links of its longest existing
-// ancestor resolved (a state directory is the operator's, trusted): the
-// paths below it, which the executors bind from without following links,
-// then have none. Whatever cannot be resolved is kept as written.
-func resolveExisting(dir string) string {
-	rest := ""
-	for p := dir; ; p = filepath.Dir(p) {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Join(r, rest)
-		}
-		if p == filepath.Dir(p) {
-			return dir
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
-	}
 }
 
 // PreparePaths resolves and checks every host path call mounts or

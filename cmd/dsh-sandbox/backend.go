@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/logbridge"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // openImages opens the local image store, creating it on first use.
@@ -126,11 +127,11 @@ func (s *settings) openTarget(ctx context.Context, t backend.Target) (ex sandbox
 
 // reapExecutor removes what dead instances left on ex's backend; an
 // executor without leftovers to reap (local) reports nothing.
-func reapExecutor(ctx context.Context, ex sandbox.Executor) (sandbox.ReapReport, error) {
+func reapExecutor(ctx context.Context, ex sandbox.Executor) (reap.Report, error) {
 	if r, ok := ex.(backend.Reaper); ok {
 		return r.Reap(ctx)
 	}
-	return sandbox.ReapReport{}, nil
+	return reap.Report{}, nil
 }
 
 // reapBeforeCalls is reapExecutor for a command about to run calls

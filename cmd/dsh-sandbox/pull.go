@@ -18,6 +18,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // registryFlags are the global flags of the operator's registry
@@ -308,7 +309,7 @@ func (p *pulling) Close() error {
 	return nil
 }
 
-func (p *pulling) Reap(ctx context.Context) (sandbox.ReapReport, error) {
+func (p *pulling) Reap(ctx context.Context) (reap.Report, error) {
 	rep, err := reapExecutor(ctx, p.Executor)
 	if p.store == nil {
 		return rep, err
@@ -316,8 +317,8 @@ func (p *pulling) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 	return rep, errors.Join(err, reapStaging(p.store, &rep))
 }
 
-func (p *pulling) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
-	var rep sandbox.ReapReport
+func (p *pulling) ReapDead(ctx context.Context) (reap.Report, error) {
+	var rep reap.Report
 	var err error
 	if r, ok := p.Executor.(backend.DeadReaper); ok {
 		rep, err = r.ReapDead(ctx)
@@ -332,7 +333,7 @@ func (p *pulling) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
 
 // reapStaging removes what dead imports and pulls left in the local image
 // store's staging directory, adding it to rep.Files.
-func reapStaging(st *images.Store, rep *sandbox.ReapReport) error {
+func reapStaging(st *images.Store, rep *reap.Report) error {
 	removed, err := st.ReapStaging()
 	rep.Files = append(rep.Files, removed...)
 	if err != nil {

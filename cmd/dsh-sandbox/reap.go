@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // reapers keeps the backends that leave objects to reap.
@@ -19,10 +20,10 @@ type reapResult struct {
 	// Backend is the target's label: "oci/runc", "docker".
 	Backend string `json:"backend"`
 	// Removed is Report.Removed().
-	Removed int                 `json:"removed"`
-	Report  *sandbox.ReapReport `json:"report,omitempty"`
-	Skipped string              `json:"skipped,omitempty"`
-	Error   string              `json:"error,omitempty"`
+	Removed int          `json:"removed"`
+	Report  *reap.Report `json:"report,omitempty"`
+	Skipped string       `json:"skipped,omitempty"`
+	Error   string       `json:"error,omitempty"`
 }
 
 func reapCommand() *cli.Command {

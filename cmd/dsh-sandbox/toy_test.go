@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // toyExecutor is the executor of a backend kept in this test: it runs
@@ -32,11 +33,11 @@ func (e *toyExecutor) Run(_ context.Context, req *sandbox.Request) (*sandbox.Res
 	return &sandbox.Result{ExitCode: &zero, Stdout: sandbox.Stream{Text: "toy ran"}, Sandbox: sandbox.Info{Backend: string(toyName)}}, nil
 }
 
-func (e *toyExecutor) Reap(context.Context) (sandbox.ReapReport, error) {
+func (e *toyExecutor) Reap(context.Context) (reap.Report, error) {
 	e.backend.mu.Lock()
 	defer e.backend.mu.Unlock()
 	e.backend.reaps++
-	return sandbox.ReapReport{Instances: []string{"i-dead"}, Containers: []string{"toy-1"}}, nil
+	return reap.Report{Instances: []string{"i-dead"}, Containers: []string{"toy-1"}}, nil
 }
 
 func (e *toyExecutor) Close() error {
@@ -122,9 +123,9 @@ func TestToyBackendThroughCLI(t *testing.T) {
 	// reap --backend toy lists the toy's report in the one JSON shape.
 	out, errOut, code = run(t, append(append([]string{"reap"}, global...), "--backend", "toy", "--json")...)
 	var results []struct {
-		Backend string             `json:"backend"`
-		Removed int                `json:"removed"`
-		Report  sandbox.ReapReport `json:"report"`
+		Backend string      `json:"backend"`
+		Removed int         `json:"removed"`
+		Report  reap.Report `json:"report"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &results) != nil || len(results) != 1 {
 		t.Fatalf("reap --backend toy --json = %d, %q (%s); want one result", code, out, errOut)

@@ -22,6 +22,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // Config is what a backend may need to open an executor, run its doctor
@@ -131,14 +132,14 @@ type Descriptor struct {
 
 // Reaper is an executor that removes what dead instances left behind.
 type Reaper interface {
-	Reap(ctx context.Context) (sandbox.ReapReport, error)
+	Reap(ctx context.Context) (reap.Report, error)
 }
 
 // DeadReaper is a Reaper that can tell cheaply whether there may be
 // anything to reap: ReapDead is Reap when there is, and otherwise
 // returns an empty report without asking the runtime.
 type DeadReaper interface {
-	ReapDead(ctx context.Context) (sandbox.ReapReport, error)
+	ReapDead(ctx context.Context) (reap.Report, error)
 }
 
 // ImageStore is the executor of a backend whose images live in its

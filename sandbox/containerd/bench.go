@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // BenchCtrRun is the containerd baseline of `dsh-sandbox bench`: it
@@ -35,7 +36,7 @@ func BenchCtrRun(ctx context.Context, address, namespace, image string) (time.Du
 	if err != nil {
 		return 0, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: bench: ctr is not installed: %v", err)
 	}
-	id := "dsh-sandbox-bench-" + sandbox.NewInstanceID()
+	id := "dsh-sandbox-bench-" + reap.NewInstanceID()
 	cmd := exec.CommandContext(ctx, ctr, "--address", address, "-n", namespace,
 		"run", "--rm", "--read-only", "--cgroup", "/"+id, image, id, "true")
 	cmd.Env = []string{}

@@ -26,7 +26,7 @@
 //
 // Leftovers are found by label (Reap); executors sharing a state
 // directory tell live instances from dead ones by lock files
-// (sandbox.LockInstance). Doctor explains what is missing; BenchCtrRun is
+// (reap.LockInstance). Doctor explains what is missing; BenchCtrRun is
 // the `ctr run --rm` baseline of `dsh-sandbox bench`.
 //
 // It imports sandbox, sandbox/driver (which runs its calls), sandbox/idmap,

@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // shimBinary is the program the daemon starts for runtimeName.
@@ -126,7 +127,7 @@ func snapshotterCheck(ctx context.Context, cli *containerd.Client) sandbox.Check
 // dsh-sandbox is in namespace ns. It also returns the first such image
 // by name, which the test call uses, or "" when there is none.
 func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox.Check, string) {
-	imgs, err := cli.ImageService().List(namespaces.WithNamespace(ctx, ns), labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	imgs, err := cli.ImageService().List(namespaces.WithNamespace(ctx, ns), labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	switch {
 	case err != nil:
 		return sandbox.Checkf("image", false, "list images in namespace %s: %v", ns, err), ""

@@ -30,6 +30,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -111,13 +112,13 @@ type Executor struct {
 
 	gate driver.Gate // held by every running call; closed by Close
 
-	active sandbox.ActiveCalls // calls whose container Run still owns
+	active reap.ActiveCalls // calls whose container Run still owns
 
 	stub    string // the stub program's absolute path; "" when stubErr says why not
 	stubErr error
 
 	// foreignGrace is how long Reap leaves a stopped container of an
-	// unknown instance alone: sandbox.ForeignLeftoverGrace (tests
+	// unknown instance alone: reap.ForeignLeftoverGrace (tests
 	// shorten it).
 	foreignGrace time.Duration
 }
@@ -130,7 +131,7 @@ var _ sandbox.Executor = (*Executor)(nil)
 // StateDir holds, one wrapping sandbox.ErrInvalid.
 func New(ctx context.Context, opts Options) (*Executor, error) {
 	var err error
-	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("containerd", opts.StateDir, opts.InstanceID); err != nil {
+	if opts.StateDir, opts.InstanceID, err = reap.CheckExecutorIdentity("containerd", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
 	if opts.Address == "" {
@@ -187,10 +188,10 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		instance: opts.InstanceID,
 
-		foreignGrace: sandbox.ForeignLeftoverGrace,
+		foreignGrace: reap.ForeignLeftoverGrace,
 	}
 	e.stub, e.stubErr = stub.Locate(opts.Stub)
-	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
+	if e.lock, err = reap.LockInstance(e.instancesDir(), e.instance); err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("containerd: %w", err)
 	}

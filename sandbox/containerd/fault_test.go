@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -195,7 +196,7 @@ func daemonLeftovers(t *testing.T, e *Executor, address, instance string) []stri
 	err = e.cli.SnapshotService(snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		out = append(out, "snapshot "+info.Name)
 		return nil
-	}, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	}, labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	if err != nil {
 		out = append(out, "list snapshots: "+err.Error())
 	}
@@ -251,7 +252,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 		TimeoutMs: timeout.Milliseconds(),
 		Session:   sandbox.Session{Cwd: ws},
 		Policy:    testPolicy(t),
-		CallID:    "fault-" + sandbox.NewInstanceID(),
+		CallID:    "fault-" + reap.NewInstanceID(),
 	}
 	t0 := time.Now()
 	done := sandboxtest.StartRun(context.Background(), t, e, req)

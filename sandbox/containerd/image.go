@@ -21,6 +21,7 @@ import (
 
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // ImportRootfs stores the uncompressed root-filesystem tarball r in the
@@ -69,7 +70,7 @@ func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, e
 	if err != nil {
 		return err
 	}
-	rec := images.Image{Name: canon, Target: mfDesc, Labels: map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue}}
+	rec := images.Image{Name: canon, Target: mfDesc, Labels: map[string]string{reap.LabelOwner: reap.LabelOwnerValue}}
 	is := e.cli.ImageService()
 	if _, err := is.Create(ctx, rec); err != nil {
 		if !cerrdefs.IsAlreadyExists(err) {
@@ -148,7 +149,7 @@ func writeJSON(ctx context.Context, cs content.Store, mediaType string, v any, l
 // content and when they were created.
 func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
 	ctx = e.ctx(ctx)
-	recs, err := e.cli.ImageService().List(ctx, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	recs, err := e.cli.ImageService().List(ctx, labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	if err != nil {
 		return nil, classify(err, "list images")
 	}
@@ -251,8 +252,8 @@ func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error)
 		}
 		return "", classify(err, "image %q", canon)
 	}
-	if rec.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: image %q: not imported by dsh-sandbox (no label %s=%s); remove it with ctr images rm", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
+	if rec.Labels[reap.LabelOwner] != reap.LabelOwnerValue {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: image %q: not imported by dsh-sandbox (no label %s=%s); remove it with ctr images rm", canon, reap.LabelOwner, reap.LabelOwnerValue)
 	}
 	users, err := e.cli.ContainerService().List(ctx, "image=="+canon)
 	if err != nil {

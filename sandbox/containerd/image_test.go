@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // TestImageNamesCanonicalAndRemove imports an image by a short name
@@ -17,7 +18,7 @@ import (
 // found, and invalid names are refused before the daemon is asked.
 func TestImageNamesCanonicalAndRemove(t *testing.T) {
 	e := newTestExecutor(t)
-	short := "dsh-test-names-" + sandbox.NewInstanceID()
+	short := "dsh-test-names-" + reap.NewInstanceID()
 	canon := short + ":latest"
 	var tar bytes.Buffer
 	if err := images.BusyboxWith(&tar, "bash"); err != nil {

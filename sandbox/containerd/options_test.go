@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 func TestNewInvalidCases(t *testing.T) {
@@ -30,8 +31,8 @@ func TestNewInvalidCases(t *testing.T) {
 
 func TestLabelFilterCases(t *testing.T) {
 	for _, tc := range []struct{ key, value, want string }{
-		{sandbox.LabelOwner, sandbox.LabelOwnerValue, `labels."dsh-sandbox.owner"==dsh-sandbox`},
-		{sandbox.LabelInstance, "i-1", `labels."dsh-sandbox.instance"==i-1`},
+		{reap.LabelOwner, reap.LabelOwnerValue, `labels."dsh-sandbox.owner"==dsh-sandbox`},
+		{reap.LabelInstance, "i-1", `labels."dsh-sandbox.instance"==i-1`},
 	} {
 		if got := labelFilter(tc.key, tc.value); got != tc.want {
 			t.Errorf("labelFilter(%q, %q) = %q, want %q", tc.key, tc.value, got, tc.want)

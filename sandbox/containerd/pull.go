@@ -18,6 +18,7 @@ import (
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // Labels of the image records of pulled images, besides the owner
@@ -43,7 +44,7 @@ func (e *Executor) PulledImage(ctx context.Context, ref string) (*dshimages.Imag
 		}
 		return nil, classify(err, "image %q", canon)
 	}
-	if rec.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
+	if rec.Labels[reap.LabelOwner] != reap.LabelOwnerValue {
 		return nil, fmt.Errorf("%w: %s in namespace %q is not dsh-sandbox's", dshimages.ErrNotFound, canon, e.opts.Namespace)
 	}
 	return recordImage(rec), nil
@@ -161,7 +162,7 @@ func capPull(res *registry.Resolved, maxBytes int64) images.HandlerFunc {
 // the fully qualified name fq the pull made. It returns the last record
 // it made.
 func (e *Executor) recordPull(ctx context.Context, res *registry.Resolved, target ocispec.Descriptor, fq string) (images.Image, error) {
-	labels := map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue, labelSource: res.Source}
+	labels := map[string]string{reap.LabelOwner: reap.LabelOwnerValue, labelSource: res.Source}
 	if len(res.Signers) > 0 {
 		labels[labelSigners] = strings.Join(res.Signers, ",")
 	}

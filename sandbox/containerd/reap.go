@@ -12,7 +12,6 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	cerrdefs "github.com/containerd/errdefs"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -24,7 +23,7 @@ func labelFilter(key, value string) string {
 // Containers lists the ids of the containers this executor's instance
 // owns right now, for leftover checks.
 func (e *Executor) Containers(ctx context.Context) ([]string, error) {
-	cs, err := e.cli.Containers(e.ctx(ctx), labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue)+","+labelFilter(sandbox.LabelInstance, e.instance))
+	cs, err := e.cli.Containers(e.ctx(ctx), labelFilter(reap.LabelOwner, reap.LabelOwnerValue)+","+labelFilter(reap.LabelInstance, e.instance))
 	if err != nil {
 		return nil, classify(err, "list containers")
 	}
@@ -42,7 +41,7 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 	err := e.cli.SnapshotService(snapshotter).Walk(e.ctx(ctx), func(_ context.Context, info snapshots.Info) error {
 		keys = append(keys, info.Name)
 		return nil
-	}, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue)+","+labelFilter(sandbox.LabelInstance, e.instance))
+	}, labelFilter(reap.LabelOwner, reap.LabelOwnerValue)+","+labelFilter(reap.LabelInstance, e.instance))
 	if err != nil {
 		return nil, classify(err, "list snapshots")
 	}
@@ -63,18 +62,18 @@ func (e *Executor) Snapshots(ctx context.Context) ([]string, error) {
 //   - of an instance unknown here (no lock file: a service on another
 //     state directory, or one long gone): only containers whose task is
 //     not running and that have been idle for
-//     sandbox.ForeignLeftoverGrace; its orphaned snapshots are left alone,
+//     reap.ForeignLeftoverGrace; its orphaned snapshots are left alone,
 //     as they may be a live executor's call being created;
 //   - of a live instance on this state directory: nothing.
 //
 // It keeps going after a failure and returns what it removed with every
 // failure joined; a dead instance with a failure keeps the rest for a
 // later Reap.
-func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
+func (e *Executor) Reap(ctx context.Context) (reap.Report, error) {
 	ctx = e.ctx(ctx)
-	cs, err := e.cli.Containers(ctx, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	cs, err := e.cli.Containers(ctx, labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	if err != nil {
-		return sandbox.ReapReport{}, classify(err, "reap: list containers")
+		return reap.Report{}, classify(err, "reap: list containers")
 	}
 	s := reap.Start("containerd", e.instancesDir(), e.instance, e.active.Has)
 	used := e.reapContainers(ctx, s, cs)
@@ -113,9 +112,9 @@ func (e *Executor) reapContainers(ctx context.Context, s *reap.Sweep, cs []conta
 			}
 			continue
 		}
-		inst := info.Labels[sandbox.LabelInstance]
+		inst := info.Labels[reap.LabelInstance]
 		foreign := func() bool { return !running(ctx, c) && foreignIdle(ctx, c, info.CreatedAt, e.foreignGrace) }
-		if !s.Leftover(inst, info.Labels[sandbox.LabelExecution], foreign) {
+		if !s.Leftover(inst, info.Labels[reap.LabelExecution], foreign) {
 			used[info.SnapshotKey] = true
 			// A user-namespaced call's snapshot has the container's id
 			// as key and is not in its record (withoutShimRootfs).
@@ -142,12 +141,12 @@ func (e *Executor) reapSnapshots(ctx context.Context, s *reap.Sweep, used map[st
 	type orphan struct{ key, inst string }
 	var orphans []orphan
 	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		inst := info.Labels[sandbox.LabelInstance]
-		if !used[info.Name] && s.Leftover(inst, info.Labels[sandbox.LabelExecution], nil) {
+		inst := info.Labels[reap.LabelInstance]
+		if !used[info.Name] && s.Leftover(inst, info.Labels[reap.LabelExecution], nil) {
 			orphans = append(orphans, orphan{info.Name, inst})
 		}
 		return nil
-	}, labelFilter(sandbox.LabelOwner, sandbox.LabelOwnerValue))
+	}, labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	if err != nil {
 		s.FailAll(classify(err, "list snapshots"))
 	}
@@ -163,7 +162,7 @@ func (e *Executor) reapSnapshots(ctx context.Context, s *reap.Sweep, used map[st
 // running reports whether c has a task that has not stopped.
 // foreignIdle reports whether the container c of an instance unknown
 // here, created at created and with no running task, has been idle for
-// sandbox.ForeignLeftoverGrace: a live executor on another state
+// reap.ForeignLeftoverGrace: a live executor on another state
 // directory may be between creating its container and starting the task,
 // or between the task's exit and its removal.
 func foreignIdle(ctx context.Context, c containerd.Container, created time.Time, grace time.Duration) bool {
@@ -175,7 +174,7 @@ func foreignIdle(ctx context.Context, c containerd.Container, created time.Time,
 		}
 		finished = st.ExitTime
 	}
-	return sandbox.IdleLongEnough(time.Now(), created, finished, grace)
+	return reap.IdleLongEnough(time.Now(), created, finished, grace)
 }
 
 func running(ctx context.Context, c containerd.Container) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 func TestReapRemovesLeftoversCases(t *testing.T) {
@@ -76,7 +77,7 @@ func testContainer(t *testing.T, e *Executor, inst, call string, run bool) strin
 	if err != nil {
 		t.Fatalf("GetImage(%q) = %v", testImage, err)
 	}
-	labels := sandbox.Labels(inst, call, "", nil)
+	labels := reap.Labels(inst, call, "", nil)
 	opts, err := policy.SpecOpts(testPolicy(t), sandbox.Session{}, 65534, 65534)
 	if err != nil {
 		t.Fatalf("policy.SpecOpts() = %v", err)
@@ -129,7 +130,7 @@ func testSnapshot(t *testing.T, e *Executor, inst, call string) string {
 	}
 	key := "dsh-sandbox-orphan-" + call
 	sn := e.cli.SnapshotService(snapshotter)
-	labels := sandbox.Labels(inst, call, "", nil)
+	labels := reap.Labels(inst, call, "", nil)
 	// Without a reference the daemon's garbage collector would remove
 	// it before Reap could.
 	labels["containerd.io/gc.root"] = time.Now().UTC().Format(time.RFC3339)
@@ -242,7 +243,7 @@ func TestReapLiveForeignInstanceCases(t *testing.T) {
 		t.Errorf("Reap() = %v", err)
 	}
 	if !exists(t, e, unkStop) {
-		t.Errorf("Reap() removed the fresh stopped container %s of an unknown instance, want it kept for %v", unkStop, sandbox.ForeignLeftoverGrace)
+		t.Errorf("Reap() removed the fresh stopped container %s of an unknown instance, want it kept for %v", unkStop, reap.ForeignLeftoverGrace)
 	}
 	e.foreignGrace = 0 // idle long enough now
 	rep, err := e.Reap(t.Context())

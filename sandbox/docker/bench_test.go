@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // BenchmarkRunTrue measures one call of `true`: create, attach, start,
@@ -85,7 +86,7 @@ func BenchmarkRunOutput200MiB(b *testing.B) {
 	}
 	b.SetBytes(total)
 	for b.Loop() {
-		req.CallID = "bench-" + sandbox.NewInstanceID()
+		req.CallID = "bench-" + reap.NewInstanceID()
 		res, err := e.Run(b.Context(), req)
 		if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
 			b.Fatalf("Run(%q) = %+v, %v; want exit 0", req.Command, res, err)

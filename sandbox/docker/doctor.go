@@ -13,6 +13,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // Doctor reports whether the docker backend is usable with opts and why
@@ -24,7 +25,7 @@ import (
 // /etc/subuid and /etc/subgid do not tell, which New refuses; an engine
 // that does not remap passes, saying that calls as uid 0 are refused),
 // "state" (opts.StateDir is writable), "image" (an image
-// imported by dsh-sandbox, labelled sandbox.LabelOwner, exists; the
+// imported by dsh-sandbox, labelled reap.LabelOwner, exists; the
 // newest one is used) and "run" (a real call of `true` under the built-in
 // workspace-write policy on that image). It stops after a failed check
 // that makes the rest meaningless: an engine that does not answer ends
@@ -72,7 +73,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		add("image", false, "cannot list the engine's images: %v", err)
 		return checks
 	case name == "":
-		add("image", false, "no image imported by dsh-sandbox (label %s=%s) in the engine; import one with `dsh-sandbox images import --backend docker FILE --name N`", sandbox.LabelOwner, sandbox.LabelOwnerValue)
+		add("image", false, "no image imported by dsh-sandbox (label %s=%s) in the engine; import one with `dsh-sandbox images import --backend docker FILE --name N`", reap.LabelOwner, reap.LabelOwnerValue)
 		return checks
 	}
 	others := ""

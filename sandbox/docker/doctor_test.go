@@ -11,7 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -49,13 +49,13 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	cs, err := cli.ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue))})
+	cs, err := cli.ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", reap.LabelOwner+"="+reap.LabelOwnerValue))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cs {
-		if strings.HasPrefix(c.Labels[sandbox.LabelExecution], "doctor-") {
-			t.Errorf("Doctor() left container %s (call %s)", c.ID, c.Labels[sandbox.LabelExecution])
+		if strings.HasPrefix(c.Labels[reap.LabelExecution], "doctor-") {
+			t.Errorf("Doctor() left container %s (call %s)", c.ID, c.Labels[reap.LabelExecution])
 		}
 	}
 	locks, _ := filepath.Glob(filepath.Join(state, "docker-instances", "*.lock"))

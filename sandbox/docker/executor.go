@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -83,7 +84,7 @@ type Executor struct {
 
 	gate driver.Gate // held by every running call; closed by Close
 
-	active sandbox.ActiveCalls // calls whose container Run still owns
+	active reap.ActiveCalls // calls whose container Run still owns
 
 	runtimesMu sync.Mutex
 	runtimes   []string // the engine's runtimes when last asked; see checkRuntime
@@ -108,7 +109,7 @@ var _ sandbox.Executor = (*Executor)(nil)
 // tell, is an error wrapping sandbox.ErrUnavailable.
 func New(ctx context.Context, opts Options) (*Executor, error) {
 	var err error
-	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("docker", opts.StateDir, opts.InstanceID); err != nil {
+	if opts.StateDir, opts.InstanceID, err = reap.CheckExecutorIdentity("docker", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
 	if opts.Getenv == nil {
@@ -152,7 +153,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		remap:    rm,
 	}
 	e.stub, e.stubErr = stub.Locate(opts.Stub)
-	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
+	if e.lock, err = reap.LockInstance(e.instancesDir(), e.instance); err != nil {
 		err = fmt.Errorf("docker: %w", err)
 		_ = cli.Close()
 		_ = probe.Close()
@@ -468,7 +469,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 	p := req.Policy
 	l := policy.LimitsOrDefault(p.Limits)
 	mem, cpus, pids := l.MemoryBytes, l.CPUs, l.Pids
-	labels := sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
+	labels := reap.Labels(e.instance, call.ID, req.Session.ID, req.Labels)
 	// When the engine stops the container itself (a daemon shutting
 	// down, `docker stop`), it gives the same grace as a timeout does.
 	stopTimeout := int((e.opts.KillGrace + time.Second - 1) / time.Second)

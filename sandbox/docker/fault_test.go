@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -225,7 +226,7 @@ func testRunEngineStops(t *testing.T, d *privateEngine, sig syscall.Signal) {
 		TimeoutMs: 600_000,
 		Session:   sandbox.Session{Cwd: ws},
 		Policy:    testPolicy(t),
-		CallID:    "fault-" + sandbox.NewInstanceID(),
+		CallID:    "fault-" + reap.NewInstanceID(),
 	}
 	req.Policy.Limits.MaxTimeoutMs = 600_000
 	done := sandboxtest.StartRun(context.Background(), t, e, req)
@@ -288,7 +289,7 @@ func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 		Command: "echo started; sleep 300",
 		Session: sandbox.Session{Cwd: ws},
 		Policy:  testPolicy(t),
-		CallID:  "shared-" + sandbox.NewInstanceID(),
+		CallID:  "shared-" + reap.NewInstanceID(),
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

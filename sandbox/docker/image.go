@@ -20,12 +20,13 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // ImportRootfs imports a plain root-filesystem tarball (such as
 // images.BusyboxRootfsTar writes) into the engine as image name, with env
 // as its environment (KEY=VALUE; nil means PATH=images.DefaultPath) and
-// the label sandbox.LabelOwner=sandbox.LabelOwnerValue, by which Doctor
+// the label reap.LabelOwner=reap.LabelOwnerValue, by which Doctor
 // and Reap know the images dsh-sandbox imported. name is checked with
 // images.CanonicalName and the image is named in that canonical form
 // ("bb2" becomes "bb2:latest"), as every backend names it. It replaces an
@@ -47,7 +48,7 @@ func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string,
 		}
 		changes = append(changes, "ENV "+kv)
 	}
-	changes = append(changes, "LABEL "+sandbox.LabelOwner+"="+sandbox.LabelOwnerValue)
+	changes = append(changes, "LABEL "+reap.LabelOwner+"="+reap.LabelOwnerValue)
 
 	e.importMu.Lock()
 	defer e.importMu.Unlock()
@@ -121,7 +122,7 @@ func importedID(r io.Reader) (string, error) {
 // ownedImages lists the engine's images labelled as imported by
 // dsh-sandbox, newest first; dangling selects those without a name.
 func ownedImages(ctx context.Context, cli *client.Client, dangling bool) ([]image.Summary, error) {
-	args := filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue))
+	args := filters.NewArgs(filters.Arg("label", reap.LabelOwner+"="+reap.LabelOwnerValue))
 	if dangling {
 		args.Add("dangling", "true")
 	}
@@ -206,8 +207,8 @@ func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error)
 	if err != nil {
 		return "", unavailable(err, "image %q", canon)
 	}
-	if img.Config == nil || img.Config.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: image %q: not imported or pulled by dsh-sandbox (no label %s=%s, no pull record); remove it with docker rmi", canon, sandbox.LabelOwner, sandbox.LabelOwnerValue)
+	if img.Config == nil || img.Config.Labels[reap.LabelOwner] != reap.LabelOwnerValue {
+		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: image %q: not imported or pulled by dsh-sandbox (no label %s=%s, no pull record); remove it with docker rmi", canon, reap.LabelOwner, reap.LabelOwnerValue)
 	}
 	if err := e.refuseInUse(ctx, canon, img.ID); err != nil {
 		return "", err

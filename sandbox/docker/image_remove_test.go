@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // TestImageNamesCanonicalAndRemove imports an image by a name with a
@@ -16,7 +17,7 @@ import (
 // names are refused before the engine is asked.
 func TestImageNamesCanonicalAndRemove(t *testing.T) {
 	e := newTestExecutor(t)
-	repo := "dsh-sandbox-test/names-" + sandbox.NewInstanceID()
+	repo := "dsh-sandbox-test/names-" + reap.NewInstanceID()
 	canon := repo + ":latest"
 	importTestRootfs(t, e, repo, testImageEnv...)
 	t.Cleanup(func() { e.removeImage(t.Context(), canon) })

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // importTestRootfs imports the test root filesystem as name with env and
@@ -51,15 +52,15 @@ func TestImportRootfsReplaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := img.Config.Labels[sandbox.LabelOwner]; got != sandbox.LabelOwnerValue {
-		t.Errorf("ImportRootfs(%q) label %s = %q, want %q", name, sandbox.LabelOwner, got, sandbox.LabelOwnerValue)
+	if got := img.Config.Labels[reap.LabelOwner]; got != reap.LabelOwnerValue {
+		t.Errorf("ImportRootfs(%q) label %s = %q, want %q", name, reap.LabelOwner, got, reap.LabelOwnerValue)
 	}
 	if want := []string{"PATH=/bin", "STAGE=first"}; !slices.Equal(img.Config.Env, want) {
 		t.Errorf("ImportRootfs(%q) env = %q, want %q", name, img.Config.Env, want)
 	}
 
 	// A container of the first image holds it.
-	holder, err := e.cli.ContainerCreate(t.Context(), &container.Config{Image: name, Cmd: []string{"true"}, Labels: map[string]string{sandbox.LabelOwner: "test-holder"}}, nil, nil, nil, "")
+	holder, err := e.cli.ContainerCreate(t.Context(), &container.Config{Image: name, Cmd: []string{"true"}, Labels: map[string]string{reap.LabelOwner: "test-holder"}}, nil, nil, nil, "")
 	if err != nil {
 		t.Fatalf("ContainerCreate(%q) = %v", name, err)
 	}

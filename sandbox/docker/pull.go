@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // An image the engine pulled cannot carry dsh-sandbox's owner label (a
@@ -146,7 +147,7 @@ func (e *Executor) PulledImage(ctx context.Context, ref string) (*images.Image, 
 		}
 	} else {
 		img, err := e.cli.ImageInspect(ctx, canon)
-		if err == nil && img.Config != nil && img.Config.Labels[sandbox.LabelOwner] == sandbox.LabelOwnerValue {
+		if err == nil && img.Config != nil && img.Config.Labels[reap.LabelOwner] == reap.LabelOwnerValue {
 			return &images.Image{Name: canon, Digest: img.ID, Size: img.Size}, nil
 		}
 		if err != nil && !isNotFound(err) {

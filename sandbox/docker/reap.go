@@ -13,7 +13,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -24,8 +23,8 @@ func (e *Executor) instancesDir() string { return filepath.Join(e.opts.StateDir,
 // instance owns right now (running or not), for leftover checks.
 func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 	cs, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue),
-		filters.Arg("label", sandbox.LabelInstance+"="+e.instance),
+		filters.Arg("label", reap.LabelOwner+"="+reap.LabelOwnerValue),
+		filters.Arg("label", reap.LabelInstance+"="+e.instance),
 	)})
 	if err != nil {
 		return nil, unavailable(err, "list containers")
@@ -39,27 +38,27 @@ func (e *Executor) Containers(ctx context.Context) ([]string, error) {
 
 // Reap removes containers labelled owner=dsh-sandbox that a dead instance
 // left in the engine, and the staging mounts of its calls (see
-// sandbox.ReapReport.Mounts): those of an instance whose lock file in StateDir is
+// reap.Report.Mounts): those of an instance whose lock file in StateDir is
 // not held (its process is gone), and stopped ones of instances unknown
-// here once they have been idle for sandbox.ForeignLeftoverGrace. Running containers of unknown instances may belong to a live
+// here once they have been idle for reap.ForeignLeftoverGrace. Running containers of unknown instances may belong to a live
 // service on another state directory and are left alone. Of this
 // executor's own containers it removes those whose call has returned
 // (their teardown failed, typically because the engine was down) and
 // never one of a call in progress. Then it removes the images labelled
-// owner=dsh-sandbox that have no name (see sandbox.ReapReport.Images) once no
+// owner=dsh-sandbox that have no name (see reap.Report.Images) once no
 // container uses them. It keeps going after a failure and returns what
 // it removed with every failure joined.
-func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
+func (e *Executor) Reap(ctx context.Context) (reap.Report, error) {
 	cs, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", sandbox.LabelOwner+"="+sandbox.LabelOwnerValue),
+		filters.Arg("label", reap.LabelOwner+"="+reap.LabelOwnerValue),
 	)})
 	if err != nil {
-		return sandbox.ReapReport{}, unavailable(err, "reap: list containers")
+		return reap.Report{}, unavailable(err, "reap: list containers")
 	}
 	s := reap.Start("docker", e.instancesDir(), e.instance, e.active.Has)
 	for _, c := range cs {
-		inst := c.Labels[sandbox.LabelInstance]
-		if !s.Leftover(inst, c.Labels[sandbox.LabelExecution], func() bool { return c.State != "running" && e.foreignIdle(ctx, c) }) {
+		inst := c.Labels[reap.LabelInstance]
+		if !s.Leftover(inst, c.Labels[reap.LabelExecution], func() bool { return c.State != "running" && e.foreignIdle(ctx, c) }) {
 			continue
 		}
 		err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -81,7 +80,7 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 }
 
 // foreignIdle reports whether the stopped container c of an instance
-// unknown here has been idle for sandbox.ForeignLeftoverGrace: a live
+// unknown here has been idle for reap.ForeignLeftoverGrace: a live
 // executor on another state directory may be between creating and
 // starting it, or between its exit and its removal.
 func (e *Executor) foreignIdle(ctx context.Context, c container.Summary) bool {
@@ -92,7 +91,7 @@ func (e *Executor) foreignIdle(ctx context.Context, c container.Summary) bool {
 	} else if err != nil {
 		return false // cannot tell: leave it for a later reap
 	}
-	return sandbox.IdleLongEnough(time.Now(), created, finished, sandbox.ForeignLeftoverGrace)
+	return reap.IdleLongEnough(time.Now(), created, finished, reap.ForeignLeftoverGrace)
 }
 
 // reapImages removes the images labelled as ours that have no name and

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // TeardownTimeout bounds the cleanup of one call; it runs on a context
@@ -155,7 +156,7 @@ func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Re
 	return &Call{
 		Call:    sc,
 		Request: req,
-		Labels:  sandbox.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
+		Labels:  reap.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
 		Log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("call", sc.ID, "session", req.Session.ID),
 		Cleanup: &Cleanup{},
 		Result:  res,
@@ -168,7 +169,7 @@ type Call struct {
 	*sandbox.Call
 	// Request is the call's request.
 	Request *sandbox.Request
-	// Labels are the container's labels (sandbox.Labels).
+	// Labels are the container's labels (reap.Labels).
 	Labels map[string]string
 	// Log is the backend's logger with the call's fields.
 	Log *slog.Logger

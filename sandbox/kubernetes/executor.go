@@ -31,6 +31,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // Backend is the value of Policy.Backend this package runs.
@@ -47,7 +48,7 @@ const StubTarget = "/.dsh-sandbox-stub"
 const containerName = "call"
 
 // labelSlot marks a pod made by this backend with its slot id (the pod's
-// name); sandbox.LabelOwner and LabelInstance mark it as ours.
+// name); reap.LabelOwner and LabelInstance mark it as ours.
 const labelSlot = "dsh-sandbox.slot"
 
 // startTimeout bounds how long a pod may take from creation to running.
@@ -113,7 +114,7 @@ type Executor struct {
 	log      *slog.Logger
 	instance string
 	lock     *os.File
-	active   sandbox.ActiveCalls
+	active   reap.ActiveCalls
 	seccomp  *seccompProfile
 
 	gate driver.Gate // held by every running call; closed by Close
@@ -157,7 +158,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if err := checkCluster(ctx, cli, opts); err != nil {
 		return nil, err
 	}
-	lock, err := sandbox.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
+	lock, err := reap.LockInstance(instancesDir(opts.StateDir), opts.InstanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +297,7 @@ func (e *Executor) release() error {
 	defer cancel()
 	// Whatever of this instance is left (a warm pod whose creation raced
 	// the close) goes too.
-	if err := e.deletePods(ctx, labels.Set{sandbox.LabelOwner: sandbox.LabelOwnerValue, sandbox.LabelInstance: e.instance}); err != nil {
+	if err := e.deletePods(ctx, labels.Set{reap.LabelOwner: reap.LabelOwnerValue, reap.LabelInstance: e.instance}); err != nil {
 		errs = append(errs, err)
 	}
 	e.lock.Close()
@@ -567,7 +568,7 @@ func (e *Executor) deletePods(ctx context.Context, sel labels.Set) error {
 // Pods lists the names of this executor's pods (warm ones included).
 func (e *Executor) Pods(ctx context.Context) ([]string, error) {
 	l, err := e.cli.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{sandbox.LabelOwner: sandbox.LabelOwnerValue, sandbox.LabelInstance: e.instance}.String(),
+		LabelSelector: labels.Set{reap.LabelOwner: reap.LabelOwnerValue, reap.LabelInstance: e.instance}.String(),
 	})
 	if err != nil {
 		return nil, classify(err, "list pods")

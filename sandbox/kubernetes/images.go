@@ -15,6 +15,7 @@ import (
 
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // CRINamespace is the containerd namespace of the images a kubelet runs.
@@ -196,7 +197,7 @@ func BenchPodRun(ctx context.Context, namespace, image string) (time.Duration, e
 	no := false
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "dsh-sandbox-bench-" + randomHex(6), Namespace: namespace,
-			Labels: map[string]string{sandbox.LabelOwner: sandbox.LabelOwnerValue}},
+			Labels: map[string]string{reap.LabelOwner: reap.LabelOwnerValue}},
 		Spec: corev1.PodSpec{
 			ActiveDeadlineSeconds:        ptr(int64(startTimeout / time.Second)),
 			RestartPolicy:                corev1.RestartPolicyNever,

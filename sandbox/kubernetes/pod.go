@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -180,9 +181,9 @@ func (s *podShape) pod(name, namespace, instance string, deadlineSeconds int64) 
 			Name:      name,
 			Namespace: namespace,
 			Labels: map[string]string{
-				sandbox.LabelOwner:    sandbox.LabelOwnerValue,
-				sandbox.LabelInstance: instance,
-				labelSlot:             name,
+				reap.LabelOwner:    reap.LabelOwnerValue,
+				reap.LabelInstance: instance,
+				labelSlot:          name,
 			},
 		},
 		Spec: spec,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -96,7 +97,7 @@ func TestPodShape(t *testing.T) {
 			t.Errorf("%s mount missing or wrong: %+v / %+v", k, c.VolumeMounts, s.Volumes)
 		}
 	}
-	if pod.Labels[sandbox.LabelOwner] != sandbox.LabelOwnerValue || pod.Labels[sandbox.LabelInstance] != "i-1" {
+	if pod.Labels[reap.LabelOwner] != reap.LabelOwnerValue || pod.Labels[reap.LabelInstance] != "i-1" {
 		t.Errorf("labels %v", pod.Labels)
 	}
 	// The same shape for the same policy and session: a warm pod fits.

@@ -5,10 +5,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Reap deletes the pods that dead instances of this state directory
@@ -16,10 +15,10 @@ import (
 // service died, and warm pods nobody will take. Pods of live instances,
 // and of instances this state directory does not know (another host's
 // service), are left alone; their own activeDeadlineSeconds ends them.
-func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	var rep sandbox.ReapReport
+func (e *Executor) Reap(ctx context.Context) (reap.Report, error) {
+	var rep reap.Report
 	dir := instancesDir(e.opts.StateDir)
-	dead, release, err := sandbox.LockDeadInstances(dir, e.instance)
+	dead, release, err := reap.LockDeadInstances(dir, e.instance)
 	if err != nil {
 		return rep, err
 	}
@@ -28,13 +27,13 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 		return rep, nil
 	}
 	l, err := e.cli.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{sandbox.LabelOwner: sandbox.LabelOwnerValue}.String(),
+		LabelSelector: labels.Set{reap.LabelOwner: reap.LabelOwnerValue}.String(),
 	})
 	if err != nil {
 		return rep, classify(err, "list pods")
 	}
 	for _, p := range l.Items {
-		inst := p.Labels[sandbox.LabelInstance]
+		inst := p.Labels[reap.LabelInstance]
 		if _, ok := dead[inst]; !ok {
 			continue
 		}

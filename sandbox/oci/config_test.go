@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
 // captureConfig runs req on e and returns the config.json the runtime
@@ -111,8 +112,8 @@ func TestConfigJSON(t *testing.T) {
 		t.Errorf("capabilities %+v, noNewPrivileges %v, want all empty and true", p.Capabilities, p.NoNewPrivileges)
 	}
 	wantAnn := map[string]string{
-		sandbox.LabelOwner: sandbox.LabelOwnerValue, sandbox.LabelInstance: e.instance,
-		sandbox.LabelExecution: "cfg-1", sandbox.LabelSession: "sess-1", "team": "a",
+		reap.LabelOwner: reap.LabelOwnerValue, reap.LabelInstance: e.instance,
+		reap.LabelExecution: "cfg-1", reap.LabelSession: "sess-1", "team": "a",
 	}
 	for k, v := range wantAnn {
 		if s.Annotations[k] != v {

@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -127,7 +128,7 @@ func New(opts Options) (*Executor, error) {
 	if usesStub(opts.Runtime) {
 		stubPath, stubErr = stub.Locate(opts.Stub)
 	}
-	if opts.StateDir, opts.InstanceID, err = sandbox.CheckExecutorIdentity("oci", opts.StateDir, opts.InstanceID); err != nil {
+	if opts.StateDir, opts.InstanceID, err = reap.CheckExecutorIdentity("oci", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
 	if opts.Getenv == nil {
@@ -168,7 +169,7 @@ func New(opts Options) (*Executor, error) {
 			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 	}
-	if e.lock, err = sandbox.LockInstance(e.instancesDir(), e.instance); err != nil {
+	if e.lock, err = reap.LockInstance(e.instancesDir(), e.instance); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if opts.Runtime == RuntimeCrun {
@@ -603,7 +604,7 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 		Root: bundleRootfs, Binds: binds,
 		Args: sandbox.InitArgsWithShell(bash, req, call.Env), Env: call.Env, Cwd: call.Workdir,
 		Opts:        opts,
-		Labels:      sandbox.Labels(e.instance, call.ID, req.Session.ID, req.Labels),
+		Labels:      reap.Labels(e.instance, call.ID, req.Session.ID, req.Labels),
 		CgroupsPath: containerCgroupsPath(e.instance, call.ID),
 	}
 	if req.Terminal != nil {

@@ -38,9 +38,9 @@ const cgroupReapWait = 2 * time.Second
 // teardown that could not remove a container keeps its bundle (whose
 // instance is gone once the executor closes), so nothing Reap would
 // remove is missed; `dsh-sandbox reap` and serve's start call Reap.
-func (e *Executor) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
+func (e *Executor) ReapDead(ctx context.Context) (reap.Report, error) {
 	if !e.mayHaveLeftovers() {
-		return sandbox.ReapReport{}, nil
+		return reap.Report{}, nil
 	}
 	return e.Reap(ctx)
 }
@@ -48,7 +48,7 @@ func (e *Executor) ReapDead(ctx context.Context) (sandbox.ReapReport, error) {
 // mayHaveLeftovers reports whether Reap could find anything to remove;
 // any doubt (an unreadable directory or marker) answers yes.
 func (e *Executor) mayHaveLeftovers() bool {
-	dead, release, err := sandbox.LockDeadInstances(e.instancesDir(), e.instance)
+	dead, release, err := reap.LockDeadInstances(e.instancesDir(), e.instance)
 	release()
 	if err != nil || len(dead) > 0 {
 		return true
@@ -62,7 +62,7 @@ func (e *Executor) mayHaveLeftovers() bool {
 		if err != nil {
 			return true
 		}
-		if m.Instance != e.instance && !sandbox.InstanceKnown(e.instancesDir(), m.Instance) {
+		if m.Instance != e.instance && !reap.InstanceKnown(e.instancesDir(), m.Instance) {
 			return true
 		}
 	}
@@ -79,8 +79,8 @@ func (e *Executor) mayHaveLeftovers() bool {
 // cgroups and lock file for a later Reap.
 //
 // Reap is safe to call while calls of this and other live instances run.
-func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
-	var rep sandbox.ReapReport
+func (e *Executor) Reap(ctx context.Context) (reap.Report, error) {
+	var rep reap.Report
 	err := e.gate.Hold("oci", func(quiet bool) (err error) {
 		rep, err = e.reap(ctx, quiet)
 		return err
@@ -90,7 +90,7 @@ func (e *Executor) Reap(ctx context.Context) (sandbox.ReapReport, error) {
 
 // reap is Reap with the executor's gate held; quiet means no call of
 // this executor runs, and none starts before it returns.
-func (e *Executor) reap(ctx context.Context, quiet bool) (sandbox.ReapReport, error) {
+func (e *Executor) reap(ctx context.Context, quiet bool) (reap.Report, error) {
 	// The runtime's root is under StateDir: an instance without a lock
 	// file there is gone (Close removes it while a call's teardown may
 	// have failed), so its objects go at once.
@@ -99,8 +99,8 @@ func (e *Executor) reap(ctx context.Context, quiet bool) (sandbox.ReapReport, er
 	cs, err := e.rt.list(ctx)
 	s.Fail("", err)
 	for _, c := range cs {
-		inst := c.Annotations[sandbox.LabelInstance]
-		if c.Annotations[sandbox.LabelOwner] == sandbox.LabelOwnerValue && s.Leftover(inst, "", always) {
+		inst := c.Annotations[reap.LabelInstance]
+		if c.Annotations[reap.LabelOwner] == reap.LabelOwnerValue && s.Leftover(inst, "", always) {
 			e.reapContainer(ctx, s, inst, c.ID)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"golang.org/x/sys/unix"
 )
 
@@ -178,7 +179,7 @@ func TestReapAfterCrash(t *testing.T) {
 				t.Errorf("bundles after Reap = %d, want only the live call's", len(entries))
 			}
 			cs, _ := reaper.rt.list(context.Background())
-			if len(cs) != 1 || cs[0].Annotations[sandbox.LabelInstance] != live.instance {
+			if len(cs) != 1 || cs[0].Annotations[reap.LabelInstance] != live.instance {
 				t.Errorf("containers after Reap = %+v, want only the live call's", cs)
 			}
 

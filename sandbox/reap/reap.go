@@ -1,8 +1,11 @@
-// Package reap holds what every backend's Reap is made of, written once:
-// which instance's leftovers may go (the lock files of the state
-// directory, the calls in progress, the grace of foreign objects), the
-// per-instance state directories of calls, and the collection of what was
-// removed and what failed into one sandbox.ReapReport.
+// Package reap holds how a backend tells its own objects and live
+// instances from leftovers, and what every backend's Reap is made of,
+// written once: the labels every container and object carries (Labels),
+// the instance lock files of a state directory (LockInstance,
+// LockDeadInstances, CheckExecutorIdentity), the calls in progress
+// (ActiveCalls), the grace of foreign objects (ForeignLeftoverGrace,
+// IdleLongEnough), the per-instance state directories of calls, and the
+// collection of what was removed and what failed into one Report.
 //
 // A backend's Reap is a short composition: Start a Sweep, ask Leftover
 // for each object it lists (containers, bundles, snapshots), remove those
@@ -12,8 +15,8 @@
 // set of calls in progress for as long as the slot exists, so that its
 // own instance's Reap leaves it alone.
 //
-// It imports only the standard library and sandbox; the backends (oci,
-// docker, containerd) import it.
+// It imports only the standard library and sandbox; the driver and the
+// backends import it.
 package reap
 
 import (
@@ -26,10 +29,10 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// Kind is a kind of removed object: a list of sandbox.ReapReport.
+// Kind is a kind of removed object: a list of Report.
 type Kind int
 
-// The kinds, one per list of sandbox.ReapReport (see there what each
+// The kinds, one per list of Report (see there what each
 // entry is).
 const (
 	Containers Kind = iota
@@ -50,7 +53,7 @@ type Sweep struct {
 	dead      map[string]*os.File
 	release   func()
 
-	rep     sandbox.ReapReport
+	rep     Report
 	reaped  map[string]bool // instances something was removed of
 	failed  map[string]bool // dead instances with leftovers that remain
 	errs    []error
@@ -59,7 +62,7 @@ type Sweep struct {
 
 // Start begins a Reap of backend (its name, for errors) by the instance
 // self on the instance directory dir (the lock files, see
-// sandbox.LockInstance): it takes the locks of every dead instance there.
+// LockInstance): it takes the locks of every dead instance there.
 // active reports whether a call of self is in progress (or a slot of self
 // is in a pool); nil means every call of self is, so that nothing of self
 // is ever reaped. A failure to read dir is recorded, not fatal: Reap goes
@@ -68,7 +71,7 @@ func Start(backend, dir, self string, active func(call string) bool) *Sweep {
 	if active == nil {
 		active = func(string) bool { return true }
 	}
-	dead, release, err := sandbox.LockDeadInstances(dir, self)
+	dead, release, err := LockDeadInstances(dir, self)
 	s := &Sweep{dir: dir, self: self, active: active, dead: dead, release: release,
 		reaped: map[string]bool{}, failed: map[string]bool{}, backend: backend}
 	if err != nil {
@@ -113,14 +116,14 @@ func (s *Sweep) OthersLive() bool {
 //     instance was recorded): when foreign reports true; nil means never.
 //     A backend whose objects live only under its state directory may
 //     say always; one on a shared daemon checks that the object is not
-//     running and has been idle for sandbox.ForeignLeftoverGrace.
+//     running and has been idle for ForeignLeftoverGrace.
 func (s *Sweep) Leftover(inst, call string, foreign func() bool) bool {
 	switch {
 	case inst == s.self:
 		return !s.active(call)
 	case s.Dead(inst):
 		return true
-	case sandbox.InstanceKnown(s.dir, inst):
+	case InstanceKnown(s.dir, inst):
 		return false
 	default:
 		return foreign != nil && foreign()
@@ -222,7 +225,7 @@ func (s *Sweep) list(k Kind) *[]string {
 // it is dead), releases the locks, and returns the report, every list
 // sorted, with every failure joined into one sandbox.ErrInternal error
 // that still wraps each failure's own class.
-func (s *Sweep) Finish() (sandbox.ReapReport, error) {
+func (s *Sweep) Finish() (Report, error) {
 	defer s.release()
 	for _, inst := range s.deadInstances() {
 		if s.failed[inst] {

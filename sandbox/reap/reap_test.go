@@ -17,7 +17,7 @@ import (
 func instances(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	live, err := sandbox.LockInstance(dir, "live")
+	live, err := LockInstance(dir, "live")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestOthersLive(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(alone, "dead.lock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	self, err := sandbox.LockInstance(alone, "self")
+	self, err := LockInstance(alone, "self")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestOthersLive(t *testing.T) {
 	if s.OthersLive() {
 		t.Error("OthersLive() = true with only this instance and a dead one")
 	}
-	late, err := sandbox.LockInstance(alone, "late")
+	late, err := LockInstance(alone, "late")
 	if err != nil {
 		t.Fatal(err)
 	}

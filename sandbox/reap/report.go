@@ -1,4 +1,4 @@
-package sandbox
+package reap
 
 import (
 	"encoding/json"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// ReapReport lists what a backend's Reap removed: what dead instances
+// Report lists what a backend's Reap removed: what dead instances
 // (their lock no longer held) left behind. Every backend returns this one
 // type; a kind of object a backend does not have stays empty. Entries are
 // container or object ids, snapshot keys, call ids or absolute paths, as
 // each field says. It marshals every field, an empty one as [], so that
 // `dsh-sandbox reap --json` has one shape whatever the backend.
-type ReapReport struct {
+type Report struct {
 	// Instances are the dead instances whose leftovers were removed;
 	// the reaping executor's own instance is never listed.
 	Instances []string `json:"instances"`
@@ -46,7 +46,7 @@ type reapKind struct {
 
 // kinds are the kinds of removed objects, in the order Removed counts
 // and String lists them.
-func (r ReapReport) kinds() []reapKind {
+func (r Report) kinds() []reapKind {
 	return []reapKind{
 		{"containers", r.Containers}, {"bundles", r.Bundles}, {"snapshots", r.Snapshots},
 		{"unnamed images", r.Images}, {"mounts", r.Mounts}, {"cgroups", r.Cgroups},
@@ -56,7 +56,7 @@ func (r ReapReport) kinds() []reapKind {
 
 // Removed is the number of objects removed: every entry but the
 // instances.
-func (r ReapReport) Removed() int {
+func (r Report) Removed() int {
 	n := 0
 	for _, k := range r.kinds() {
 		n += len(k.ids)
@@ -65,12 +65,12 @@ func (r ReapReport) Removed() int {
 }
 
 // Empty reports whether Reap found nothing to remove.
-func (r ReapReport) Empty() bool { return len(r.Instances) == 0 && r.Removed() == 0 }
+func (r Report) Empty() bool { return len(r.Instances) == 0 && r.Removed() == 0 }
 
 // String says for people what r lists: the count of each kind removed,
 // then the dead instances, e.g. "2 containers, 1 bundles; 1 dead
 // instances".
-func (r ReapReport) String() string {
+func (r Report) String() string {
 	var parts []string
 	for _, k := range r.kinds() {
 		if len(k.ids) > 0 {
@@ -84,8 +84,8 @@ func (r ReapReport) String() string {
 }
 
 // MarshalJSON writes every field, an empty one as [].
-func (r ReapReport) MarshalJSON() ([]byte, error) {
-	type plain ReapReport
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report
 	for _, l := range []*[]string{&r.Instances, &r.Containers, &r.Bundles, &r.Snapshots, &r.Images, &r.Mounts, &r.Cgroups, &r.Files} {
 		if *l == nil {
 			*l = []string{}

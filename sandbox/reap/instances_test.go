@@ -1,10 +1,13 @@
-package sandbox
+package reap
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func TestInstanceLocks(t *testing.T) {
@@ -14,7 +17,7 @@ func TestInstanceLocks(t *testing.T) {
 		t.Fatalf("LockInstance(live) = %v", err)
 	}
 	defer live.Close()
-	if _, err := LockInstance(dir, "live"); !errors.Is(err, ErrInvalid) {
+	if _, err := LockInstance(dir, "live"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("LockInstance(live) again = %v, want an error wrapping ErrInvalid", err)
 	}
 	gone, err := LockInstance(dir, "gone")
@@ -38,7 +41,7 @@ func TestInstanceLocks(t *testing.T) {
 		t.Errorf("LockDeadInstances = %v, want only gone", dead)
 	}
 	// While held by the reaper, the dead instance cannot come back.
-	if _, err := LockInstance(dir, "gone"); !errors.Is(err, ErrInvalid) {
+	if _, err := LockInstance(dir, "gone"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("LockInstance(gone) while reaped = %v, want an error wrapping ErrInvalid", err)
 	}
 	release()
@@ -68,14 +71,14 @@ func TestActiveCalls(t *testing.T) {
 
 func TestCheckExecutorIdentityCases(t *testing.T) {
 	dir, inst, err := CheckExecutorIdentity("x", "/run//s/", "")
-	if err != nil || dir != "/run/s" || !ValidCallID(inst) || inst[:2] != "i-" {
+	if err != nil || dir != "/run/s" || !sandbox.ValidCallID(inst) || inst[:2] != "i-" {
 		t.Errorf("CheckExecutorIdentity(/run//s/, \"\") = %q, %q, %v; want /run/s, a new i-… id", dir, inst, err)
 	}
 	if _, got, _ := CheckExecutorIdentity("x", "/s", "mine"); got != "mine" {
 		t.Errorf("CheckExecutorIdentity(/s, mine) instance = %q, want mine", got)
 	}
 	for _, tc := range []struct{ dir, inst string }{{"", ""}, {"rel/dir", ""}, {"/s", "-bad"}, {"/s", "a/b"}} {
-		if _, _, err := CheckExecutorIdentity("x", tc.dir, tc.inst); !errors.Is(err, ErrInvalid) {
+		if _, _, err := CheckExecutorIdentity("x", tc.dir, tc.inst); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("CheckExecutorIdentity(%q, %q) = %v, want an error wrapping ErrInvalid", tc.dir, tc.inst, err)
 		}
 	}
@@ -96,6 +99,27 @@ func TestIdleLongEnoughCases(t *testing.T) {
 	} {
 		if got := IdleLongEnough(tt.now, tt.created, tt.fin, g); got != tt.want {
 			t.Errorf("IdleLongEnough(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCheckExecutorIdentityResolvesLinks: a state directory reached
+// through a symbolic link (an existing one, or a missing one below a
+// link) comes back resolved; a plain one as written.
+func TestCheckExecutorIdentityResolvesLinks(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "run")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{link, real},
+		{filepath.Join(link, "dsh-sandbox", "state"), filepath.Join(real, "dsh-sandbox", "state")},
+		{real, real},
+	} {
+		got, _, err := CheckExecutorIdentity("test", tc.in, "")
+		if err != nil || got != tc.want {
+			t.Errorf("CheckExecutorIdentity(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
 }

@@ -1,6 +1,8 @@
-package sandbox
+package reap
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Executors that share a state directory tell live instances from dead
@@ -23,26 +27,26 @@ import (
 // instance whose lock a live executor holds is an ErrInvalid error.
 func LockInstance(dir, instance string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, Errorf(ErrUnavailable, "instance lock: %v", err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "instance lock: %v", err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "instance lock: %v", err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "instance lock: %v", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, Errorf(ErrInvalid, "InstanceID %q is in use by a live executor", instance)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "InstanceID %q is in use by a live executor", instance)
 		}
-		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "instance lock %q: %v", instance, err)
 	}
 	if err := f.Truncate(0); err != nil {
 		f.Close()
-		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "instance lock %q: %v", instance, err)
 	}
 	if _, err := fmt.Fprintf(f, "%d\n", os.Getpid()); err != nil {
 		f.Close()
-		return nil, Errorf(ErrUnavailable, "instance lock %q: %v", instance, err)
+		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "instance lock %q: %v", instance, err)
 	}
 	return f, nil
 }
@@ -146,4 +150,46 @@ func IdleLongEnough(now, created, finished time.Time, grace time.Duration) bool 
 		last = finished
 	}
 	return now.Sub(last) >= grace
+}
+
+// NewInstanceID returns a random executor instance id, "i-" and 12 hex
+// digits. It is safe for concurrent use.
+func NewInstanceID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // never fails; see crypto/rand.Read
+	return "i-" + hex.EncodeToString(b)
+}
+
+// CheckExecutorIdentity checks and completes the settings that name a
+// backend's executor: stateDir must be absolute (it is returned cleaned);
+// an empty instance becomes NewInstanceID(), any other must be 1–64
+// characters of [A-Za-z0-9_.-] starting with a letter or digit. Errors
+// wrap ErrInvalid and start with backend.
+func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, error) {
+	if stateDir == "" || !filepath.IsAbs(stateDir) {
+		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "%s: StateDir %q is not an absolute path", backend, stateDir)
+	}
+	if instance == "" {
+		instance = NewInstanceID()
+	} else if !sandbox.ValidCallID(instance) {
+		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "%s: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", backend, instance)
+	}
+	return resolveExisting(filepath.Clean(stateDir)), instance, nil
+}
+
+// resolveExisting is dir with the symbolic links of its longest existing
+// ancestor resolved (a state directory is the operator's, trusted): the
+// paths below it, which the executors bind from without following links,
+// then have none. Whatever cannot be resolved is kept as written.
+func resolveExisting(dir string) string {
+	rest := ""
+	for p := dir; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if p == filepath.Dir(p) {
+			return dir
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
 }

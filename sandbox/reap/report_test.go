@@ -1,4 +1,4 @@
-package sandbox
+package reap
 
 import (
 	"encoding/json"
@@ -8,20 +8,20 @@ import (
 func TestReapReportCase(t *testing.T) {
 	tests := []struct {
 		name     string
-		rep      ReapReport
+		rep      Report
 		removed  int
 		empty    bool
 		text     string
 		wantJSON string
 	}{
-		{"nothing", ReapReport{}, 0, true, "nothing removed; 0 dead instances",
+		{"nothing", Report{}, 0, true, "nothing removed; 0 dead instances",
 			`{"instances":[],"containers":[],"bundles":[],"snapshots":[],"images":[],"mounts":[],"cgroups":[],"files":[]}`},
-		{"lock only", ReapReport{Instances: []string{"i-1"}}, 0, false, "nothing removed; 1 dead instances",
+		{"lock only", Report{Instances: []string{"i-1"}}, 0, false, "nothing removed; 1 dead instances",
 			`{"instances":["i-1"],"containers":[],"bundles":[],"snapshots":[],"images":[],"mounts":[],"cgroups":[],"files":[]}`},
-		{"oci", ReapReport{Instances: []string{"i-1"}, Containers: []string{"c1", "c2"}, Bundles: []string{"/s/b1"}, Mounts: []string{"/s/m"}, Cgroups: []string{"/sys/fs/cgroup/x"}},
+		{"oci", Report{Instances: []string{"i-1"}, Containers: []string{"c1", "c2"}, Bundles: []string{"/s/b1"}, Mounts: []string{"/s/m"}, Cgroups: []string{"/sys/fs/cgroup/x"}},
 			5, false, "2 containers, 1 bundles, 1 mounts, 1 cgroups; 1 dead instances",
 			`{"instances":["i-1"],"containers":["c1","c2"],"bundles":["/s/b1"],"snapshots":[],"images":[],"mounts":["/s/m"],"cgroups":["/sys/fs/cgroup/x"],"files":[]}`},
-		{"daemons", ReapReport{Containers: []string{"c1"}, Snapshots: []string{"k"}, Images: []string{"sha256:1"}}, 3, false,
+		{"daemons", Report{Containers: []string{"c1"}, Snapshots: []string{"k"}, Images: []string{"sha256:1"}}, 3, false,
 			"1 containers, 1 snapshots, 1 unnamed images; 0 dead instances",
 			`{"instances":[],"containers":["c1"],"bundles":[],"snapshots":["k"],"images":["sha256:1"],"mounts":[],"cgroups":[],"files":[]}`},
 	}

@@ -1,0 +1,28 @@
+package sandbox
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImports enforces DESIGN §2: this package imports only the standard
+// library, the OCI runtime spec, redact and internal/safefile (with its
+// golang.org/x/sys/unix), the last two for output redaction (issue 15).
+func TestImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		switch p {
+		case "github.com/dsh-sandbox/dsh-sandbox/sandbox", "github.com/dsh-sandbox/dsh-sandbox/redact",
+			"github.com/dsh-sandbox/dsh-sandbox/internal/safefile", "golang.org/x/sys/unix",
+			"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota":
+			continue
+		}
+		if !strings.HasPrefix(p, "github.com/opencontainers/runtime-spec/") {
+			t.Errorf("sandbox depends on %s; it may import only the standard library, the runtime spec, redact, internal/safefile and sandbox/quota", p)
+		}
+	}
+}
