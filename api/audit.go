@@ -82,7 +82,7 @@ type AuditTimings struct {
 }
 
 // auditRecord builds the record of one execution from its outcome,
-// whose secrets sandbox.RedactOutcome replaced.
+// whose secrets secrets.RedactOutcome replaced.
 func auditRecord(req *sandbox.Request, callID string, background bool, queue time.Duration, res *sandbox.Result, runErr error) AuditRecord {
 	sum := sha256.Sum256([]byte(req.Command))
 	rec := AuditRecord{

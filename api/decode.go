@@ -17,6 +17,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -217,7 +219,7 @@ func checkCommand(cmd string) error {
 }
 
 // checkLimits refuses a negative timeout, memory, CPU (or NaN) or pids
-// limit and a stdout tail outside 0–sandbox.MaxTailBytes.
+// limit and a stdout tail outside 0–prepare.MaxTailBytes.
 func checkLimits(r *types.RunRequest) error {
 	if r.TimeoutMs < 0 {
 		return fieldErrorf("timeoutMs", "must not be negative, got %d", r.TimeoutMs)
@@ -230,8 +232,8 @@ func checkLimits(r *types.RunRequest) error {
 	case r.Pids < 0:
 		return fieldErrorf("pids", "must not be negative, got %d", r.Pids)
 	}
-	if r.StdoutMaxBytes < 0 || r.StdoutMaxBytes > sandbox.MaxTailBytes {
-		return fieldErrorf("stdoutMaxBytes", "must be 0–%d, got %d", sandbox.MaxTailBytes, r.StdoutMaxBytes)
+	if r.StdoutMaxBytes < 0 || r.StdoutMaxBytes > prepare.MaxTailBytes {
+		return fieldErrorf("stdoutMaxBytes", "must be 0–%d, got %d", prepare.MaxTailBytes, r.StdoutMaxBytes)
 	}
 	return nil
 }
@@ -247,7 +249,7 @@ func checkEnv(env []string) error {
 			return fieldErrorf(field, "is not NAME=VALUE")
 		case strings.ContainsRune(kv, 0):
 			return fieldErrorf(field, "%s: contains a NUL byte", name)
-		case sandbox.IsDSHName(name):
+		case childenv.IsDSHName(name):
 			return fieldErrorf(field, "%s: DSH_* variables come only from the service's snapshot", name)
 		}
 	}

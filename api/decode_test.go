@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
 func TestDecodeRunBadInput(t *testing.T) {
@@ -149,7 +150,7 @@ func FuzzDecodeRun(f *testing.F) {
 		}
 		for _, kv := range req.Env {
 			name, _, _ := strings.Cut(kv, "=")
-			if name == "" || sandbox.IsDSHName(name) {
+			if name == "" || childenv.IsDSHName(name) {
 				t.Fatalf("DecodeRun(%q) accepted env %q", data, kv)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
 )
 
 // handleRun runs one foreground call: one RunResponse, or an NDJSON stream
@@ -164,7 +165,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) error {
 			s.forgetStdin(meta.stdin)
 		}
 		t.release()
-		if errors.Is(err, sandbox.ErrJobLimit) {
+		if errors.Is(err, jobs.ErrLimit) {
 			return fmt.Errorf("%w: the session has %d background jobs that have not ended, the limit (--max-jobs-per-session)", types.ErrOverloaded, s.opts.MaxJobsPerSession)
 		}
 		return err
@@ -188,7 +189,7 @@ func queryText(r *http.Request) error {
 // requestClient is the client identify attached to r.
 func requestClient(r *http.Request) Client { return clientOf(r.Context()) }
 
-// jobOwner is the sandbox.Jobs owner of a client's session: jobs are
+// jobOwner is the jobs.Runner owner of a client's session: jobs are
 // visible only to the client that started them, per session.
 func jobOwner(cl Client, sessionID string) string { return cl.Key() + "\x00" + sessionID }
 

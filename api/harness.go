@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // The harness trust boundary (DESIGN §3.12): a harness such as dsh sends
@@ -95,7 +95,7 @@ func (s *Server) checkTranscript(field, path string) error {
 		return nil
 	}
 	dir := filepath.Dir(filepath.Clean(path))
-	if !filepath.IsAbs(path) || dir == root || !sandbox.Within(dir, root) {
+	if !filepath.IsAbs(path) || dir == root || !hostpath.Within(dir, root) {
 		return forbiddenf(field, "the session's transcript directory lies outside the service's sessions root %s", root)
 	}
 	return nil

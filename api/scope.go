@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // MaxSessions bounds the sessions the service remembers the owner of;
@@ -25,7 +26,7 @@ const MaxSessions = 1 << 20
 // the service protects. A missing directory is 400; every other refusal
 // is 403 naming field.
 func (s *Server) checkDir(cl Client, field, dir string) (string, error) {
-	resolved, err := sandbox.ResolveDir(field, dir)
+	resolved, err := hostpath.ResolveDir(field, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fieldErrorf(field, "%s does not exist", dir)
@@ -37,7 +38,7 @@ func (s *Server) checkDir(cl Client, field, dir string) (string, error) {
 		}
 		return "", forbiddenf(field, "%s: %v", dir, err)
 	}
-	if sandbox.SystemDir(resolved) {
+	if hostpath.SystemDir(resolved) {
 		return "", forbiddenf(field, "%s is a system directory", resolved)
 	}
 	if roots := s.opts.WorkspaceRoots; len(roots) > 0 && !within(resolved, roots) {
@@ -56,7 +57,7 @@ func (s *Server) checkDir(cl Client, field, dir string) (string, error) {
 			return "", forbiddenf(field, "%s is not owned by the client's uid %d", resolved, cl.UID)
 		}
 	}
-	if err := sandbox.CheckDeployment(resolved, s.opts.ProtectedPaths); err != nil {
+	if err := hostpath.CheckDeployment(resolved, s.opts.ProtectedPaths); err != nil {
 		return "", forbiddenf(field, "%v", err)
 	}
 	return resolved, nil
@@ -64,7 +65,7 @@ func (s *Server) checkDir(cl Client, field, dir string) (string, error) {
 
 func within(path string, roots []string) bool {
 	for _, r := range roots {
-		if sandbox.Within(path, r) {
+		if hostpath.Within(path, r) {
 			return true
 		}
 	}

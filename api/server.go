@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -23,6 +24,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // Defaults of Options.
@@ -117,7 +120,7 @@ type Options struct {
 // concurrent use.
 type Server struct {
 	opts     Options
-	jobs     *sandbox.Jobs
+	jobs     *jobs.Runner
 	limit    *limiter
 	metrics  *metrics
 	handler  http.Handler
@@ -176,7 +179,7 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, limit: newLimiter(opts.MaxConcurrent, opts.MaxQueue), policies: opts.Policies, calls: map[string]*runningCall{}, stdins: map[*jobStdin]bool{}}
 	s.metrics = newMetrics(s.limit, opts.LeakedObjects, opts.Collectors)
-	s.jobs = sandbox.NewJobsWith(observed{s: s, background: true}, sandbox.JobsOptions{
+	s.jobs = jobs.NewWith(observed{s: s, background: true}, jobs.Options{
 		MaxLivePerOwner: opts.MaxJobsPerSession,
 		TTL:             opts.JobTTL,
 	})
@@ -498,7 +501,7 @@ func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (
 	req.StdoutMaxBytes = rr.StdoutMaxBytes
 	req.Stdin = rr.Stdin
 	req.Env = rr.Env
-	req.CallID = sandbox.NewCallID()
+	req.CallID = prepare.NewCallID()
 	return req, nil
 }
 
@@ -577,7 +580,7 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 	ev.Msg("call")
 	// Every front end (JSON, NDJSON, jobs) and the audit log get the
 	// outcome from here, redacted once.
-	res, err = sandbox.RedactOutcome(req.Policy, res, err)
+	res, err = secrets.RedactOutcome(req.Policy, res, err)
 	if a := o.s.opts.Audit; a != nil {
 		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
 		if cl, ok := ClientFrom(ctx); ok {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // HostCABundle is the host's CA bundle (Debian's), the start of a
@@ -24,7 +25,7 @@ const (
 const maxCAFile = 4 << 20
 
 // CallCredentials resolves a policy's credentials for one call: each
-// value read now (sandbox.CredentialValue), a placeholder unique to the
+// value read now (secrets.CredentialValue), a placeholder unique to the
 // call, the upstream CA file of each read (operator-owned); env holds
 // VARIABLE=placeholder for those that name a variable, sorted. Errors
 // name the credential and its source, never a value; they wrap
@@ -58,7 +59,7 @@ func CheckCredentialSource(c sandbox.Credential, getenv func(string) (string, bo
 // readCredential reads c's value and upstream CA now; the placeholder
 // is left to the caller.
 func readCredential(c sandbox.Credential, getenv func(string) (string, bool)) (Credential, error) {
-	v, err := sandbox.CredentialValue(c, getenv)
+	v, err := secrets.CredentialValue(c, getenv)
 	if err != nil {
 		return Credential{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // Runner runs one command in the sandbox; every sandbox.Executor is one.
@@ -36,7 +37,7 @@ type RunOptions struct {
 
 // Run runs every invocation of p concurrently, each through o.Runner in
 // its own container, with p.Stdin as stdin (its secrets redacted as the
-// call's output is: sandbox.Redactor of o.Policy; when a redact file
+// call's output is: secrets.Redactor of o.Policy; when a redact file
 // cannot be read, no hook runs and each result fails closed), p.Env as ordinary env, no
 // DSH_* snapshot, the session cwd as working directory and the hook's
 // timeout. The transcript directory is mounted read-only only when it
@@ -57,8 +58,8 @@ func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 		}
 	}
 	// The payload loses the secrets the hook's output would lose
-	// (sandbox.Redactor); when they cannot be known, no hook runs.
-	redactor, redactErr := sandbox.Redactor(o.Policy, os.Environ(), os.LookupEnv)
+	// (secrets.Redactor); when they cannot be known, no hook runs.
+	redactor, redactErr := secrets.Redactor(o.Policy, os.Environ(), os.LookupEnv)
 	stdin := redactor.Bytes(p.Stdin)
 	results := make([]HookResult, len(p.Invocations))
 	var wg sync.WaitGroup

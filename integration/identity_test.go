@@ -19,6 +19,8 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -268,7 +270,7 @@ func TestIdentityMatrix(t *testing.T) {
 					spill := w.spillOf(t, owner, ws, id, pol)
 
 					dir := filepath.Dir(path)
-					if !sandbox.Within(spill, dir) {
+					if !hostpath.Within(spill, dir) {
 						t.Fatalf("spill file %s is not in the session directory %s", spill, dir)
 					}
 					for _, p := range []string{dir, filepath.Join(dir, "spill"), spill} {
@@ -349,10 +351,10 @@ func TestIdentityCallReadsThroughACL(t *testing.T) {
 			}
 			// On the host, only the call's uid gained read access: an
 			// unrelated user still cannot list the session directory.
-			if ok, err := sandbox.MayAccess(filepath.Dir(path), 5555, 5555, sandbox.ACLRead); ok || err != nil {
+			if ok, err := acl.MayAccess(filepath.Dir(path), 5555, 5555, acl.Read); ok || err != nil {
 				t.Errorf("MayAccess(session dir, uid 5555) = %v, %v; want false", ok, err)
 			}
-			if ok, err := sandbox.MayAccess(filepath.Dir(other), 4321, 4321, sandbox.ACLRead); ok || err != nil {
+			if ok, err := acl.MayAccess(filepath.Dir(other), 4321, 4321, acl.Read); ok || err != nil {
 				t.Errorf("MayAccess(other session dir, uid 4321) = %v, %v; want false", ok, err)
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
 // Tool names.
@@ -38,7 +40,7 @@ const (
 // teardown).
 const DefaultKillWait = 30 * time.Second
 
-// jobOwner is the owner of every job in sandbox.Jobs: one server serves
+// jobOwner is the owner of every job in jobs.Runner: one server serves
 // one client over stdio, so all its jobs are that client's.
 const jobOwner = "mcp"
 
@@ -62,7 +64,7 @@ type Options struct {
 	Env []string
 	// Jobs holds background calls; nil means a Jobs of its own on
 	// Executor with MaxLiveJobs and JobTTL.
-	Jobs *sandbox.Jobs
+	Jobs *jobs.Runner
 	// MaxLiveJobs bounds background jobs that have not ended; 0 means no
 	// bound. Ignored when Jobs is set.
 	MaxLiveJobs int
@@ -83,7 +85,7 @@ type Options struct {
 // concurrently, and each call has its own container.
 type Server struct {
 	opts Options
-	jobs *sandbox.Jobs
+	jobs *jobs.Runner
 	mcp  *mcp.Server
 }
 
@@ -97,7 +99,7 @@ func New(opts Options) (*Server, error) {
 	}
 	for i, kv := range opts.Env {
 		name, _, ok := strings.Cut(kv, "=")
-		if !ok || name == "" || sandbox.IsDSHName(name) || strings.ContainsRune(kv, 0) {
+		if !ok || name == "" || childenv.IsDSHName(name) || strings.ContainsRune(kv, 0) {
 			return nil, sandbox.Errorf(sandbox.ErrInvalid, "mcpserver: Options.Env[%d] (%q) is not NAME=VALUE with an ordinary name and no NUL byte", i, name)
 		}
 	}
@@ -109,7 +111,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, jobs: opts.Jobs}
 	if s.jobs == nil {
-		s.jobs = sandbox.NewJobsWith(opts.Executor, sandbox.JobsOptions{MaxLivePerOwner: opts.MaxLiveJobs, TTL: opts.JobTTL})
+		s.jobs = jobs.NewWith(opts.Executor, jobs.Options{MaxLivePerOwner: opts.MaxLiveJobs, TTL: opts.JobTTL})
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: opts.Name, Title: "dsh-sandbox", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Shell commands run in a fresh, short-lived container per call (policy " + opts.Policy.Name + "). " +
@@ -210,7 +212,7 @@ func argError(field, format string, args ...any) error {
 }
 
 // checkBash validates the model's arguments at the edge; the executor
-// checks again (sandbox.Prepare).
+// checks again (prepare.Call).
 func checkBash(in BashInput) error {
 	switch {
 	case strings.TrimSpace(in.Command) == "":

@@ -279,7 +279,7 @@ func explainEnv(p sandbox.Policy, line func(string, ...any)) {
 	explainRedact(p, line)
 }
 
-// explainRedact says which secrets the call's output loses (sandbox.CallSecrets).
+// explainRedact says which secrets the call's output loses (secrets.Of).
 func explainRedact(p sandbox.Policy, line func(string, ...any)) {
 	what := "the values of the service's variables whose name or value looks secret (env.allowSecrets names included)"
 	if len(p.RedactEnv) > 0 {

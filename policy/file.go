@@ -96,14 +96,14 @@ type documentLimits struct {
 type documentEnv struct {
 	Inherit []string `json:"inherit"` // no omitempty: Format writes [] for "inherit nothing"
 	// AllowSecrets names variables of Inherit passed even though their
-	// name or value looks like a secret (sandbox.EnvInput.AllowSecrets).
+	// name or value looks like a secret (childenv.Input.AllowSecrets).
 	AllowSecrets []string               `json:"allowSecrets,omitempty"`
 	Set          map[string]scalarValue `json:"set,omitempty"`
 }
 
 // documentRedact is the redact section: what the call's output must not
 // show besides the values of the service's secret-looking variables
-// (sandbox.CallSecrets). Secret values are never written in a policy.
+// (secrets.Of). Secret values are never written in a policy.
 type documentRedact struct {
 	// Env names variables of the service's environment to redact.
 	Env []string `json:"env,omitempty"`

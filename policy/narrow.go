@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // Narrowing is what one call asks to tighten in its policy: the per-call
@@ -202,7 +203,7 @@ func mountAllowed(roots []sandbox.MountRoot, m sandbox.Mount) string {
 	// root nested in a read-write one keeps what lies in it read-only.
 	var nearest *sandbox.MountRoot
 	for i, r := range roots {
-		if sandbox.Within(m.Source, r.Path) && (nearest == nil || len(r.Path) > len(nearest.Path)) {
+		if hostpath.Within(m.Source, r.Path) && (nearest == nil || len(r.Path) > len(nearest.Path)) {
 			nearest = &roots[i]
 		}
 	}
@@ -220,19 +221,19 @@ func mountAllowed(roots []sandbox.MountRoot, m sandbox.Mount) string {
 }
 
 // CheckMountSources resolves the source of each mount a call asks for
-// (Narrowing.Mounts) without following links (sandbox.ResolvePath: a link
+// (Narrowing.Mounts) without following links (hostpath.ResolvePath: a link
 // in any component is refused, so a source below a root stays below it)
 // and refuses one that is, holds or lies in a path of protected (what
 // the service trusts, by name: the dsh home, the sessions root, the state
-// directory, …; sandbox.CheckDeployment). A refusal is a *NarrowError
+// directory, …; hostpath.CheckDeployment). A refusal is a *NarrowError
 // for field "mounts". It reads the file system; safe for concurrent use.
 // The backends resolve the sources again right before the mount
-// (sandbox.PreparePaths).
+// (prepare.Paths).
 func CheckMountSources(mounts []sandbox.Mount, protected map[string]string) error {
 	for _, m := range mounts {
-		src, err := sandbox.ResolvePath("source", m.Source)
+		src, err := hostpath.ResolvePath("source", m.Source)
 		if err == nil {
-			err = sandbox.CheckDeployment(src, protected)
+			err = hostpath.CheckDeployment(src, protected)
 		}
 		if errors.Is(err, sandbox.ErrInvalid) {
 			return &NarrowError{Field: "mounts", Reason: fmt.Sprintf("%s: %s", m.Source, strings.TrimPrefix(err.Error(), "sandbox: "))}

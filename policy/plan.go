@@ -19,11 +19,11 @@ type Identity = sandbox.Identity
 // and the directories to create. Every consumer reads it: SpecOpts and
 // Mounts (the oci and containerd specs), the docker backend's container
 // configuration, the audit record, hook mounts, Explain, ExplainPlan and
-// Warnings; sandbox.Prepare and PreparePaths build the same plan with
+// Warnings; prepare.Call and PreparePaths build the same plan with
 // sandbox.NewPlan.
 //
 // It is pure: it reads no file (the backends resolve the paths, see
-// sandbox.PreparePaths). p is validated first as SpecOpts does (its
+// prepare.Paths). p is validated first as SpecOpts does (its
 // environment settings aside; zero limits and an empty runtime count as
 // their defaults). Errors wrap sandbox.ErrInvalid and name the field: an
 // invalid policy, an id of 4294967295, a session path that is not
@@ -46,7 +46,7 @@ func Plan(p sandbox.Policy, s sandbox.Session, id Identity) (sandbox.Plan, error
 // checkForCall validates p as Normalize does, without the copy, sort and
 // digest that a call does not need, filling an empty runtime and zero
 // limits with their defaults. The environment settings are not looked at:
-// sandbox.Prepare builds the environment (dropping DSH_* and
+// prepare.Call builds the environment (dropping DSH_* and
 // secret-shaped names, DESIGN §3.6), and the stricter check that refuses
 // such names in a policy file is Load's.
 func checkForCall(p *sandbox.Policy) error {

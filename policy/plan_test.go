@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
 // planShape is one policy × session a call can have.
@@ -166,7 +167,7 @@ func TestPlanCase(t *testing.T) {
 				t.Errorf("Plan() spill %q inside %v dirs %+v, want %q %v %+v", got.SpillDir, got.SpillInside, got.Dirs, wantSpill, inside, wantDirs)
 			}
 			// Prepare reads the same plan for the workdir and the spill.
-			call, err := sandbox.Prepare(&sandbox.Request{Command: "true", Policy: sh.p, Session: sh.s}, nil, nil)
+			call, err := prepare.Call(&sandbox.Request{Command: "true", Policy: sh.p, Session: sh.s}, nil, nil)
 			if err != nil {
 				t.Fatalf("Prepare() = %v", err)
 			}

@@ -458,7 +458,7 @@ func BenchmarkSpecOpts(b *testing.B) {
 }
 
 // TestSpecOptsIgnoresEnv checks that the environment settings, which only
-// sandbox.Prepare reads (dropping DSH_* and secret-shaped names), neither
+// prepare.Call reads (dropping DSH_* and secret-shaped names), neither
 // fail the spec nor reach it.
 func TestSpecOptsIgnoresEnv(t *testing.T) {
 	p := builtin(t, WorkspaceWrite)

@@ -11,6 +11,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
 )
 
@@ -22,7 +24,7 @@ import (
 // directory itself is never a source, so "auto" only yields uid 0 when
 // the workspace or the sessions tree belongs to root.
 //
-// Paths are resolved without following links (sandbox.ResolveDir): a
+// Paths are resolved without following links (hostpath.ResolveDir): a
 // symbolic link in the mounted cwd or in an existing ancestor of the
 // transcript directory is an error, never a source of identity; a cwd
 // that is not mounted (policy workspace "none") and does not resolve is
@@ -74,10 +76,10 @@ func ResolveUser(p sandbox.Policy, s sandbox.Session) (uid, gid uint32, err erro
 }
 
 // statNoFollow stats the directory path after resolving it without
-// following links (sandbox.ResolveDir): a link in any component is an
+// following links (hostpath.ResolveDir): a link in any component is an
 // error wrapping sandbox.ErrInvalid and naming field, never followed.
 func statNoFollow(field, path string) (fs.FileInfo, error) {
-	r, err := sandbox.ResolveDir(field, path)
+	r, err := hostpath.ResolveDir(field, path)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +193,7 @@ func Warnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 func transcriptWarnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []string {
 	var ws []string
 	who := fmt.Sprintf("user %d:%d", uid, gid)
-	harness := sandbox.EffectiveOwner(s.Owner)
+	harness := hostpath.EffectiveOwner(s.Owner)
 	self := uint32(os.Geteuid())
 	info, err := os.Stat(s.TranscriptDir)
 	exists := err == nil && info.IsDir()
@@ -206,7 +208,7 @@ func transcriptWarnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []
 		switch {
 		case !ok || st.Uid == harness.UID || st.Uid == self:
 		case harness.UID == 0:
-			// Root acts for the directory's owner (sandbox.MakeSessionDir).
+			// Root acts for the directory's owner (hostpath.MakeSessionDir).
 			harness = sandbox.Owner{UID: st.Uid, GID: st.Gid, Set: true}
 		default:
 			ws = append(ws, fmt.Sprintf("transcript directory %s belongs to uid %d, neither the harness user (uid %d) nor the service (uid %d); the service refuses calls of this session",
@@ -222,7 +224,7 @@ func transcriptWarnings(p sandbox.Policy, s sandbox.Session, uid, gid uint32) []
 				continue
 			}
 			seen = true
-			if ok, err := sandbox.MayAccess(path, uid, gid, sandbox.ACLRead); err == nil && !ok {
+			if ok, err := acl.MayAccess(path, uid, gid, acl.Read); err == nil && !ok {
 				ws = append(ws, fmt.Sprintf("%s cannot read the transcript %s (%s): dsh writes it as the harness user (uid %d) and no directory ACL reaches a file created 0600; run calls as uid %d or grant read on the file (setfacl -m u:%d:r)",
 					who, path, describe(fi), harness.UID, harness.UID, uid))
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // Allowed values of the enumerated fields, in the order error messages
@@ -232,7 +233,7 @@ func checkMounts(mounts []sandbox.Mount, tmpfs []sandbox.Tmpfs, ps *problems) {
 }
 
 // checkMountRoots accepts clean absolute directories, each listed once,
-// none of them a system directory (sandbox.SystemDir: /, /etc, /usr,
+// none of them a system directory (hostpath.SystemDir: /, /etc, /usr,
 // /home, …) or below /proc, /dev or /sys: a root opens everything below
 // it to every caller of the policy.
 func checkMountRoots(roots []sandbox.MountRoot, ps *problems) {
@@ -245,7 +246,7 @@ func checkMountRoots(roots []sandbox.MountRoot, ps *problems) {
 		f := fmt.Sprintf("mountRoots[%d].path", i)
 		switch {
 		case !checkAbsPath(f, r.Path, ps):
-		case reserved(r.Path) != "" || sandbox.SystemDir(r.Path):
+		case reserved(r.Path) != "" || hostpath.SystemDir(r.Path):
 			ps.add(f, "%q is a system directory (/, /etc, /usr, /home, /proc, …); name a directory below it", r.Path)
 		case seen[r.Path]:
 			ps.add(f, "%q is listed twice", r.Path)
@@ -270,7 +271,7 @@ func checkWorkspaceBytes(p *sandbox.Policy, ps *problems) {
 	}
 }
 
-// maxSpillRetention bounds limits.spillRetention, as sandbox.Prepare does.
+// maxSpillRetention bounds limits.spillRetention, as prepare.Call does.
 const maxSpillRetention = 366 * 24 * time.Hour
 
 func checkLimits(l sandbox.Limits, ps *problems) {
@@ -309,7 +310,7 @@ func checkLimits(l sandbox.Limits, ps *problems) {
 }
 
 // isDSH reports whether an environment name is in the DSH_ namespace,
-// ignoring case, as sandbox.BuildEnv does.
+// ignoring case, as childenv.Build does.
 func isDSH(name string) bool {
 	return len(name) >= 4 && strings.EqualFold(name[:4], "DSH_")
 }
@@ -401,7 +402,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // checkRedact checks the redact section: env names are variable names,
 // files absolute clean paths, each listed once, at most maxListLen of
 // each. Whether a file can be read is checked at call start
-// (sandbox.CallSecrets), when its content is needed.
+// (secrets.Of), when its content is needed.
 func checkRedact(env, files []string, ps *problems) {
 	lists := []struct {
 		field string

@@ -1,13 +1,20 @@
 // Package sandbox is the seam between the harness and the container
-// backends: the Executor interface, the Request and Result of one call,
-// the resolved Policy a backend enforces with its typed modes, the mount
-// Plan of a call (NewPlan), the construction of a child's
-// environment (DESIGN §3.6), output capture with tail and spill file, the
-// model-facing rendering of a result, background jobs, and the error
-// classes with their single mapping to exit codes.
+// backends, and holds the contract only: the Executor interface, the
+// Request of one call and its Result, the resolved Policy a backend
+// enforces with its typed modes, the prepared Call, the mount Plan of a
+// call (NewPlan, read by enforcement and `policy check` alike), the error
+// classes with their single mapping to exit codes, and the results of
+// background jobs that API clients read.
 //
-// It imports only the standard library, the OCI runtime spec, redact
-// (output redaction) and internal/safefile (redact.files). Backends
-// live in subpackages (oci, local, docker, containerd) and import this
-// package; nothing here imports a backend, a session store or hooks.
+// The mechanisms live in packages named for what they do: prepare
+// (validation, a Request resolved into a Call, host paths), childenv (a
+// child's environment), secrets (what output must not show), hostpath
+// (paths resolved without following links), acl (POSIX ACLs), capture
+// (output tails and spill files), jobs (background calls) and reap
+// (labels, instance locks, leftovers). Backends live in subpackages (oci,
+// local, docker, containerd, kubernetes) and import this package; nothing
+// here imports a mechanism, a backend, a session store or hooks.
+//
+// It imports only the standard library, the OCI runtime spec and redact
+// (the secrets a Call carries), so that API clients link little.
 package sandbox

@@ -9,8 +9,8 @@ import (
 
 // A Plan says which host paths a call sees, where, and how: the one
 // answer that enforcement (the OCI spec of the oci and containerd
-// backends, the docker backend's container configuration, Prepare's
-// workdir and spill, PreparePaths' directories) and reporting (the audit
+// backends, the docker backend's container configuration, prepare.Call's
+// workdir and spill, prepare.Paths' directories) and reporting (the audit
 // record, hook mounts, `policy check`, warnings) all read. NewPlan builds
 // it; policy.Plan checks the policy and session first and is what callers
 // outside this package use.
@@ -43,7 +43,7 @@ type Identity struct {
 type PlanMount struct {
 	Kind MountKind `json:"kind"`
 	// Source is the host path of a bind mount (clean, as the policy or
-	// session gives it; PreparePaths resolves it); "tmpfs" for a tmpfs.
+	// session gives it; prepare.Paths resolves it); "tmpfs" for a tmpfs.
 	Source string `json:"source"`
 	// Target is the absolute, clean path inside the container.
 	Target string `json:"target"`
@@ -71,7 +71,7 @@ type PlanDir struct {
 	// Path is the clean absolute path.
 	Path string `json:"path"`
 	// Owner is the harness user who owns it (Session.Owner); Set false
-	// means the running process (EffectiveOwner).
+	// means the running process (hostpath.EffectiveOwner).
 	Owner Owner `json:"-"`
 	// Reader, when set, is the call's identity, which may read the
 	// directory through an ACL entry (the directory is mounted).
@@ -135,7 +135,7 @@ func (p Policy) CallTmpfs() []Tmpfs {
 // needs to decide (paths are cleaned, not resolved). Callers outside this
 // package use policy.Plan, which refuses an invalid policy, session paths
 // that may not be mounted and mounts that overlap them before it builds
-// the same plan; backends resolve the host paths (PreparePaths).
+// the same plan; backends resolve the host paths (prepare.Paths).
 //
 // The rules: /tmp is a tmpfs even when p.Tmpfs lacks it; the workspace is
 // mounted at its own path when p.Workspace is "rw" or "ro" and s.Cwd is

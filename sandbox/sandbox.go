@@ -59,7 +59,7 @@ type Request struct {
 	// negative value is an invalid-argument error. A background call
 	// ignores it.
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
-	// Background marks a background job (Jobs.Start sets it): its only
+	// Background marks a background job (jobs.Runner.Start sets it): its only
 	// deadline is Policy.Limits.JobTimeoutMs, none when that is 0; a job
 	// stopped by it is timed out (Result.TimedOut), never completed.
 	Background bool `json:"background,omitempty"`
@@ -133,10 +133,10 @@ type Session struct {
 	// Owner is the harness user, who owns the session directory: the
 	// service fills it from the client's peer credentials (SO_PEERCRED),
 	// or with its own uid for a token client; the CLI with its real
-	// uid:gid. PreparePaths gives the session directory, its spill/
+	// uid:gid. prepare.Paths gives the session directory, its spill/
 	// subdirectory and the spill files to this user (mode 0700/0600)
 	// and lets the call's identity read them through a POSIX ACL entry
-	// (MakeSessionDir says how existing directories are treated).
+	// (hostpath.MakeSessionDir says how existing directories are treated).
 	// The zero value (Set false) means the running process's own
 	// effective uid:gid. It is never read from a client's JSON.
 	Owner Owner `json:"-"`
@@ -208,18 +208,18 @@ type Policy struct {
 	EnvInherit []string `json:"envInherit,omitempty"`
 	// EnvAllowSecrets names variables of EnvInherit that are copied even
 	// though their name or value looks like a secret (policy
-	// env.allowSecrets; see EnvInput.AllowSecrets). Nil allows none.
+	// env.allowSecrets; see childenv.Input.AllowSecrets). Nil allows none.
 	EnvAllowSecrets []string `json:"envAllowSecrets,omitempty"`
 	// EnvSet is ordinary env the policy sets (layer 4).
 	EnvSet map[string]string `json:"envSet,omitempty"`
 	// RedactEnv names variables of the service's environment whose
 	// values are redacted from the call's output, besides those the
-	// secret filter withholds (policy redact.env; see CallSecrets). Nil
+	// secret filter withholds (policy redact.env; see secrets.Of). Nil
 	// adds none.
 	RedactEnv []string `json:"redactEnv,omitempty"`
 	// RedactFiles are absolute host paths of files whose contents are
 	// secrets to redact, read at call start (policy redact.files; see
-	// CallSecrets). Nil adds none.
+	// secrets.Of). Nil adds none.
 	RedactFiles []string `json:"redactFiles,omitempty"`
 	// RedactDetectors also redacts the base64 forms of every secret and
 	// what the registered pattern detector finds (policy

@@ -38,7 +38,7 @@ type Header struct {
 	// or Windows (dsh on Windows writes C:\work\agent); empty means the
 	// session has none. A header names it; a directory is only ever
 	// opened from it after a check that it is absolute on this machine
-	// (sandbox.ResolveDir), so a Windows path names no directory here.
+	// (hostpath.ResolveDir), so a Windows path names no directory here.
 	Cwd string
 	// ParentSession is the id of the session this one was forked or
 	// spawned from; empty means none, unless EmptyParentSession is set.

@@ -15,6 +15,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // openImages opens the local image store, creating it on first use.
@@ -251,11 +252,11 @@ func (s *settings) listImages(ctx context.Context, d *backend.Descriptor) ([]ima
 
 // redacting is an executor whose outcomes have the call's secrets
 // replaced in the egress record and the error text
-// (sandbox.RedactOutcome), as the service's are: for front ends that hand
+// (secrets.RedactOutcome), as the service's are: for front ends that hand
 // results to a model (mcp).
 type redacting struct{ sandbox.Executor }
 
 func (r redacting) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	res, err := r.Executor.Run(ctx, req)
-	return sandbox.RedactOutcome(req.Policy, res, err)
+	return secrets.RedactOutcome(req.Policy, res, err)
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // maxConfigBytes bounds the --config file.
@@ -212,7 +212,7 @@ func configOutside(f *flags, cwdIsWorkspace bool) ([]safefile.Dir, error) {
 			}
 			cwd = wd
 		}
-		if cwd, err := filepath.Abs(cwd); err == nil && !sandbox.SystemDir(cwd) {
+		if cwd, err := filepath.Abs(cwd); err == nil && !hostpath.SystemDir(cwd) {
 			outside = append(outside, safefile.Dir{What: "the workspace (--cwd; --no-cwd for none)", Path: cwd})
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // maxStdinBytes bounds --stdin-file.
@@ -134,7 +136,7 @@ func runExec(c *cli.Context) error {
 	res, err := ex.Run(c.Context, req)
 	// The output was redacted as it was captured; the egress record and
 	// the error text are redacted here, as the service does.
-	res, err = sandbox.RedactOutcome(req.Policy, res, err)
+	res, err = secrets.RedactOutcome(req.Policy, res, err)
 	restore()
 	if err != nil {
 		return err
@@ -236,7 +238,7 @@ func (s *settings) execRequest(c *cli.Context) (*sandbox.Request, error) {
 		switch {
 		case !ok || name == "":
 			return nil, usageError("--env: %q is not NAME=VALUE", name)
-		case sandbox.IsDSHName(name):
+		case childenv.IsDSHName(name):
 			return nil, usageError("--env: %s: DSH_* variables come only from the trusted snapshot", name)
 		case strings.ContainsRune(kv, 0):
 			return nil, usageError("--env: %s: the value contains a NUL byte", name)

@@ -11,6 +11,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
 // maxEnvFileBytes bounds an --env-file.
@@ -153,7 +154,7 @@ func parseEnvFile(path string, data []byte, warn func(format string, args ...any
 		if !ok || !envName(name) {
 			return nil, usageError("%s: not KEY=VALUE (KEY of letters, digits and _, not starting with a digit)", where)
 		}
-		if sandbox.IsDSHName(name) {
+		if childenv.IsDSHName(name) {
 			warn("%s: %s dropped: DSH_* variables come only from the trusted snapshot", where, name)
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // The host paths a call started from the command line mounts are checked
@@ -19,7 +20,7 @@ import (
 // service trusts (the dsh home, the sessions root, the state and data
 // directories, the SQLite database) may not lie inside a workspace the
 // call sees, read-write or read-only. The sandbox layer checks the same paths again right
-// before the mount (sandbox.PreparePaths); this is the early, explained
+// before the mount (prepare.Paths); this is the early, explained
 // refusal. `exec` and `hooks run` refuse; `policy check` and `doctor`
 // report.
 
@@ -55,12 +56,12 @@ func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []sandbox.Check {
 	case !mounted:
 		add("workspace", true, "--cwd %s is not mounted (policy workspace %q)", ws, workspace)
 	default:
-		r, err := sandbox.ResolveDir("--cwd", s.cwd)
+		r, err := hostpath.ResolveDir("--cwd", s.cwd)
 		switch {
 		case err != nil:
 			add("workspace", false, "%v", err)
 			return checks // nothing else can be judged
-		case sandbox.SystemDir(r):
+		case hostpath.SystemDir(r):
 			add("workspace", false, "--cwd %s is a system directory and may never be a workspace", r)
 			return checks
 		}
@@ -80,7 +81,7 @@ func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []sandbox.Check {
 		// other calls' bundles and spill files.
 		return checks
 	}
-	if err := sandbox.CheckDeployment(ws, s.protectedPaths()); err != nil {
+	if err := hostpath.CheckDeployment(ws, s.protectedPaths()); err != nil {
 		add("deployment", false, "%v", strings.TrimPrefix(err.Error(), "sandbox: "))
 	} else {
 		add("deployment", true, "the sessions root %s, dsh home %s and state dir %s lie outside the workspace %s", s.sessionsRoot, s.home, s.stateDir, ws)
@@ -148,7 +149,7 @@ func operatorFiles(c *cli.Context) (map[string]string, error) {
 // roots are resolved once, by loadSettings).
 func (s *settings) workspaceRoot(ws string) (string, bool) {
 	for _, root := range s.workspaceRoots {
-		if sandbox.Within(ws, root) {
+		if hostpath.Within(ws, root) {
 			return root, true
 		}
 	}

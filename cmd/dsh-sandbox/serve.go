@@ -23,6 +23,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -402,7 +403,7 @@ func checkDeployment(s *settings, listens []string, auditFiles map[string]string
 		}
 	}
 	for _, root := range s.workspaceRoots {
-		if err := sandbox.CheckDeployment(root, protected); err != nil {
+		if err := hostpath.CheckDeployment(root, protected); err != nil {
 			return nil, usageError("--workspace-roots %s: %v", root, err)
 		}
 	}
@@ -422,7 +423,7 @@ func servePolicyFiles(files []string, dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if abs, err = sandbox.ResolveDir("--policy-dir", abs); err != nil {
+	if abs, err = hostpath.ResolveDir("--policy-dir", abs); err != nil {
 		return nil, usageError("%v", err)
 	}
 	entries, err := os.ReadDir(abs)

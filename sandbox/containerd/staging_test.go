@@ -28,7 +28,7 @@ func (r swapRunner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (d
 }
 
 // TestBindSwappedForLink swaps the call's checked workspace for a
-// symbolic link to another directory after sandbox.PreparePaths and
+// symbolic link to another directory after prepare.Paths and
 // Prepare, before the task starts (sandboxtest.LinkSwap): the call still
 // sees the directory that was checked, since runc mounts the staging
 // mount and never the link's target. With a user namespace (a

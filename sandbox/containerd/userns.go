@@ -89,7 +89,7 @@ func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]stri
 // mount in dir, the call's directory (idmap.Stage): a clone of the
 // source opened without following links, so the shim's runc, which
 // mounts sources by path and follows links, mounts what
-// sandbox.PreparePaths checked and never a symbolic link a call swapped
+// prepare.Paths checked and never a symbolic link a call swapped
 // in since. The binds whose destination is in mapped (the workspace,
 // session directory and policy mounts of an id-mapped call) are
 // id-mapped. The daemon and its runc shim run in this process's mount

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
 // TestContainerConfigHardening: the engine gets the policy's seccomp
@@ -25,7 +26,7 @@ func TestContainerConfigHardening(t *testing.T) {
 	e := &Executor{instance: "i-test"}
 	p := testPolicy(t)
 	req := &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: "/srv/ws", TranscriptDir: "/srv/sessions/s1"}}
-	call, err := sandbox.Prepare(req, nil, func(string) (string, bool) { return "", false })
+	call, err := prepare.Call(req, nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

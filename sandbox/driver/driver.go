@@ -1,7 +1,7 @@
 // Package driver owns the lifecycle of one sandbox call, once for every
-// backend: validation and a single sandbox.Prepare, the session
-// directories (sandbox.PreparePaths), labels, output capture, spill and
-// redaction (sandbox.Call.Captures), a cleanup stack run on every path on
+// backend: validation and a single prepare.Call, the session
+// directories (prepare.Paths), labels, output capture, spill and
+// redaction (capture.ForCall), a cleanup stack run on every path on
 // a context detached from the caller's, supervision (timeout,
 // cancellation, kill grace: sandbox.Supervise), exit decoding, timings
 // and the out-of-memory report. A backend implements only the primitives
@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -73,7 +75,7 @@ type Target struct {
 	ImageEnv []string
 	// PathUID is the host uid the call's accesses to host paths are
 	// checked against and that may read the session directory
-	// (sandbox.PreparePaths).
+	// (prepare.Paths).
 	PathUID uint32
 	// Info is Result.Sandbox; ContainerID is filled from Container.ID.
 	Info sandbox.Info
@@ -88,7 +90,7 @@ type Backend[S any] interface {
 	// Resolve checks that the backend can run req (policy fields only it
 	// knows: image, runtime, network, terminal) and resolves what the
 	// call needs: the image's environment, the call's identity. It runs
-	// after sandbox.Validate and before sandbox.Prepare; it creates
+	// after prepare.Validate and before prepare.Call; it creates
 	// nothing that needs undoing.
 	Resolve(ctx context.Context, req *sandbox.Request) (Target, S, error)
 	// Prepare makes the call's slot: as much of the container as can
@@ -131,11 +133,11 @@ func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request)
 	if err != nil {
 		return nil, nil, err
 	}
-	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
+	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
+	if err := prepare.Paths(req, sc, tgt.PathUID); err != nil {
 		return nil, nil, err
 	}
 	call := newCall(cfg, req, sc, &sandbox.Result{Sandbox: tgt.Info})
@@ -196,7 +198,7 @@ type Stdio struct {
 	// Stdout and Stderr are the call's captures; on a terminal, the
 	// terminal's output goes to Stdout alone. A backend may read what
 	// they hold with Stream (a runtime's own error message).
-	Stdout, Stderr *sandbox.Capture
+	Stdout, Stderr *capture.Writer
 	// Stdin is the command's stdin; nil means an empty one.
 	Stdin io.Reader
 	// Terminal, when set, runs the command on a pseudo-terminal.
@@ -311,7 +313,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 	}
 
 	t2 := time.Now()
-	stdout, stderr := sc.Captures(cfg.StateDir, req.Stdout, req.Stderr)
+	stdout, stderr := capture.ForCall(sc, cfg.StateDir, req.Stdout, req.Stderr)
 	p, err := slot.Bind(ctx, call, Stdio{Stdout: stdout, Stderr: stderr, Stdin: req.StdinSource(), Terminal: req.Terminal})
 	if err != nil {
 		return nil, err
@@ -329,7 +331,7 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 }
 
 // prepareCall checks req, resolves it on b (Backend.Resolve,
-// sandbox.Prepare) and prepares its host paths (sandbox.PreparePaths):
+// prepare.Call) and prepares its host paths (prepare.Paths):
 // everything Run does before it creates anything that needs undoing. It
 // fails with notStarted when ctx is done by then.
 func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sandbox.Request) (Target, S, *sandbox.Call, error) {
@@ -341,18 +343,18 @@ func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sand
 		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
 	}
 	// A malformed request is refused before a daemon is asked anything.
-	if err := sandbox.Validate(req); err != nil {
+	if err := prepare.Validate(req); err != nil {
 		return Target{}, none, nil, err
 	}
 	tgt, state, err := b.Resolve(ctx, req)
 	if err != nil {
 		return Target{}, none, nil, err
 	}
-	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
+	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv)
 	if err != nil {
 		return Target{}, none, nil, err
 	}
-	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
+	if err := prepare.Paths(req, sc, tgt.PathUID); err != nil {
 		return Target{}, none, nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -399,7 +401,7 @@ func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call
 // cancellation and kill grace: sandbox.Supervise), waits for it on bg
 // and fills the call's result with its output and how it ended; an
 // error is Process.Wait's.
-func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
+func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *capture.Writer) error {
 	res := call.Result
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {

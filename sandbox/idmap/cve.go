@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
 // CVESelfTests are `dsh-sandbox doctor`'s self-tests of the layers that
@@ -59,11 +60,11 @@ func binaryNotWritable(path string) error {
 func workdirRefused() error {
 	p, _ := policy.Builtin(policy.ReadOnly)
 	req := &sandbox.Request{Command: "true", Workdir: "/tmp", Policy: p}
-	if err := sandbox.Validate(req); err != nil {
+	if err := prepare.Validate(req); err != nil {
 		return fmt.Errorf("the self-test's request with workdir /tmp is refused: %v", err)
 	}
 	req.Workdir = "/proc/self/fd/7"
-	if err := sandbox.Validate(req); err == nil || !strings.Contains(err.Error(), "workdir") {
+	if err := prepare.Validate(req); err == nil || !strings.Contains(err.Error(), "workdir") {
 		return fmt.Errorf("a request with workdir /proc/self/fd/7 passed validation (%v)", err)
 	}
 	return nil

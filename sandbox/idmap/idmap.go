@@ -83,7 +83,7 @@ func sysIDMap(m []specs.LinuxIDMapping) []syscall.SysProcIDMap {
 // seen through it as owned by the host id the namespace maps k to, and a
 // file a process with host id h creates gets the on-disk owner the
 // namespace maps to h. source is opened without following any link (it
-// is the path sandbox.PreparePaths resolved).
+// is the path prepare.Paths resolved).
 func Mount(source, target string, usernsFD int) error {
 	return mount(source, target, usernsFD, 0)
 }
@@ -266,7 +266,7 @@ func Dests(req *sandbox.Request) map[string]bool {
 // mount of that source attached at a new entry of dir (an existing empty
 // directory that no call can write): a clone of what StageAt opens
 // without following any link, so the runtime, which mounts a source by
-// its path and follows links there, mounts what sandbox.PreparePaths
+// its path and follows links there, mounts what prepare.Paths
 // checked and never a link a call swapped in since. Each staging mount
 // is nosuid and nodev, and read-only and noexec where the bind's options
 // say so. The binds whose destination is in how.Mapped are id-mapped

@@ -1,6 +1,6 @@
 // Package local is the sandbox backend without a container: it runs
 // `bash -c` (or a request's exact argv, which bash only execs) directly on
-// the host with exactly the environment that sandbox.Prepare builds (never
+// the host with exactly the environment that prepare.Call builds (never
 // the service's own), in a process group of its own that a timeout or
 // cancellation ends as a whole. It isolates
 // nothing, so it runs only under a policy that says `backend: local`

@@ -207,7 +207,7 @@ func (b *bundle) checkRootfs(spec *specs.Spec) error {
 // mount in the bundle (idmap.Stage), which no call can write: a clone of
 // the source opened without following links, so the runtime, which
 // mounts sources by path and follows links, mounts what
-// sandbox.PreparePaths checked and never a symbolic link a call swapped
+// prepare.Paths checked and never a symbolic link a call swapped
 // in since (a rename loop in a writable mount root). The binds whose
 // destination is in mapped are id-mapped with the spec's id maps. The
 // staging directory is 0711: the runtime (runsc's gofer) may mount from

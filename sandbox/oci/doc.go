@@ -3,7 +3,7 @@
 // one foreground `run` per call, torn down completely when the call ends
 // (DESIGN §3.8, §3.11).
 //
-// A call goes: sandbox.Prepare (validation, environment, timeout) →
+// A call goes: prepare.Call (validation, environment, timeout) →
 // policy.ResolveUser → the call's user namespace (every runtime, unless
 // the policy says user: host-root; idmap.go) → image (the generated
 // `host` image or a stored one) → bundle directory with a marker, rootfs,

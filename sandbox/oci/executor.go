@@ -468,7 +468,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 }
 
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
-// The driver has checked the call's host paths (sandbox.PreparePaths)
+// The driver has checked the call's host paths (prepare.Paths)
 // already.
 func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
 	b, err := e.makeBundle(cu, call.ID, img)

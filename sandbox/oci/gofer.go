@@ -5,10 +5,9 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // prepareGofer adapts the bundle of a runsc call that runs in a user
@@ -70,7 +69,7 @@ func goferMountPoints(spec *specs.Spec) []specs.Mount {
 	// mountPoints skips what lies inside another entry).
 	cwd := spec.Process.Cwd
 	for _, m := range mounts {
-		if sandbox.Within(m.Destination, cwd) {
+		if hostpath.Within(m.Destination, cwd) {
 			return mounts
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
 	"io"
 	"os"
 	"os/exec"
@@ -461,7 +462,7 @@ type runtimeProcess struct {
 	s      *slot
 	call   *driver.Call
 	ctx    context.Context // the call's
-	stderr *sandbox.Capture
+	stderr *capture.Writer
 	copies sync.WaitGroup
 	once   sync.Once
 	done   chan struct{} // Done's, with the stub

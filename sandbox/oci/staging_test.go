@@ -11,7 +11,7 @@ import (
 )
 
 // TestBindSwappedForLink swaps the call's checked workspace for a
-// symbolic link to another directory after sandbox.PreparePaths
+// symbolic link to another directory after prepare.Paths
 // (sandboxtest.LinkSwap):
 //   - after the binds are staged and before the runtime starts, the call
 //     still sees the directory that was checked (the runtime mounts the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
 )
 
 // redactCases check that secrets never reach a call's output (issue 15):
@@ -112,14 +113,14 @@ func testRedactOutput(t *testing.T, s *suite) {
 func testRedactJobOutput(t *testing.T, s *suite) {
 	fx := newFixture(t)
 	req := s.redactRequest(t, fx, `printf %s "$S1"; sleep 0.3; printf '%s\n' "$S2"; printf '%s\n' "$L" >&2`)
-	jobs := sandbox.NewJobs(s.exec)
-	id, err := jobs.Start(t.Context(), "sandboxtest", req)
+	runner := jobs.New(s.exec)
+	id, err := runner.Start(t.Context(), "sandboxtest", req)
 	if err != nil {
 		t.Fatalf("Start = %v", err)
 	}
 	var stdout, stderr strings.Builder
 	for reads := 1; ; reads++ {
-		o, err := jobs.Output("sandboxtest", id)
+		o, err := runner.Output("sandboxtest", id)
 		if err != nil {
 			t.Fatalf("Output = %v", err)
 		}

@@ -28,8 +28,8 @@ type Config struct {
 
 	// ImageEnv is the base environment of Policy.Image (layer 1 of DESIGN
 	// §3.6) as KEY=VALUE, the same list the backend hands to
-	// sandbox.Prepare. The exact-env cases compute the expected child
-	// environment from it with sandbox.BuildEnv. Nil means an image with
+	// prepare.Call. The exact-env cases compute the expected child
+	// environment from it with childenv.Build. Nil means an image with
 	// an empty environment.
 	ImageEnv []string
 

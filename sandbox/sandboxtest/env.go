@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
 // shellOwnedEnv are the variables a shell adds to the environment it
@@ -17,8 +18,8 @@ import (
 // /proc/$$/environ case allows nothing extra.
 var shellOwnedEnv = []string{"PWD", "SHLVL", "_", "OLDPWD"}
 
-// expectedEnv computes, independently of sandbox.Prepare, the complete
-// environment a child of req must receive: sandbox.BuildEnv over the
+// expectedEnv computes, independently of prepare.Call, the complete
+// environment a child of req must receive: childenv.Build over the
 // layers of DESIGN §3.6 — the image env; req.Policy.EnvInherit read with
 // getenv; the policy's env.set in name order, then req.Env; the
 // snapshot req.DSHEnv.
@@ -28,7 +29,7 @@ func expectedEnv(imageEnv []string, req *sandbox.Request, getenv func(string) (s
 		ordinary = append(ordinary, k+"="+req.Policy.EnvSet[k])
 	}
 	ordinary = append(ordinary, req.Env...)
-	return sandbox.BuildEnv(sandbox.EnvInput{
+	return childenv.Build(childenv.Input{
 		Base:         imageEnv,
 		Inherit:      req.Policy.EnvInherit,
 		AllowSecrets: req.Policy.EnvAllowSecrets,

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
 func TestExpectedEnvLayers(t *testing.T) {
@@ -123,7 +124,7 @@ func TestPlantHostileEnv(t *testing.T) {
 	}
 	// Every planted name except the control must be filtered by
 	// BuildEnv: otherwise the env cases would test nothing.
-	got, err := sandbox.BuildEnv(sandbox.EnvInput{Inherit: names, Getenv: func(k string) (string, bool) {
+	got, err := childenv.Build(childenv.Input{Inherit: names, Getenv: func(k string) (string, bool) {
 		for _, v := range hostileEnv {
 			if v.name == k {
 				return v.value, true

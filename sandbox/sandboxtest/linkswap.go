@@ -14,7 +14,7 @@ import (
 // puts a symbolic link to another directory (with another marker) in
 // its place, as a call that can write the workspace's parent could with
 // a rename loop. The backend test calls Swap at a point of its own
-// between sandbox.PreparePaths and the runtime's mount, runs Request,
+// between prepare.Paths and the runtime's mount, runs Request,
 // and checks the outcome with Check or CheckRefused. Not safe for
 // concurrent use.
 type LinkSwap struct {

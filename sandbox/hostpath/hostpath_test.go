@@ -1,4 +1,4 @@
-package sandbox
+package hostpath
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // pathTree builds, in a fresh directory, a workspace with the links an
@@ -90,7 +92,7 @@ func TestResolveDir(t *testing.T) {
 				}
 				continue
 			}
-			if !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, sandbox.ErrInvalid) {
 				t.Errorf("ResolveDir(%s: %q) = %q, %v, want an error wrapping ErrInvalid", tt.name, tt.path, got, err)
 				continue
 			}
@@ -112,7 +114,7 @@ func TestResolvePath(t *testing.T) {
 			t.Errorf("ResolvePath(file) = %q, %v, want %q", got, err, ws+"/file")
 		}
 		for _, p := range []string{ws + "/link-root", ws + "/dangling", base + "/linkdir/file"} {
-			if _, err := ResolvePath("policy.mounts[0].source", p); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policy.mounts[0].source") {
+			if _, err := ResolvePath("policy.mounts[0].source", p); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "policy.mounts[0].source") {
 				t.Errorf("ResolvePath(%q) error = %v, want ErrInvalid naming the field", p, err)
 			}
 		}
@@ -207,7 +209,7 @@ func TestMkdirNoFollow(t *testing.T) {
 			t.Errorf("MkdirNoFollow(%s: %q) succeeded, want an error", tt.name, tt.path)
 			continue
 		}
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
 			t.Errorf("MkdirNoFollow(%s) error = %v, want ErrInvalid naming the field", tt.name, err)
 		}
 	}
@@ -232,7 +234,7 @@ func TestMkdirNoFollow(t *testing.T) {
 	if _, err := os.Lstat(victim); err == nil {
 		t.Errorf("CreateNoFollow created the link's target %s", victim)
 	}
-	if _, err := CreateNoFollow(d, "../escape", 0o600); !errors.Is(err, ErrInvalid) {
+	if _, err := CreateNoFollow(d, "../escape", 0o600); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("CreateNoFollow(../escape) = %v, want ErrInvalid", err)
 	}
 }
@@ -262,114 +264,11 @@ func TestCheckDeployment(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
 			t.Errorf("CheckDeployment(%s) = %v, want ErrInvalid naming %q", tt.name, err, tt.mention)
 		}
 		if err != nil && tt.mention != "not an absolute path" && !strings.Contains(err.Error(), ws) {
 			t.Errorf("CheckDeployment(%s) = %v, want the workspace named too", tt.name, err)
-		}
-	}
-}
-
-func TestPreparePaths(t *testing.T) {
-	base := pathTree(t)
-	ws := filepath.Join(base, "ws")
-	sessions := filepath.Join(base, "sessions")
-	good := func() *Request {
-		r := testRequest()
-		r.Policy.Workspace = "rw"
-		r.Policy.Transcript = "ro"
-		r.Session.Cwd = ws
-		r.Session.TranscriptDir = filepath.Join(sessions, "proj", "s1")
-		r.Workdir = ""
-		r.Policy.Mounts = []Mount{{Source: ws + "/file", Target: "/ref", ReadOnly: true}}
-		return r
-	}
-	req := good()
-	call, err := Prepare(req, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := PreparePaths(req, call, 0); err != nil {
-		t.Fatalf("PreparePaths(legitimate) = %v", err)
-	}
-	if call.Workspace != ws || call.TranscriptDir != req.Session.TranscriptDir {
-		t.Errorf("PreparePaths: Workspace %q, TranscriptDir %q; want %q, %q", call.Workspace, call.TranscriptDir, ws, req.Session.TranscriptDir)
-	}
-	if fi, err := os.Stat(filepath.Join(req.Session.TranscriptDir, "spill")); err != nil || !fi.IsDir() {
-		t.Errorf("spill directory not created: %v", err)
-	}
-
-	// The swapped session directory: replaced by a link to a host
-	// directory, it is refused and nothing is written there.
-	victim := filepath.Join(base, "victim")
-	if err := os.Mkdir(victim, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	swapped := filepath.Join(sessions, "proj", "s2")
-	if err := os.Symlink(victim, swapped); err != nil {
-		t.Fatal(err)
-	}
-
-	tests := []struct {
-		name    string
-		mutate  func(r *Request)
-		mention string
-	}{
-		{"cwd link to /", func(r *Request) { r.Session.Cwd = ws + "/link-root" }, "session.cwd"},
-		{"cwd link then dot-dot", func(r *Request) { r.Session.Cwd = ws + "/link-sub/.." }, "session.cwd"},
-		{"cwd /etc", func(r *Request) { r.Session.Cwd = "/etc" }, "system directory"},
-		{"cwd /", func(r *Request) { r.Session.Cwd = "/" }, "system directory"},
-		{"cwd missing", func(r *Request) { r.Session.Cwd = ws + "/missing" }, "session.cwd"},
-		{"workdir through a link", func(r *Request) { r.Workdir = ws + "/link-root/etc" }, "workdir"},
-		{"transcript dir swapped for a link", func(r *Request) { r.Session.TranscriptDir = swapped }, "session.transcriptDir"},
-		{"transcript dir below a link", func(r *Request) { r.Session.TranscriptDir = ws + "/link-root/tmp/s" }, "session.transcriptDir"},
-		{"transcript dir a system dir", func(r *Request) { r.Session.TranscriptDir = "/etc/dsh" }, "session.transcriptDir"},
-		{"transcript dir inside rw workspace", func(r *Request) { r.Session.TranscriptDir = ws + "/.dsh/sessions/p/s" }, "session.transcriptDir"},
-		{"mount source link", func(r *Request) { r.Policy.Mounts[0].Source = ws + "/link-root" }, "policy.mounts[0].source"},
-		{"rw mount of a system dir", func(r *Request) { r.Policy.Mounts = []Mount{{Source: "/etc", Target: "/x"}} }, "policy.mounts[0].source"},
-	}
-	for _, tt := range tests {
-		req := good()
-		tt.mutate(req)
-		call, err := Prepare(req, nil, nil)
-		if err != nil {
-			t.Fatalf("Prepare(%s) = %v", tt.name, err)
-		}
-		err = PreparePaths(req, call, 0)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention) {
-			t.Errorf("PreparePaths(%s) = %v, want ErrInvalid naming %q", tt.name, err, tt.mention)
-		}
-	}
-	if entries, _ := os.ReadDir(victim); len(entries) != 0 {
-		t.Errorf("the link target %s got %d entries", victim, len(entries))
-	}
-	if _, err := os.Lstat(ws + "/.dsh"); err == nil {
-		t.Errorf("a refused transcript dir inside the workspace was created")
-	}
-
-	// Read-only workspace: a transcript dir inside it is refused too (the
-	// call would read every session's transcript).
-	ro := good()
-	ro.Policy.Workspace, ro.Session.TranscriptDir = "ro", ws+"/sub/s"
-	if call, err := Prepare(ro, nil, nil); err != nil {
-		t.Fatal(err)
-	} else if err := PreparePaths(ro, call, 0); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
-		t.Errorf("PreparePaths(ro workspace holding the transcript dir) = %v, want ErrInvalid naming session.transcriptDir", err)
-	}
-	// An unmounted cwd is not resolved; a workdir not yet there is fine.
-	for _, mutate := range []func(r *Request){
-		func(r *Request) { r.Policy.Workspace = "none"; r.Session.Cwd = ws + "/link-root" },
-		func(r *Request) { r.Workdir = ws + "/sub/not-yet" },
-	} {
-		req := good()
-		mutate(req)
-		call, err := Prepare(req, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := PreparePaths(req, call, 0); err != nil {
-			t.Errorf("PreparePaths(%+v) = %v, want nil", req.Session, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package prepare
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func TestPrepareArgvCase(t *testing.T) {
@@ -29,19 +31,19 @@ func TestPrepareArgvCase(t *testing.T) {
 	for _, tt := range tests {
 		req := testRequest()
 		req.Command, req.Argv = tt.command, tt.argv
-		_, err := Prepare(req, nil, nil)
+		_, err := Call(req, nil, nil)
 		switch {
 		case tt.mention == "" && err != nil:
-			t.Errorf("%s: Prepare(command %q, argv %q) = %v, want it valid", tt.name, tt.command, tt.argv, err)
-		case tt.mention != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.mention)):
-			t.Errorf("%s: Prepare(command %q, argv %q) = %v, want an invalid-argument error naming %q", tt.name, tt.command, tt.argv, err, tt.mention)
+			t.Errorf("%s: Call(command %q, argv %q) = %v, want it valid", tt.name, tt.command, tt.argv, err)
+		case tt.mention != "" && (!errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.mention)):
+			t.Errorf("%s: Call(command %q, argv %q) = %v, want an invalid-argument error naming %q", tt.name, tt.command, tt.argv, err, tt.mention)
 		}
 	}
 	// The other checks still run when argv is set.
 	req := testRequest()
 	req.Command, req.Argv, req.TimeoutMs = "", []string{"true"}, -1
-	if _, err := Prepare(req, nil, nil); err == nil || !strings.Contains(err.Error(), "timeoutMs") {
-		t.Errorf("Prepare(argv, timeoutMs -1) = %v, want an error naming timeoutMs", err)
+	if _, err := Call(req, nil, nil); err == nil || !strings.Contains(err.Error(), "timeoutMs") {
+		t.Errorf("Call(argv, timeoutMs -1) = %v, want an error naming timeoutMs", err)
 	}
 }
 
@@ -57,8 +59,8 @@ func TestInitArgvRuns(t *testing.T) {
 	argv := []string{"printf", `%s\n`, "c;d", "$HOME", "*", "a b", "'q'", "$(id)"}
 	want := "c;d\n$HOME\n*\na b\n'q'\n$(id)\n"
 	for name, args := range map[string][]string{
-		"InitArgs":          InitArgs(&Request{Argv: argv}, env),
-		"InitArgsWithShell": InitArgsWithShell("/bin/bash", &Request{Argv: argv}, env),
+		"InitArgs":          sandbox.InitArgs(&sandbox.Request{Argv: argv}, env),
+		"InitArgsWithShell": sandbox.InitArgsWithShell("/bin/bash", &sandbox.Request{Argv: argv}, env),
 	} {
 		if !slices.Equal(args[len(args)-len(argv):], argv) {
 			t.Errorf("%s(argv %q) = %q, want the argv last and unchanged", name, argv, args)
@@ -77,7 +79,7 @@ func TestInitArgvRuns(t *testing.T) {
 		}
 	}
 	// One command string still runs through a shell.
-	cmd := exec.Command("/bin/sh", InitArgs(&Request{Command: "echo a; echo b"}, env)[1:]...)
+	cmd := exec.Command("/bin/sh", sandbox.InitArgs(&sandbox.Request{Command: "echo a; echo b"}, env)[1:]...)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "a\nb\n" {
 		t.Errorf("InitArgs(command %q) = %q, %v; want %q", "echo a; echo b", out, err, "a\nb\n")

@@ -1,4 +1,4 @@
-package sandbox
+package capture
 
 import (
 	"bytes"
@@ -10,9 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // pattern returns n bytes that differ at every position modulo 251, so a
@@ -59,7 +63,7 @@ func TestCaptureTruncated(t *testing.T) {
 			dir := t.TempDir()
 			spill := filepath.Join(dir, "spill", "call-1.stdout")
 			data := pattern(tt.total)
-			c := NewCapture(CaptureOptions{TailBytes: tail, SpillPath: spill, SpillInside: true})
+			c := New(Options{TailBytes: tail, SpillPath: spill, SpillInside: true})
 			writeChunks(t, c, data, tt.chunks)
 			s, err := c.Stream()
 			if err != nil {
@@ -122,7 +126,7 @@ func TestCaptureRandomChunks(t *testing.T) {
 			data[j] = byte(r.Uint32())
 		}
 		spill := filepath.Join(t.TempDir(), "s")
-		c := NewCapture(CaptureOptions{TailBytes: tail, SpillPath: spill, SpillMax: spillMax})
+		c := New(Options{TailBytes: tail, SpillPath: spill, SpillMax: spillMax})
 		for rest := data; len(rest) > 0; {
 			n := min(1+r.IntN(2*tail), len(rest))
 			c.Write(rest[:n])
@@ -152,7 +156,7 @@ func TestCaptureRandomChunks(t *testing.T) {
 func TestCaptureSpillCap(t *testing.T) {
 	spill := filepath.Join(t.TempDir(), "out")
 	data := pattern(10_000)
-	c := NewCapture(CaptureOptions{TailBytes: 100, SpillPath: spill, SpillMax: 1234})
+	c := New(Options{TailBytes: 100, SpillPath: spill, SpillMax: 1234})
 	writeChunks(t, c, data, []int{999})
 	s, err := c.Stream()
 	if err != nil {
@@ -173,7 +177,7 @@ func TestCaptureSpillCap(t *testing.T) {
 func TestCaptureSpillCapBelowTail(t *testing.T) {
 	spill := filepath.Join(t.TempDir(), "out")
 	data := pattern(500)
-	c := NewCapture(CaptureOptions{TailBytes: 100, SpillPath: spill, SpillMax: 10})
+	c := New(Options{TailBytes: 100, SpillPath: spill, SpillMax: 10})
 	writeChunks(t, c, data, []int{60})
 	if _, err := c.Stream(); err != nil {
 		t.Fatal(err)
@@ -185,7 +189,7 @@ func TestCaptureSpillCapBelowTail(t *testing.T) {
 }
 
 func TestCaptureNoSpillPath(t *testing.T) {
-	c := NewCapture(CaptureOptions{TailBytes: 10})
+	c := New(Options{TailBytes: 10})
 	c.Write(pattern(25))
 	s, err := c.Stream()
 	if err != nil {
@@ -197,11 +201,11 @@ func TestCaptureNoSpillPath(t *testing.T) {
 }
 
 func TestCaptureDefaults(t *testing.T) {
-	c := NewCapture(CaptureOptions{})
-	c.Write(pattern(DefaultStdoutMaxBytes + 1))
+	c := New(Options{})
+	c.Write(pattern(sandbox.DefaultStdoutMaxBytes + 1))
 	s, _ := c.Stream()
-	if len(s.Text) != DefaultStdoutMaxBytes || s.DroppedBytes != 1 {
-		t.Errorf("NewCapture(zero) kept %d bytes, dropped %d, want %d and 1", len(s.Text), s.DroppedBytes, DefaultStdoutMaxBytes)
+	if len(s.Text) != sandbox.DefaultStdoutMaxBytes || s.DroppedBytes != 1 {
+		t.Errorf("New(zero) kept %d bytes, dropped %d, want %d and 1", len(s.Text), s.DroppedBytes, sandbox.DefaultStdoutMaxBytes)
 	}
 }
 
@@ -240,12 +244,12 @@ func TestCaptureSpillFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.setup(t, t.TempDir())
-			c := NewCapture(CaptureOptions{TailBytes: 4, SpillPath: p, SpillInside: true})
+			c := New(Options{TailBytes: 4, SpillPath: p, SpillInside: true})
 			if n, err := c.Write([]byte("0123456789")); n != 10 || err != nil {
 				t.Fatalf("Write() = %d, %v, want 10, nil: spill errors must not fail the producer", n, err)
 			}
 			s, err := c.Stream()
-			if !errors.Is(err, ErrInternal) {
+			if !errors.Is(err, sandbox.ErrInternal) {
 				t.Errorf("Stream() error = %v, want ErrInternal", err)
 			}
 			if s.Text != "6789" || s.DroppedBytes != 6 || !s.Truncated || s.SpillPath != "" || s.SpillInside {
@@ -266,14 +270,14 @@ func (w *failWriter) Write(p []byte) (int, error) {
 func TestCaptureLive(t *testing.T) {
 	var live bytes.Buffer
 	data := pattern(1000)
-	c := NewCapture(CaptureOptions{TailBytes: 10, Live: &live})
+	c := New(Options{TailBytes: 10, Live: &live})
 	writeChunks(t, c, data, []int{7})
 	if !bytes.Equal(live.Bytes(), data) {
 		t.Errorf("live writer got %d bytes, want all %d", live.Len(), len(data))
 	}
 
 	fw := &failWriter{}
-	c = NewCapture(CaptureOptions{TailBytes: 10, Live: fw})
+	c = New(Options{TailBytes: 10, Live: fw})
 	c.Write([]byte("abc"))
 	c.Write([]byte("def"))
 	s, err := c.Stream()
@@ -286,7 +290,7 @@ func TestCaptureLive(t *testing.T) {
 }
 
 func TestCaptureAfterStream(t *testing.T) {
-	c := NewCapture(CaptureOptions{TailBytes: 10})
+	c := New(Options{TailBytes: 10})
 	c.Write([]byte("abc"))
 	first, _ := c.Stream()
 	if n, err := c.Write([]byte("late")); n != 4 || err != nil {
@@ -303,7 +307,7 @@ func TestCaptureBinary(t *testing.T) {
 	for i := range 256 {
 		all = append(all, byte(i))
 	}
-	c := NewCapture(CaptureOptions{TailBytes: 300})
+	c := New(Options{TailBytes: 300})
 	c.Write(all)
 	s, _ := c.Stream()
 	if s.Text != string(all) {
@@ -313,7 +317,7 @@ func TestCaptureBinary(t *testing.T) {
 
 func TestCaptureConcurrentWrites(t *testing.T) {
 	spill := filepath.Join(t.TempDir(), "out")
-	c := NewCapture(CaptureOptions{TailBytes: 64, SpillPath: spill})
+	c := New(Options{TailBytes: 64, SpillPath: spill})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -346,7 +350,7 @@ func TestCaptureConcurrentWrites(t *testing.T) {
 // the ring is full, writing more output allocates nothing.
 func TestCaptureWriteDoesNotAllocate(t *testing.T) {
 	spill := filepath.Join(t.TempDir(), "out")
-	c := NewCapture(CaptureOptions{TailBytes: 4096, SpillPath: spill, SpillMax: 1 << 20})
+	c := New(Options{TailBytes: 4096, SpillPath: spill, SpillMax: 1 << 20})
 	chunk := pattern(32 << 10)
 	c.Write(chunk) // fill the ring and open the spill file
 	if n := testing.AllocsPerRun(200, func() { c.Write(chunk) }); n != 0 {
@@ -371,12 +375,12 @@ func BenchmarkCapture200MB(b *testing.B) {
 			b.SetBytes(total)
 			i := 0
 			for b.Loop() {
-				o := CaptureOptions{}
+				o := Options{}
 				if spill {
 					i++
 					o.SpillPath = filepath.Join(dir, strconv.Itoa(i))
 				}
-				c := NewCapture(o)
+				c := New(o)
 				for n := 0; n < total; n += len(chunk) {
 					c.Write(chunk)
 				}
@@ -443,7 +447,7 @@ func TestPruneSpill(t *testing.T) {
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := PruneSpill(link, 1000, 0, time.Hour, now); !errors.Is(err, ErrInvalid) || left != 0 {
+	if left, err := PruneSpill(link, 1000, 0, time.Hour, now); !errors.Is(err, sandbox.ErrInvalid) || left != 0 {
 		t.Errorf("PruneSpill(link) = %d, %v, want 0, ErrInvalid", left, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "b.stdout")); err != nil {
@@ -454,8 +458,8 @@ func TestPruneSpill(t *testing.T) {
 func TestCaptureBudget(t *testing.T) {
 	dir := t.TempDir()
 	budget := NewSpillBudget(150)
-	out := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stdout"), Budget: budget})
-	errc := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stderr"), Budget: budget})
+	out := New(Options{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stdout"), Budget: budget})
+	errc := New(Options{TailBytes: 10, SpillPath: filepath.Join(dir, "c.stderr"), Budget: budget})
 	data := pattern(100)
 	out.Write(data)
 	errc.Write(data)
@@ -481,7 +485,7 @@ func TestCaptureBudget(t *testing.T) {
 	}
 
 	// An empty budget creates no spill file and reports no path.
-	empty := NewCapture(CaptureOptions{TailBytes: 10, SpillPath: filepath.Join(dir, "d.stdout"), Budget: NewSpillBudget(0)})
+	empty := New(Options{TailBytes: 10, SpillPath: filepath.Join(dir, "d.stdout"), Budget: NewSpillBudget(0)})
 	empty.Write(data)
 	s, err := empty.Stream()
 	if err != nil || !s.Truncated || s.DroppedBytes != 90 || s.SpillPath != "" {
@@ -500,8 +504,8 @@ func TestCallCapturesBounded(t *testing.T) {
 	now := time.Now()
 	spillFile(t, dir, "old.stdout", 10, now.Add(-2*time.Hour))
 	spillFile(t, dir, "prev.stdout", 600, now.Add(-time.Minute))
-	c := &Call{ID: "call-3", TailBytes: 10, SpillMax: 400, SpillDir: dir, SpillTotal: 1000, SpillRetention: time.Hour}
-	out, _ := c.Captures("/nonexistent-state", nil, nil)
+	c := &sandbox.Call{ID: "call-3", TailBytes: 10, SpillMax: 400, SpillDir: dir, SpillTotal: 1000, SpillRetention: time.Hour}
+	out, _ := ForCall(c, "/nonexistent-state", nil, nil)
 	if _, err := os.Lstat(filepath.Join(dir, "old.stdout")); err == nil {
 		t.Errorf("Captures kept a spill file past its retention")
 	}
@@ -531,8 +535,8 @@ func TestCallCapturesWithoutSessionBounded(t *testing.T) {
 	}
 	spillFile(t, dir, "old.stdout", 10, time.Now().Add(-2*time.Hour))
 	for i := range 4 {
-		c := &Call{ID: fmt.Sprintf("call-%d", i), TailBytes: 10, SpillMax: 400, SpillTotal: 1000, SpillRetention: time.Hour}
-		out, errs := c.Captures(state, nil, nil)
+		c := &sandbox.Call{ID: fmt.Sprintf("call-%d", i), TailBytes: 10, SpillMax: 400, SpillTotal: 1000, SpillRetention: time.Hour}
+		out, errs := ForCall(c, state, nil, nil)
 		out.Write(pattern(1000))
 		errs.Write(pattern(1000))
 		if s, err := out.Stream(); err != nil || s.SpillPath != filepath.Join(dir, c.ID+".stdout") {
@@ -558,4 +562,43 @@ func dirBytes(dir string) int64 {
 		}
 	}
 	return total
+}
+
+// TestCaptureRedacts: the tail, the spill file, the live writer and the
+// counts see the redacted stream, also when a secret is split across
+// writes and when it straddles the point where the spill starts.
+func TestCaptureRedacts(t *testing.T) {
+	const secret = "s3cr3t-0123456789"
+	set := redact.New([]redact.Secret{{Name: "TOKEN", Value: secret}}, redact.Options{})
+	spill := filepath.Join(t.TempDir(), "spill", "call.stdout")
+	var live strings.Builder
+	c := New(Options{TailBytes: 40, SpillPath: spill, Live: &live, Redact: set})
+	in := strings.Repeat("x", 30) + secret + " middle " + secret[:4]
+	writeChunks(t, c, []byte(in), []int{7})
+	if strings.Contains(live.String(), secret[:4]) {
+		t.Errorf("live output %q shows the first bytes of a secret whose end is unknown", live.String())
+	}
+	c.Write([]byte(secret[4:] + " end"))
+	st, err := c.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", 30) + "[REDACTED:TOKEN] middle [REDACTED:TOKEN] end"
+	if live.String() != want {
+		t.Errorf("live = %q, want %q", live.String(), want)
+	}
+	if st.Text != want[len(want)-40:] || st.DroppedBytes != int64(len(want)-40) {
+		t.Errorf("Stream = %q dropping %d, want %q dropping %d", st.Text, st.DroppedBytes, want[len(want)-40:], len(want)-40)
+	}
+	data, err := os.ReadFile(spill)
+	if err != nil || string(data) != want {
+		t.Errorf("spill file = %q, %v, want %q", data, err, want)
+	}
+
+	// A stream that ends on a possible secret's first bytes keeps them.
+	c = New(Options{Redact: set})
+	c.Write([]byte("end " + secret[:6]))
+	if st, _ := c.Stream(); st.Text != "end "+secret[:6] {
+		t.Errorf("Stream of a stream ending on a prefix = %q, want it whole", st.Text)
+	}
 }

@@ -1,13 +1,15 @@
-package sandbox
+package childenv
 
 import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // DSHPrefix is the namespace of the trusted harness facts (DESIGN §3.5).
-// Only EnvInput.Snapshot may set names in it.
+// Only Input.Snapshot may set names in it.
 const DSHPrefix = "DSH_"
 
 // secretWords are the substrings that make an inherited name look like a
@@ -34,10 +36,10 @@ var secretValueWords = [...]string{"password=", "passwd=", "pwd=", "accountkey="
 // paging or colouring output the model reads.
 var terminalEnv = [...]string{"NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat"}
 
-// EnvInput holds the layers of a child's environment (DESIGN §3.6). The
-// zero value is valid and yields just the terminal settings. BuildEnv
+// Input holds the layers of a child's environment (DESIGN §3.6). The
+// zero value is valid and yields just the terminal settings. Build
 // neither modifies nor keeps any of the slices.
-type EnvInput struct {
+type Input struct {
 	// Base is layer 1, the image's own env as KEY=VALUE (PATH, HOME, …).
 	Base []string
 	// Inherit is layer 2: names whose values are read with Getenv, after
@@ -62,7 +64,7 @@ type EnvInput struct {
 	Snapshot []string
 }
 
-// BuildEnv returns the environment of a child as sorted KEY=VALUE entries,
+// Build returns the environment of a child as sorted KEY=VALUE entries,
 // one per name, built from nothing but the layers of in, in order, a
 // later layer winning over an earlier one. Names are case-sensitive;
 // names beginning with DSH_ in any case are dropped from layers 1–4, so
@@ -71,9 +73,9 @@ type EnvInput struct {
 // An entry without "=", with an empty name, or with a NUL byte in its
 // name or value; an Inherit name that is empty or holds "=" or NUL; or a
 // Snapshot name outside DSH_ is an error wrapping ErrInvalid that names
-// the layer and the entry's name, never its value. BuildEnv is pure and
+// the layer and the entry's name, never its value. Build is pure and
 // safe for concurrent use.
-func BuildEnv(in EnvInput) ([]string, error) {
+func Build(in Input) ([]string, error) {
 	env := make(map[string]string, len(in.Base)+len(in.Inherit)+len(terminalEnv)+len(in.Ordinary)+len(in.Snapshot))
 
 	if err := addEntries(env, "image env", in.Base, false); err != nil {
@@ -93,7 +95,7 @@ func BuildEnv(in EnvInput) ([]string, error) {
 			continue
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return nil, Errorf(ErrInvalid, "sandbox: env.inherit: value of %q contains a NUL byte", name)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: env.inherit: value of %q contains a NUL byte", name)
 		}
 		env[name] = v
 	}
@@ -208,17 +210,17 @@ func addEntries(env map[string]string, layer string, entries []string, snapshot 
 		name, v, ok := strings.Cut(e, "=")
 		if !ok {
 			// Without "=" the whole entry may be a value; never echo it.
-			return Errorf(ErrInvalid, "sandbox: %s[%d]: entry has no \"=\"", layer, i)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s[%d]: entry has no \"=\"", layer, i)
 		}
 		if err := checkName(layer+"["+strconv.Itoa(i)+"]", name); err != nil {
 			return err
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return Errorf(ErrInvalid, "sandbox: %s[%d]: value of %q contains a NUL byte", layer, i, name)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s[%d]: value of %q contains a NUL byte", layer, i, name)
 		}
 		switch {
 		case snapshot && !strings.HasPrefix(name, DSHPrefix):
-			return Errorf(ErrInvalid, "sandbox: %s[%d]: name %q is not in the %s namespace", layer, i, name, DSHPrefix)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s[%d]: name %q is not in the %s namespace", layer, i, name, DSHPrefix)
 		case !snapshot && IsDSHName(name):
 			continue
 		}
@@ -227,15 +229,29 @@ func addEntries(env map[string]string, layer string, entries []string, snapshot 
 	return nil
 }
 
+// CheckEntries validates the KEY=VALUE entries of one layer as Build
+// does, naming the layer: a snapshot layer requires exact DSH_ names; any
+// other layer may hold DSH_* names, which Build drops. Errors wrap
+// ErrInvalid.
+func CheckEntries(layer string, entries []string, snapshot bool) error {
+	return addEntries(map[string]string{}, layer, entries, snapshot)
+}
+
+// CheckName rejects an empty variable name or one holding "=" or NUL,
+// naming where it was found. Errors wrap ErrInvalid.
+func CheckName(where, name string) error {
+	return checkName(where, name)
+}
+
 // checkName rejects an empty name or one holding "=" or NUL.
 func checkName(where, name string) error {
 	switch {
 	case name == "":
-		return Errorf(ErrInvalid, "sandbox: %s: empty variable name", where)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s: empty variable name", where)
 	case strings.IndexByte(name, 0) >= 0:
-		return Errorf(ErrInvalid, "sandbox: %s: variable name %q contains a NUL byte", where, name)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s: variable name %q contains a NUL byte", where, name)
 	case strings.IndexByte(name, '=') >= 0:
-		return Errorf(ErrInvalid, "sandbox: %s: variable name %q contains \"=\"", where, name)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s: variable name %q contains \"=\"", where, name)
 	}
 	return nil
 }

@@ -1,23 +1,29 @@
-package sandbox
+package jobs
 
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
-// ErrJobLimit is wrapped (with ErrUnavailable) by the error of a Start
-// that would exceed JobsOptions.MaxLivePerOwner.
-var ErrJobLimit = errors.New("too many live jobs")
+// ErrLimit is wrapped (with ErrUnavailable) by the error of a Start
+// that would exceed Options.MaxLivePerOwner.
+var ErrLimit = errors.New("too many live jobs")
 
-// JobsOptions configure Jobs. The zero value means no limits.
-type JobsOptions struct {
+// Options configure Runner. The zero value means no limits.
+type Options struct {
 	// MaxLivePerOwner bounds the jobs of one owner that have not ended
-	// (running or waiting); Start beyond it fails with ErrJobLimit.
+	// (running or waiting); Start beyond it fails with ErrLimit.
 	// 0 means no bound.
 	MaxLivePerOwner int
 	// TTL is how long a job is kept after it has ended; then it is
@@ -26,49 +32,19 @@ type JobsOptions struct {
 	TTL time.Duration
 }
 
-// JobOutput is one read of a background job.
-type JobOutput struct {
-	// ID is the job id.
-	ID string `json:"id"`
-	// Stdout and Stderr are the output produced since the previous read,
-	// at most the call's tail size each (the newest bytes are kept).
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
-	// StdoutDropped and StderrDropped count the bytes produced since the
-	// previous read that are not in Stdout and Stderr because they were
-	// not read in time. The spill files of the final Result hold them.
-	StdoutDropped int64 `json:"stdoutDropped"`
-	StderrDropped int64 `json:"stderrDropped"`
-	// Done is true once the job has ended; then exactly one of Result and
-	// Err is set, and all output has been delivered by this or earlier
-	// reads.
-	Done   bool    `json:"done"`
-	Result *Result `json:"result,omitempty"`
-	// Err is the sandbox error Executor.Run returned.
-	Err error `json:"-"`
-}
-
-// JobInfo describes a job for List.
-type JobInfo struct {
-	ID      string    `json:"id"`
-	Command string    `json:"command"`
-	Started time.Time `json:"started"`
-	Done    bool      `json:"done"`
-}
-
-// Jobs runs calls in the background on any Executor (DESIGN §3.7): Start
+// Runner runs calls in the background on any Executor (DESIGN §3.7): Start
 // returns an id at once, Output returns new output since the previous
-// read, Kill cancels the call, which stops the container. Jobs belong to
+// read, Kill cancels the call, which stops the container. Runner belong to
 // an owner (an opaque key: the service uses the client and the agent's
 // session id) and are invisible to other owners. Ids are "bash-" and 16
 // random hex digits, so one owner cannot guess another's.
 //
-// Create Jobs with NewJobs or NewJobsWith; the zero value is not usable. A
-// Jobs is safe for concurrent use. Ended jobs are kept until Remove or
-// until JobsOptions.TTL has passed.
-type Jobs struct {
-	e    Executor
-	opts JobsOptions
+// Create Runner with New or NewWith; the zero value is not usable. A
+// Runner is safe for concurrent use. Ended jobs are kept until Remove or
+// until Options.TTL has passed.
+type Runner struct {
+	e    sandbox.Executor
+	opts Options
 
 	mu     sync.Mutex
 	seq    uint64
@@ -80,7 +56,7 @@ type ownerJobs struct {
 }
 
 type job struct {
-	info   JobInfo
+	info   sandbox.JobInfo
 	seq    uint64 // start order, for List
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -88,27 +64,31 @@ type job struct {
 	mu     sync.Mutex
 	stdout jobStream
 	stderr jobStream
-	result *Result
+	result *sandbox.Result
 	err    error
 }
 
 // jobStream is the unread output of one stream.
 type jobStream struct {
-	tail   tailBuffer
+	tail   capture.Tail
 	unread int64
 }
 
-// NewJobs returns an empty Jobs without limits that runs calls on e.
-func NewJobs(e Executor) *Jobs { return NewJobsWith(e, JobsOptions{}) }
+// New returns an empty Runner without limits that runs calls on e.
+func New(e sandbox.Executor) *Runner { return NewWith(e, Options{}) }
 
-// NewJobsWith returns an empty Jobs with the given limits that runs calls
+// NewWith returns an empty Runner with the given limits that runs calls
 // on e.
-func NewJobsWith(e Executor, opts JobsOptions) *Jobs {
-	return &Jobs{e: e, opts: opts, owners: make(map[string]*ownerJobs)}
+func NewWith(e sandbox.Executor, opts Options) *Runner {
+	return &Runner{e: e, opts: opts, owners: make(map[string]*ownerJobs)}
 }
 
 // newJobID returns "bash-" and 16 random hex digits.
-func newJobID() string { return "bash-" + randomHex(8) }
+func newJobID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails; see crypto/rand.Read
+	return "bash-" + hex.EncodeToString(b)
+}
 
 // Start validates req (as Prepare does, so a bad request fails here with
 // ErrInvalid and never becomes a job) and runs it in the background. The
@@ -117,10 +97,10 @@ func newJobID() string { return "bash-" + randomHex(8) }
 // (Request.TimeoutMs, the policy's timeoutMs and maxTimeoutMs) does not
 // apply: a job's only deadline is the policy's limits.jobTimeoutMs, none
 // when it is 0 (Request.Background), and a job it stops ends timed out.
-// Jobs stay bounded by MaxLivePerOwner and TTL. req is copied; its
+// Runner stay bounded by MaxLivePerOwner and TTL. req is copied; its
 // Stdout and Stderr, when set, still receive the output live.
-func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string, err error) {
-	call, err := Prepare(req, nil, nil)
+func (j *Runner) Start(ctx context.Context, owner string, req *sandbox.Request) (id string, err error) {
+	call, err := prepare.Call(req, nil, nil)
 	if err != nil {
 		return "", err
 	}
@@ -128,8 +108,8 @@ func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string
 	r.CallID = call.ID
 	r.Background = true
 	jb := &job{done: make(chan struct{})}
-	jb.stdout.tail.max = call.TailBytes
-	jb.stderr.tail.max = call.TailBytes
+	jb.stdout.tail.Max = call.TailBytes
+	jb.stderr.tail.Max = call.TailBytes
 	r.Stdout = &jobWriter{j: jb, s: &jb.stdout, live: req.Stdout}
 	r.Stderr = &jobWriter{j: jb, s: &jb.stderr, live: req.Stderr}
 
@@ -145,14 +125,14 @@ func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string
 	if max := j.opts.MaxLivePerOwner; max > 0 && oj.live() >= max {
 		j.mu.Unlock()
 		cancel()
-		return "", Errorf(ErrUnavailable, "sandbox: %d jobs of this session have not ended (the limit): %w", max, ErrJobLimit)
+		return "", sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: %d jobs of this session have not ended (the limit): %w", max, ErrLimit)
 	}
 	for id == "" || oj.jobs[id] != nil {
 		id = newJobID()
 	}
 	j.seq++
 	jb.seq = j.seq
-	jb.info = JobInfo{ID: id, Command: req.Command, Started: time.Now()}
+	jb.info = sandbox.JobInfo{ID: id, Command: req.Command, Started: time.Now()}
 	oj.jobs[id] = jb
 	j.mu.Unlock()
 
@@ -165,7 +145,7 @@ func (j *Jobs) Start(ctx context.Context, owner string, req *Request) (id string
 	return id, nil
 }
 
-// live counts the jobs that have not ended. Called with Jobs.mu held.
+// live counts the jobs that have not ended. Called with Runner.mu held.
 func (oj *ownerJobs) live() int {
 	n := 0
 	for _, jb := range oj.jobs {
@@ -179,7 +159,7 @@ func (oj *ownerJobs) live() int {
 }
 
 // forget drops the job id of owner if it is still jb.
-func (j *Jobs) forget(owner, id string, jb *job) {
+func (j *Runner) forget(owner, id string, jb *job) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	oj := j.owners[owner]
@@ -192,15 +172,15 @@ func (j *Jobs) forget(owner, id string, jb *job) {
 	}
 }
 
-func (jb *job) run(ctx context.Context, e Executor, r *Request) {
-	var res *Result
+func (jb *job) run(ctx context.Context, e sandbox.Executor, r *sandbox.Request) {
+	var res *sandbox.Result
 	var err error
 	defer func() {
 		if p := recover(); p != nil {
-			res, err = nil, Errorf(ErrInternal, "sandbox: job %s: executor panicked: %v", jb.info.ID, p)
+			res, err = nil, sandbox.Errorf(sandbox.ErrInternal, "sandbox: job %s: executor panicked: %v", jb.info.ID, p)
 		}
 		if res == nil && err == nil {
-			err = Errorf(ErrInternal, "sandbox: job %s: executor returned neither result nor error", jb.info.ID)
+			err = sandbox.Errorf(sandbox.ErrInternal, "sandbox: job %s: executor returned neither result nor error", jb.info.ID)
 		}
 		jb.mu.Lock()
 		jb.result, jb.err = res, err
@@ -218,10 +198,10 @@ func (jb *job) run(ctx context.Context, e Executor, r *Request) {
 // Output returns the job's output since the previous Output or Wait and,
 // once it has ended, its outcome. An unknown id, or a job of another
 // owner, is an error wrapping ErrNotFound.
-func (j *Jobs) Output(owner, id string) (JobOutput, error) {
+func (j *Runner) Output(owner, id string) (sandbox.JobOutput, error) {
 	jb, err := j.find(owner, id)
 	if err != nil {
-		return JobOutput{}, err
+		return sandbox.JobOutput{}, err
 	}
 	return jb.read(), nil
 }
@@ -229,16 +209,16 @@ func (j *Jobs) Output(owner, id string) (JobOutput, error) {
 // Wait blocks until the job has ended or ctx ends, then returns what
 // Output would. When ctx ends first the error wraps ErrUnavailable and
 // ctx's error.
-func (j *Jobs) Wait(ctx context.Context, owner, id string) (JobOutput, error) {
+func (j *Runner) Wait(ctx context.Context, owner, id string) (sandbox.JobOutput, error) {
 	jb, err := j.find(owner, id)
 	if err != nil {
-		return JobOutput{}, err
+		return sandbox.JobOutput{}, err
 	}
 	select {
 	case <-jb.done:
 		return jb.read(), nil
 	case <-ctx.Done():
-		return JobOutput{}, Errorf(ErrUnavailable, "sandbox: wait for job %s: %w", id, ctx.Err())
+		return sandbox.JobOutput{}, sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: wait for job %s: %w", id, ctx.Err())
 	}
 }
 
@@ -246,7 +226,7 @@ func (j *Jobs) Wait(ctx context.Context, owner, id string) (JobOutput, error) {
 // SIGKILL), and waits until it has ended or ctx ends; then the error
 // wraps ErrUnavailable and ctx's error. Killing a job that has ended is
 // not an error. Its output stays readable.
-func (j *Jobs) Kill(ctx context.Context, owner, id string) error {
+func (j *Runner) Kill(ctx context.Context, owner, id string) error {
 	jb, err := j.find(owner, id)
 	if err != nil {
 		return err
@@ -256,12 +236,12 @@ func (j *Jobs) Kill(ctx context.Context, owner, id string) error {
 	case <-jb.done:
 		return nil
 	case <-ctx.Done():
-		return Errorf(ErrUnavailable, "sandbox: kill job %s: %w", id, ctx.Err())
+		return sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: kill job %s: %w", id, ctx.Err())
 	}
 }
 
 // Remove kills the job as Kill does and forgets it.
-func (j *Jobs) Remove(ctx context.Context, owner, id string) error {
+func (j *Runner) Remove(ctx context.Context, owner, id string) error {
 	jb, err := j.find(owner, id)
 	if err != nil {
 		return err
@@ -274,8 +254,8 @@ func (j *Jobs) Remove(ctx context.Context, owner, id string) error {
 }
 
 // KillAll kills every job of every owner and waits until all have ended
-// or ctx ends; for shutdown. Jobs stay listed.
-func (j *Jobs) KillAll(ctx context.Context) error {
+// or ctx ends; for shutdown. Runner stay listed.
+func (j *Runner) KillAll(ctx context.Context) error {
 	j.mu.Lock()
 	var all []*job
 	for _, oj := range j.owners {
@@ -291,14 +271,14 @@ func (j *Jobs) KillAll(ctx context.Context) error {
 		select {
 		case <-jb.done:
 		case <-ctx.Done():
-			return Errorf(ErrUnavailable, "sandbox: kill all jobs: %w", ctx.Err())
+			return sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: kill all jobs: %w", ctx.Err())
 		}
 	}
 	return nil
 }
 
 // List returns the owner's jobs in the order they were started.
-func (j *Jobs) List(owner string) []JobInfo {
+func (j *Runner) List(owner string) []sandbox.JobInfo {
 	j.mu.Lock()
 	var jobs []*job
 	if oj := j.owners[owner]; oj != nil {
@@ -308,7 +288,7 @@ func (j *Jobs) List(owner string) []JobInfo {
 	}
 	j.mu.Unlock()
 	slices.SortFunc(jobs, func(a, b *job) int { return cmp.Compare(a.seq, b.seq) })
-	out := make([]JobInfo, 0, len(jobs))
+	out := make([]sandbox.JobInfo, 0, len(jobs))
 	for _, jb := range jobs {
 		jb.mu.Lock()
 		out = append(out, jb.info)
@@ -317,7 +297,7 @@ func (j *Jobs) List(owner string) []JobInfo {
 	return out
 }
 
-func (j *Jobs) find(owner, id string) (*job, error) {
+func (j *Runner) find(owner, id string) (*job, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if oj := j.owners[owner]; oj != nil {
@@ -325,13 +305,13 @@ func (j *Jobs) find(owner, id string) (*job, error) {
 			return jb, nil
 		}
 	}
-	return nil, Errorf(ErrNotFound, "sandbox: job %q not found", id)
+	return nil, sandbox.Errorf(sandbox.ErrNotFound, "sandbox: job %q not found", id)
 }
 
-func (jb *job) read() JobOutput {
+func (jb *job) read() sandbox.JobOutput {
 	jb.mu.Lock()
 	defer jb.mu.Unlock()
-	o := JobOutput{ID: jb.info.ID, Done: jb.info.Done, Result: jb.result, Err: jb.err}
+	o := sandbox.JobOutput{ID: jb.info.ID, Done: jb.info.Done, Result: jb.result, Err: jb.err}
 	o.Stdout, o.StdoutDropped = jb.stdout.take()
 	o.Stderr, o.StderrDropped = jb.stderr.take()
 	return o
@@ -342,7 +322,7 @@ func (jb *job) read() JobOutput {
 func (s *jobStream) take() (string, int64) {
 	text := s.tail.String()
 	dropped := s.unread - int64(len(text))
-	s.tail.reset()
+	s.tail.Reset()
 	s.unread = 0
 	return text, dropped
 }
@@ -356,7 +336,7 @@ type jobWriter struct {
 
 func (w *jobWriter) Write(p []byte) (int, error) {
 	w.j.mu.Lock()
-	w.s.tail.write(p)
+	w.s.tail.Add(p)
 	w.s.unread += int64(len(p))
 	w.j.mu.Unlock()
 	if w.live != nil {

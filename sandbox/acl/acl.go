@@ -1,4 +1,4 @@
-package sandbox
+package acl
 
 import (
 	"encoding/binary"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"unsafe"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // POSIX access ACLs, read and written as the system.posix_acl_access
@@ -17,24 +19,24 @@ import (
 // to let a call read its session directory and spill files, which the
 // harness user owns with mode 0700/0600, without a setfacl binary.
 
-// ACLTag is the tag of an ACL entry (ACL_USER_OBJ … ACL_OTHER).
-type ACLTag uint16
+// Tag is the tag of an ACL entry (ACL_USER_OBJ … ACL_OTHER).
+type Tag uint16
 
 // ACL entry tags, in the order the kernel requires them.
 const (
-	ACLUserObj  ACLTag = 0x01
-	ACLUser     ACLTag = 0x02
-	ACLGroupObj ACLTag = 0x04
-	ACLGroup    ACLTag = 0x08
-	ACLMask     ACLTag = 0x10
-	ACLOther    ACLTag = 0x20
+	UserObj  Tag = 0x01
+	User     Tag = 0x02
+	GroupObj Tag = 0x04
+	Group    Tag = 0x08
+	Mask     Tag = 0x10
+	Other    Tag = 0x20
 )
 
 // ACL permission bits.
 const (
-	ACLRead    uint16 = 4
-	ACLWrite   uint16 = 2
-	ACLExecute uint16 = 1
+	Read    uint16 = 4
+	Write   uint16 = 2
+	Execute uint16 = 1
 )
 
 const (
@@ -45,45 +47,45 @@ const (
 	aclEntrySize   = 8
 )
 
-// ACLEntry is one entry of an ACL. ID is the uid (ACLUser) or gid
-// (ACLGroup); the other tags carry no id.
-type ACLEntry struct {
-	Tag  ACLTag
+// Entry is one entry of an ACL. ID is the uid (User) or gid
+// (Group); the other tags carry no id.
+type Entry struct {
+	Tag  Tag
 	Perm uint16
 	ID   uint32
 }
 
-// ACL is a POSIX access ACL. A valid one has exactly one ACLUserObj,
-// ACLGroupObj and ACLOther entry, and an ACLMask entry when it has named
+// ACL is a POSIX access ACL. A valid one has exactly one UserObj,
+// GroupObj and Other entry, and an Mask entry when it has named
 // users or groups. It is a plain value; methods return copies.
-type ACL []ACLEntry
+type ACL []Entry
 
-// ParseACL decodes the value of a system.posix_acl_access attribute.
+// Parse decodes the value of a system.posix_acl_access attribute.
 // Errors wrap ErrInvalid: a version other than 2, a size that is not a
 // whole number of entries, an unknown tag or a permission above 7.
-func ParseACL(b []byte) (ACL, error) {
+func Parse(b []byte) (ACL, error) {
 	if len(b) < aclHeaderSize || (len(b)-aclHeaderSize)%aclEntrySize != 0 {
-		return nil, Errorf(ErrInvalid, "sandbox: ACL of %d bytes is not a header and whole entries", len(b))
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: ACL of %d bytes is not a header and whole entries", len(b))
 	}
 	if v := binary.LittleEndian.Uint32(b); v != aclVersion {
-		return nil, Errorf(ErrInvalid, "sandbox: ACL version %d, want %d", v, aclVersion)
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: ACL version %d, want %d", v, aclVersion)
 	}
 	a := make(ACL, 0, (len(b)-aclHeaderSize)/aclEntrySize)
 	for off := aclHeaderSize; off < len(b); off += aclEntrySize {
-		e := ACLEntry{
-			Tag:  ACLTag(binary.LittleEndian.Uint16(b[off:])),
+		e := Entry{
+			Tag:  Tag(binary.LittleEndian.Uint16(b[off:])),
 			Perm: binary.LittleEndian.Uint16(b[off+2:]),
 			ID:   binary.LittleEndian.Uint32(b[off+4:]),
 		}
 		switch e.Tag {
-		case ACLUserObj, ACLGroupObj, ACLMask, ACLOther:
+		case UserObj, GroupObj, Mask, Other:
 			e.ID = aclUndefinedID
-		case ACLUser, ACLGroup:
+		case User, Group:
 		default:
-			return nil, Errorf(ErrInvalid, "sandbox: ACL entry with unknown tag %#x", uint16(e.Tag))
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: ACL entry with unknown tag %#x", uint16(e.Tag))
 		}
 		if e.Perm > 7 {
-			return nil, Errorf(ErrInvalid, "sandbox: ACL entry with permission %#o", e.Perm)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: ACL entry with permission %#o", e.Perm)
 		}
 		a = append(a, e)
 	}
@@ -98,7 +100,7 @@ func (a ACL) Encode() []byte {
 	binary.LittleEndian.PutUint32(b, aclVersion)
 	for _, e := range s {
 		id := e.ID
-		if e.Tag != ACLUser && e.Tag != ACLGroup {
+		if e.Tag != User && e.Tag != Group {
 			id = aclUndefinedID
 		}
 		b = binary.LittleEndian.AppendUint16(b, uint16(e.Tag))
@@ -110,7 +112,7 @@ func (a ACL) Encode() []byte {
 
 func (a ACL) sorted() ACL {
 	s := slices.Clone(a)
-	slices.SortStableFunc(s, func(x, y ACLEntry) int {
+	slices.SortStableFunc(s, func(x, y Entry) int {
 		if x.Tag != y.Tag {
 			return int(x.Tag) - int(y.Tag)
 		}
@@ -125,13 +127,13 @@ func (a ACL) sorted() ACL {
 	return s
 }
 
-// ACLFromMode is the minimal ACL equivalent to the permission bits perm.
-func ACLFromMode(perm fs.FileMode) ACL {
+// FromMode is the minimal ACL equivalent to the permission bits perm.
+func FromMode(perm fs.FileMode) ACL {
 	p := uint16(perm.Perm())
 	return ACL{
-		{Tag: ACLUserObj, Perm: p >> 6 & 7, ID: aclUndefinedID},
-		{Tag: ACLGroupObj, Perm: p >> 3 & 7, ID: aclUndefinedID},
-		{Tag: ACLOther, Perm: p & 7, ID: aclUndefinedID},
+		{Tag: UserObj, Perm: p >> 6 & 7, ID: aclUndefinedID},
+		{Tag: GroupObj, Perm: p >> 3 & 7, ID: aclUndefinedID},
+		{Tag: Other, Perm: p & 7, ID: aclUndefinedID},
 	}
 }
 
@@ -146,26 +148,26 @@ func (a ACL) WithUser(uid uint32, perm uint16) ACL {
 	var class uint16
 	for i, e := range out {
 		switch e.Tag {
-		case ACLUser:
+		case User:
 			if e.ID == uid {
 				out[i].Perm |= perm
 				found = true
 			}
 			class |= out[i].Perm
-		case ACLGroupObj, ACLGroup:
+		case GroupObj, Group:
 			class |= e.Perm
-		case ACLMask:
+		case Mask:
 			mask = i
 		}
 	}
 	if !found {
-		out = append(out, ACLEntry{Tag: ACLUser, Perm: perm, ID: uid})
+		out = append(out, Entry{Tag: User, Perm: perm, ID: uid})
 		class |= perm
 	}
 	if mask >= 0 {
 		out[mask].Perm |= perm
 	} else {
-		out = append(out, ACLEntry{Tag: ACLMask, Perm: class, ID: aclUndefinedID})
+		out = append(out, Entry{Tag: Mask, Perm: class, ID: aclUndefinedID})
 	}
 	return out.sorted()
 }
@@ -179,11 +181,11 @@ func (a ACL) Permits(owner, group, uid, gid uint32, want uint16) bool {
 	var mask uint16 = 7
 	hasMask := false
 	for _, e := range a {
-		if e.Tag == ACLMask {
+		if e.Tag == Mask {
 			mask, hasMask = e.Perm, true
 		}
 	}
-	get := func(tag ACLTag) (uint16, bool) {
+	get := func(tag Tag) (uint16, bool) {
 		for _, e := range a {
 			if e.Tag == tag {
 				return e.Perm, true
@@ -192,17 +194,17 @@ func (a ACL) Permits(owner, group, uid, gid uint32, want uint16) bool {
 		return 0, false
 	}
 	if uid == owner {
-		p, _ := get(ACLUserObj)
+		p, _ := get(UserObj)
 		return p&want == want
 	}
 	for _, e := range a {
-		if e.Tag == ACLUser && e.ID == uid {
+		if e.Tag == User && e.ID == uid {
 			return e.Perm&mask&want == want
 		}
 	}
 	matched := false
 	for _, e := range a {
-		if (e.Tag == ACLGroupObj && gid == group) || (e.Tag == ACLGroup && e.ID == gid) {
+		if (e.Tag == GroupObj && gid == group) || (e.Tag == Group && e.ID == gid) {
 			matched = true
 			p := e.Perm
 			if hasMask {
@@ -216,7 +218,7 @@ func (a ACL) Permits(owner, group, uid, gid uint32, want uint16) bool {
 	if matched {
 		return false
 	}
-	p, _ := get(ACLOther)
+	p, _ := get(Other)
 	return p&want == want
 }
 
@@ -236,20 +238,20 @@ func fileACL(f *os.File) (ACL, error) {
 			if err := syscall.Fstat(fd, &st); err != nil {
 				return nil, err
 			}
-			return ACLFromMode(fs.FileMode(st.Mode)), nil
+			return FromMode(fs.FileMode(st.Mode)), nil
 		case err != nil:
 			return nil, err
 		}
-		return ParseACL(buf[:n])
+		return Parse(buf[:n])
 	}
 }
 
-// grantUser makes sure the user uid has at least perm on the open file f
+// Grant makes sure the user uid has at least perm on the open file f
 // (not an O_PATH descriptor) through its access ACL, keeping every other
 // entry, judged as if owner owned f (it may be about to change hands).
 // It writes nothing when the ACL already grants it. An error wrapping
 // syscall.EOPNOTSUPP means the file system has no POSIX ACLs.
-func grantUser(f *os.File, owner, uid uint32, perm uint16) error {
+func Grant(f *os.File, owner, uid uint32, perm uint16) error {
 	a, err := fileACL(f)
 	if err != nil {
 		return err
@@ -266,7 +268,7 @@ func grantUser(f *os.File, owner, uid uint32, perm uint16) error {
 
 // MayAccess reports whether a process running as uid:gid with no
 // supplementary groups and no capabilities gets the permission bits want
-// (ACLRead, ACLWrite, ACLExecute) on path, following a final link as
+// (Read, Write, Execute) on path, following a final link as
 // stat does, by its mode and its POSIX access ACL. It opens nothing. It
 // is how reports (`policy check`, `doctor`) predict what a call can read.
 func MayAccess(path string, uid, gid uint32, want uint16) (bool, error) {
@@ -274,12 +276,12 @@ func MayAccess(path string, uid, gid uint32, want uint16) (bool, error) {
 	if err := syscall.Stat(path, &st); err != nil {
 		return false, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	a := ACLFromMode(fs.FileMode(st.Mode))
+	a := FromMode(fs.FileMode(st.Mode))
 	buf := make([]byte, 1024)
 	n, err := syscall.Getxattr(path, aclXattr, buf)
 	switch {
 	case err == nil:
-		parsed, perr := ParseACL(buf[:n])
+		parsed, perr := Parse(buf[:n])
 		if perr != nil {
 			return false, perr
 		}

@@ -1,10 +1,12 @@
-package sandbox
+package childenv
 
 import (
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // mapEnv is a fake service environment for Getenv.
@@ -51,7 +53,7 @@ func TestBuildEnvLayers(t *testing.T) {
 	snapshot := []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=real", "DSH_SHELL=1"}
 	tests := []struct {
 		name string
-		in   EnvInput
+		in   Input
 		want []string
 	}{
 		{
@@ -60,7 +62,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "base then terminal then ordinary then snapshot",
-			in: EnvInput{
+			in: Input{
 				Base:     []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=vt100"},
 				Ordinary: []string{"GOFLAGS=-mod=mod", "PAGER=less"},
 				Snapshot: snapshot,
@@ -73,7 +75,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "stale and fake DSH_* in getenv never reach the child",
-			in: EnvInput{
+			in: Input{
 				Inherit:  []string{"DSH_STALE", "DSH_SESSION_ID", "dsh_x", "LANG"},
 				Getenv:   hostile,
 				Snapshot: snapshot,
@@ -82,7 +84,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "stale and fake DSH_* in base are dropped",
-			in: EnvInput{
+			in: Input{
 				Base:     []string{"DSH_STALE=1", "DSH_SESSION_ID=fake", "dsh_x=1", "Dsh_Home=/x", "PATH=/bin"},
 				Snapshot: []string{"DSH_SHELL=1"},
 			},
@@ -90,7 +92,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "stale and fake DSH_* in ordinary are dropped",
-			in: EnvInput{
+			in: Input{
 				Ordinary: []string{"DSH_STALE=1", "DSH_SESSION_ID=fake", "dsh_x=1", "A=b"},
 				Snapshot: []string{"DSH_SESSION_ID=real"},
 			},
@@ -98,7 +100,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "absent from snapshot means absent, never inherited",
-			in: EnvInput{
+			in: Input{
 				Base:     []string{"DSH_SESSION_JSONL=/old/session.jsonl"},
 				Inherit:  []string{"DSH_SESSION_JSONL"},
 				Getenv:   mapEnv("DSH_SESSION_JSONL=/stale.jsonl"),
@@ -108,7 +110,7 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "secret-shaped and LD_* names are not inherited even when listed",
-			in: EnvInput{
+			in: Input{
 				Inherit: []string{"OPENAI_API_KEY", "GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
 					"GOOGLE_APPLICATION_CREDENTIALS", "LD_PRELOAD", "ld_library_path", "TZ"},
 				Getenv: hostile,
@@ -117,42 +119,42 @@ func TestBuildEnvLayers(t *testing.T) {
 		},
 		{
 			name: "inherited TERM loses to terminal settings",
-			in:   EnvInput{Inherit: []string{"TERM"}, Getenv: hostile},
+			in:   Input{Inherit: []string{"TERM"}, Getenv: hostile},
 			want: terminalOnly,
 		},
 		{
 			name: "missing inherited name and nil getenv are left out",
-			in:   EnvInput{Inherit: []string{"NOPE", "LANG"}},
+			in:   Input{Inherit: []string{"NOPE", "LANG"}},
 			want: terminalOnly,
 		},
 		{
 			name: "later entry of one layer wins and names are case-sensitive",
-			in:   EnvInput{Base: []string{"A=1", "a=2", "A=3"}},
+			in:   Input{Base: []string{"A=1", "a=2", "A=3"}},
 			want: withTerminal("A=3", "a=2"),
 		},
 		{
 			name: "empty values and values with = are kept",
-			in:   EnvInput{Ordinary: []string{"EMPTY=", "EQ=a=b=c"}},
+			in:   Input{Ordinary: []string{"EMPTY=", "EQ=a=b=c"}},
 			want: withTerminal("EMPTY=", "EQ=a=b=c"),
 		},
 		{
 			name: "sorted by name, not by entry",
-			in:   EnvInput{Base: []string{"A_B=1", "A=2", "AB=3"}},
+			in:   Input{Base: []string{"A_B=1", "A=2", "AB=3"}},
 			want: withTerminal("A=2", "AB=3", "A_B=1"),
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := BuildEnv(tt.in)
+			got, err := Build(tt.in)
 			if err != nil {
-				t.Fatalf("BuildEnv(%+v) error: %v", tt.in, err)
+				t.Fatalf("Build(%+v) error: %v", tt.in, err)
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("BuildEnv(%+v) = %q, want %q", tt.in, got, tt.want)
+				t.Errorf("Build(%+v) = %q, want %q", tt.in, got, tt.want)
 			}
 			for _, e := range got {
 				if IsDSHName(e) && !slices.Contains(tt.in.Snapshot, e) {
-					t.Errorf("BuildEnv(%+v) has %q, which is not from the snapshot", tt.in, e)
+					t.Errorf("Build(%+v) has %q, which is not from the snapshot", tt.in, e)
 				}
 			}
 		})
@@ -162,36 +164,36 @@ func TestBuildEnvLayers(t *testing.T) {
 func TestBuildEnvInvalid(t *testing.T) {
 	tests := []struct {
 		name    string
-		in      EnvInput
+		in      Input
 		mention string // the error must name this
 		secret  string // the error must not contain this
 	}{
-		{"NUL in ordinary value", EnvInput{Ordinary: []string{"A=b\x00c"}}, `"A"`, "b\x00c"},
-		{"NUL in base value", EnvInput{Base: []string{"PATH=/bin\x00/evil"}}, `"PATH"`, "/evil"},
-		{"NUL in snapshot value", EnvInput{Snapshot: []string{"DSH_HOME=/h\x00x"}}, `"DSH_HOME"`, "/h"},
-		{"NUL in name", EnvInput{Ordinary: []string{"A\x00B=v"}}, `"A\x00B"`, "=v"},
-		{"NUL in inherited value", EnvInput{Inherit: []string{"LANG"}, Getenv: mapEnv("LANG=C\x00x")}, `"LANG"`, "C\x00x"},
-		{"empty name", EnvInput{Ordinary: []string{"=value"}}, "empty variable name", "value"},
-		{"no = in entry", EnvInput{Ordinary: []string{"sk-live-secret"}}, "env[0]", "sk-live-secret"},
-		{"no = in base entry", EnvInput{Base: []string{"PATH=/bin", "oops"}}, "image env[1]", "oops"},
-		{"= in inherited name", EnvInput{Inherit: []string{"A=B"}}, `"A=B"`, "\x00"},
-		{"empty inherited name", EnvInput{Inherit: []string{""}}, "env.inherit", "\x00"},
-		{"NUL in inherited name", EnvInput{Inherit: []string{"A\x00"}}, `"A\x00"`, "\x01"},
-		{"snapshot outside DSH_", EnvInput{Snapshot: []string{"PATH=/evil"}}, `"PATH"`, "/evil"},
-		{"lower-case snapshot name", EnvInput{Snapshot: []string{"dsh_home=/x"}}, `"dsh_home"`, "/x"},
-		{"NUL even in a dropped DSH_ entry", EnvInput{Ordinary: []string{"DSH_X=a\x00"}}, `"DSH_X"`, "a\x00"},
+		{"NUL in ordinary value", Input{Ordinary: []string{"A=b\x00c"}}, `"A"`, "b\x00c"},
+		{"NUL in base value", Input{Base: []string{"PATH=/bin\x00/evil"}}, `"PATH"`, "/evil"},
+		{"NUL in snapshot value", Input{Snapshot: []string{"DSH_HOME=/h\x00x"}}, `"DSH_HOME"`, "/h"},
+		{"NUL in name", Input{Ordinary: []string{"A\x00B=v"}}, `"A\x00B"`, "=v"},
+		{"NUL in inherited value", Input{Inherit: []string{"LANG"}, Getenv: mapEnv("LANG=C\x00x")}, `"LANG"`, "C\x00x"},
+		{"empty name", Input{Ordinary: []string{"=value"}}, "empty variable name", "value"},
+		{"no = in entry", Input{Ordinary: []string{"sk-live-secret"}}, "env[0]", "sk-live-secret"},
+		{"no = in base entry", Input{Base: []string{"PATH=/bin", "oops"}}, "image env[1]", "oops"},
+		{"= in inherited name", Input{Inherit: []string{"A=B"}}, `"A=B"`, "\x00"},
+		{"empty inherited name", Input{Inherit: []string{""}}, "env.inherit", "\x00"},
+		{"NUL in inherited name", Input{Inherit: []string{"A\x00"}}, `"A\x00"`, "\x01"},
+		{"snapshot outside DSH_", Input{Snapshot: []string{"PATH=/evil"}}, `"PATH"`, "/evil"},
+		{"lower-case snapshot name", Input{Snapshot: []string{"dsh_home=/x"}}, `"dsh_home"`, "/x"},
+		{"NUL even in a dropped DSH_ entry", Input{Ordinary: []string{"DSH_X=a\x00"}}, `"DSH_X"`, "a\x00"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := BuildEnv(tt.in)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("BuildEnv(%+v) = %q, %v, want an error wrapping ErrInvalid", tt.in, got, err)
+			got, err := Build(tt.in)
+			if !errors.Is(err, sandbox.ErrInvalid) {
+				t.Fatalf("Build(%+v) = %q, %v, want an error wrapping ErrInvalid", tt.in, got, err)
 			}
 			if !strings.Contains(err.Error(), tt.mention) {
-				t.Errorf("BuildEnv(%+v) error %q does not name %q", tt.in, err, tt.mention)
+				t.Errorf("Build(%+v) error %q does not name %q", tt.in, err, tt.mention)
 			}
 			if strings.Contains(err.Error(), tt.secret) {
-				t.Errorf("BuildEnv(%+v) error %q reveals the value %q", tt.in, err, tt.secret)
+				t.Errorf("Build(%+v) error %q reveals the value %q", tt.in, err, tt.secret)
 			}
 		})
 	}
@@ -200,12 +202,12 @@ func TestBuildEnvInvalid(t *testing.T) {
 func TestBuildEnvDoesNotModifyInput(t *testing.T) {
 	base := []string{"Z=1", "A=2"}
 	ord := []string{"DSH_X=1", "B=3"}
-	in := EnvInput{Base: base, Ordinary: ord}
-	if _, err := BuildEnv(in); err != nil {
+	in := Input{Base: base, Ordinary: ord}
+	if _, err := Build(in); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(base, []string{"Z=1", "A=2"}) || !slices.Equal(ord, []string{"DSH_X=1", "B=3"}) {
-		t.Errorf("BuildEnv modified its input: base %q, ordinary %q", base, ord)
+		t.Errorf("Build modified its input: base %q, ordinary %q", base, ord)
 	}
 }
 
@@ -288,8 +290,8 @@ func TestIsDSHName(t *testing.T) {
 
 // benchEnvInput is a realistic call: an image env, a few inherited names,
 // policy env and a full snapshot.
-func benchEnvInput() EnvInput {
-	return EnvInput{
+func benchEnvInput() Input {
+	return Input{
 		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
 		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
 		Getenv:   mapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
@@ -306,7 +308,7 @@ func BenchmarkBuildEnv(b *testing.B) {
 	in := benchEnvInput()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := BuildEnv(in); err != nil {
+		if _, err := Build(in); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -362,7 +364,7 @@ func TestBuildEnvSecretFilterAndAllow(t *testing.T) {
 		{[]string{"LD_PRELOAD", "DSH_HOME"}, []string{"LANG=C"}},
 	}
 	for _, tt := range tests {
-		env, err := BuildEnv(EnvInput{Inherit: inherit, AllowSecrets: tt.allow, Getenv: getenv})
+		env, err := Build(Input{Inherit: inherit, AllowSecrets: tt.allow, Getenv: getenv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,12 +375,12 @@ func TestBuildEnvSecretFilterAndAllow(t *testing.T) {
 			}
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("BuildEnv(inherit all, allowSecrets %q) = %q, want %q", tt.allow, got, tt.want)
+			t.Errorf("Build(inherit all, allowSecrets %q) = %q, want %q", tt.allow, got, tt.want)
 		}
 	}
 	// allowSecrets without inherit passes nothing.
-	env, err := BuildEnv(EnvInput{AllowSecrets: []string{"GH_PAT"}, Getenv: getenv})
+	env, err := Build(Input{AllowSecrets: []string{"GH_PAT"}, Getenv: getenv})
 	if err != nil || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GH_PAT=") }) {
-		t.Errorf("BuildEnv(allowSecrets GH_PAT, no inherit) = %q, %v; want no GH_PAT", env, err)
+		t.Errorf("Build(allowSecrets GH_PAT, no inherit) = %q, %v; want no GH_PAT", env, err)
 	}
 }

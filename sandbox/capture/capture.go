@@ -1,4 +1,4 @@
-package sandbox
+package capture
 
 import (
 	"cmp"
@@ -14,11 +14,15 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
+	"golang.org/x/sys/unix"
 )
 
-// CaptureOptions configure a Capture. The zero value keeps the default
+// Options configure a Writer. The zero value keeps the default
 // tail in memory and writes no spill file.
-type CaptureOptions struct {
+type Options struct {
 	// TailBytes is how many bytes of the stream's tail to keep in memory;
 	// ≤ 0 means DefaultStdoutMaxBytes.
 	TailBytes int
@@ -35,7 +39,7 @@ type CaptureOptions struct {
 	// when set, gets read access to it through an ACL entry
 	// user:<uid>:r--, written before the file changes hands. A file
 	// system without POSIX ACLs gets no entry.
-	SpillOwner, SpillReader Owner
+	SpillOwner, SpillReader sandbox.Owner
 	// Live, when set, receives every write as it happens. Its errors are
 	// ignored and stop further live writes; they never fail the capture.
 	Live io.Writer
@@ -87,18 +91,18 @@ func (b *SpillBudget) Left() int64 {
 	return b.left
 }
 
-// Capture records one output stream of a command: the exact byte count,
+// Writer records one output stream of a command: the exact byte count,
 // a bounded tail in memory and, once the stream outgrows the tail, a
 // spill file holding the stream from its first byte up to SpillMax. Its
 // memory stays bounded by TailBytes whatever the stream's size.
 //
-// A Capture is safe for concurrent use. Write never fails the producer:
+// A Writer is safe for concurrent use. Write never fails the producer:
 // spill errors are remembered and reported by Stream.
-type Capture struct {
-	opts CaptureOptions
+type Writer struct {
+	opts Options
 
 	mu       sync.Mutex
-	tail     tailBuffer
+	tail     Tail
 	total    int64
 	spill    *os.File
 	spilled  int64
@@ -106,19 +110,19 @@ type Capture struct {
 	liveDead bool
 	done     bool
 	noSpill  bool           // the budget was empty when the spill would have started
-	redact   *redact.Writer // nil without CaptureOptions.Redact
+	redact   *redact.Writer // nil without Options.Redact
 }
 
-// NewCapture returns a Capture configured by o. It creates no file: the
+// New returns a Writer configured by o. It creates no file: the
 // spill file appears only when the stream outgrows the tail.
-func NewCapture(o CaptureOptions) *Capture {
+func New(o Options) *Writer {
 	if o.TailBytes <= 0 {
-		o.TailBytes = DefaultStdoutMaxBytes
+		o.TailBytes = sandbox.DefaultStdoutMaxBytes
 	}
 	if o.SpillMax <= 0 {
-		o.SpillMax = DefaultSpillMaxBytes
+		o.SpillMax = sandbox.DefaultSpillMaxBytes
 	}
-	c := &Capture{opts: o, tail: tailBuffer{max: o.TailBytes}}
+	c := &Writer{opts: o, tail: Tail{Max: o.TailBytes}}
 	if o.Redact.Len() > 0 {
 		c.redact = o.Redact.Writer(recorder{c})
 	}
@@ -127,7 +131,7 @@ func NewCapture(o CaptureOptions) *Capture {
 
 // Write records p, redacted, and passes it to the live writer. It always
 // returns len(p), nil. Writes after Stream are discarded.
-func (c *Capture) Write(p []byte) (int, error) {
+func (c *Writer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done || len(p) == 0 {
@@ -143,7 +147,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 
 // recorder is the redacting writer's sink: the capture itself, called
 // with c.mu held.
-type recorder struct{ c *Capture }
+type recorder struct{ c *Writer }
 
 func (r recorder) Write(p []byte) (int, error) {
 	r.c.record(p)
@@ -152,7 +156,7 @@ func (r recorder) Write(p []byte) (int, error) {
 
 // record passes p to the live writer, the spill file and the tail.
 // Called with c.mu held.
-func (c *Capture) record(p []byte) {
+func (c *Writer) record(p []byte) {
 	if c.opts.Live != nil && !c.liveDead {
 		if _, err := c.opts.Live.Write(p); err != nil {
 			c.liveDead = true
@@ -168,7 +172,7 @@ func (c *Capture) record(p []byte) {
 	if c.spill != nil {
 		c.writeSpill(p)
 	}
-	c.tail.write(p)
+	c.tail.Add(p)
 	c.total += int64(len(p))
 }
 
@@ -176,11 +180,11 @@ func (c *Capture) record(p []byte) {
 // the producer is done. Text is the last TailBytes bytes; DroppedBytes is
 // exactly the number of bytes before them; SpillPath is set when bytes
 // were dropped and the spill file holds the stream from byte 0 (up to
-// SpillMax). With CaptureOptions.Redact, all of it (counts included)
+// SpillMax). With Options.Redact, all of it (counts included)
 // describes the redacted stream. A non-nil error wraps ErrInternal and
 // reports a spill file that could not be written; the Stream is still
 // valid, without SpillPath. Stream may be called more than once.
-func (c *Capture) Stream() (Stream, error) {
+func (c *Writer) Stream() (sandbox.Stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done {
@@ -196,7 +200,7 @@ func (c *Capture) Stream() (Stream, error) {
 		}
 	}
 	text := c.tail.String()
-	s := Stream{
+	s := sandbox.Stream{
 		Text:         text,
 		DroppedBytes: c.total - int64(len(text)),
 	}
@@ -206,25 +210,25 @@ func (c *Capture) Stream() (Stream, error) {
 		s.SpillInside = c.opts.SpillInside
 	}
 	if c.spillErr != nil {
-		return s, Errorf(ErrInternal, "sandbox: spill file %q: %w", c.opts.SpillPath, c.spillErr)
+		return s, sandbox.Errorf(sandbox.ErrInternal, "sandbox: spill file %q: %w", c.opts.SpillPath, c.spillErr)
 	}
 	return s, nil
 }
 
 // openSpill creates the spill file without following links, unless the
 // budget is empty. Called with c.mu held.
-func (c *Capture) openSpill() {
+func (c *Writer) openSpill() {
 	if c.opts.Budget.Left() == 0 {
 		c.noSpill = true
 		return
 	}
-	dir, err := MkdirNoFollow("spill directory", filepath.Dir(c.opts.SpillPath), 0o700)
+	dir, err := hostpath.MkdirNoFollow("spill directory", filepath.Dir(c.opts.SpillPath), 0o700)
 	if err != nil {
 		c.spillErr = err
 		return
 	}
 	defer dir.Close()
-	f, err := CreateNoFollow(dir, filepath.Base(c.opts.SpillPath), 0o600)
+	f, err := hostpath.CreateNoFollow(dir, filepath.Base(c.opts.SpillPath), 0o600)
 	if err != nil {
 		c.spillErr = err
 		return
@@ -237,10 +241,10 @@ func (c *Capture) openSpill() {
 
 // handOver lets SpillReader read the new spill file f and gives it to
 // SpillOwner.
-func (c *Capture) handOver(f *os.File) error {
-	owner := EffectiveOwner(c.opts.SpillOwner)
+func (c *Writer) handOver(f *os.File) error {
+	owner := hostpath.EffectiveOwner(c.opts.SpillOwner)
 	if r := c.opts.SpillReader; r.Set && r.UID != owner.UID {
-		if err := grantUser(f, owner.UID, r.UID, ACLRead); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+		if err := acl.Grant(f, owner.UID, r.UID, acl.Read); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
 			return fmt.Errorf("grant read access to uid %d: %w", r.UID, err)
 		}
 	}
@@ -254,7 +258,7 @@ func (c *Capture) handOver(f *os.File) error {
 
 // writeSpill appends p to the spill file up to SpillMax. Called with
 // c.mu held.
-func (c *Capture) writeSpill(p []byte) {
+func (c *Writer) writeSpill(p []byte) {
 	if c.spill == nil {
 		return
 	}
@@ -279,7 +283,7 @@ func (c *Capture) writeSpill(p []byte) {
 
 // failSpill records err and removes the incomplete spill file, which
 // would otherwise claim to hold the whole output. Called with c.mu held.
-func (c *Capture) failSpill(err error) {
+func (c *Writer) failSpill(err error) {
 	c.spillErr = err
 	if c.spill != nil {
 		_ = c.spill.Close()
@@ -290,32 +294,35 @@ func (c *Capture) failSpill(err error) {
 	}
 }
 
-// tailBuffer keeps the last max bytes written to it. It grows up to max
-// and then becomes a ring. The zero value with max > 0 is ready.
-type tailBuffer struct {
-	max  int
+// Tail keeps the last Max bytes added to it. It grows up to Max and
+// then becomes a ring. The zero value with Max > 0 is ready; it is not
+// safe for concurrent use.
+type Tail struct {
+	// Max is how many bytes are kept; ≤ 0 keeps none.
+	Max  int
 	buf  []byte
 	next int // ring mode (len(buf) == max): index of the oldest byte
 }
 
-func (t *tailBuffer) write(p []byte) {
-	if t.max <= 0 {
+// Add keeps the newest bytes of p.
+func (t *Tail) Add(p []byte) {
+	if t.Max <= 0 {
 		return
 	}
-	if len(p) >= t.max {
-		if cap(t.buf) < t.max {
-			t.buf = make([]byte, t.max)
+	if len(p) >= t.Max {
+		if cap(t.buf) < t.Max {
+			t.buf = make([]byte, t.Max)
 		}
-		t.buf = t.buf[:t.max]
-		copy(t.buf, p[len(p)-t.max:])
+		t.buf = t.buf[:t.Max]
+		copy(t.buf, p[len(p)-t.Max:])
 		t.next = 0
 		return
 	}
-	if len(t.buf) < t.max {
-		n := min(t.max-len(t.buf), len(p))
+	if len(t.buf) < t.Max {
+		n := min(t.Max-len(t.buf), len(p))
 		if cap(t.buf) < len(t.buf)+n {
 			// Grow geometrically but never past max.
-			nb := make([]byte, len(t.buf), min(t.max, max(2*cap(t.buf), len(t.buf)+n, 512)))
+			nb := make([]byte, len(t.buf), min(t.Max, max(2*cap(t.buf), len(t.buf)+n, 512)))
 			copy(nb, t.buf)
 			t.buf = nb
 		}
@@ -326,27 +333,27 @@ func (t *tailBuffer) write(p []byte) {
 	for len(p) > 0 {
 		n := copy(t.buf[t.next:], p)
 		p = p[n:]
-		t.next = (t.next + n) % t.max
+		t.next = (t.next + n) % t.Max
 	}
 }
 
 // first and second are the kept bytes in order: first() then second().
-func (t *tailBuffer) first() []byte {
-	if len(t.buf) < t.max {
+func (t *Tail) first() []byte {
+	if len(t.buf) < t.Max {
 		return t.buf
 	}
 	return t.buf[t.next:]
 }
 
-func (t *tailBuffer) second() []byte {
-	if len(t.buf) < t.max {
+func (t *Tail) second() []byte {
+	if len(t.buf) < t.Max {
 		return nil
 	}
 	return t.buf[:t.next]
 }
 
 // String returns the kept bytes in order, with one allocation.
-func (t *tailBuffer) String() string {
+func (t *Tail) String() string {
 	var b strings.Builder
 	b.Grow(len(t.buf))
 	b.Write(t.first())
@@ -354,20 +361,20 @@ func (t *tailBuffer) String() string {
 	return b.String()
 }
 
-// reset forgets the kept bytes but keeps the buffer.
-func (t *tailBuffer) reset() {
+// Reset forgets the kept bytes but keeps the buffer.
+func (t *Tail) Reset() {
 	t.buf = t.buf[:0]
 	t.next = 0
 }
 
-// Captures returns the call's stdout and stderr captures, streaming live
+// ForCall returns the call's stdout and stderr captures, streaming live
 // to stdout and stderr (either may be nil). Spill files go to
 // c.SpillDir, or, for a call without a session directory, to
 // stateDir/spill (links in stateDir, which the operator chose, are
 // resolved first): <dir>/<ID>.stdout and <dir>/<ID>.stderr. Spill files
 // in c.SpillDir belong to c.SpillOwner and c.SpillReader may read them
-// (CaptureOptions). Both captures redact c.Redact's secrets
-// (CaptureOptions.Redact), so the live writers, the tails and the spill
+// (Options). Both captures redact c.Redact's secrets
+// (Options.Redact), so the live writers, the tails and the spill
 // files never see them.
 //
 // Call it right before the runtime starts: it bounds the spill
@@ -379,22 +386,22 @@ func (t *tailBuffer) reset() {
 // use what was free when they started). A spill directory that cannot be pruned (a link where
 // it should be, an I/O error) gets an empty budget: the call runs, its
 // output is only truncated, never spilled.
-func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *Capture) {
+func ForCall(c *sandbox.Call, stateDir string, stdout, stderr io.Writer) (*Writer, *Writer) {
 	dir := c.SpillDir
 	if dir == "" {
-		dir = filepath.Join(realPath(stateDir), "spill")
+		dir = filepath.Join(hostpath.Real(stateDir), "spill")
 	}
 	left, err := PruneSpill(dir, c.SpillTotal, min(c.SpillTotal/2, c.SpillMax), c.SpillRetention, time.Now())
 	if err != nil {
 		left = 0
 	}
 	budget := NewSpillBudget(left)
-	var owner, reader Owner
+	var owner, reader sandbox.Owner
 	if dir == c.SpillDir {
 		owner, reader = c.SpillOwner, c.SpillReader
 	}
-	capture := func(suffix string, live io.Writer) *Capture {
-		return NewCapture(CaptureOptions{
+	capture := func(suffix string, live io.Writer) *Writer {
+		return New(Options{
 			TailBytes:   c.TailBytes,
 			SpillPath:   filepath.Join(dir, c.ID+suffix),
 			SpillMax:    c.SpillMax,
@@ -421,13 +428,13 @@ func (c *Call) Captures(stateDir string, stdout, stderr io.Writer) (*Capture, *C
 // or ErrInternal.
 func PruneSpill(dir string, total, reserve int64, retention time.Duration, now time.Time) (int64, error) {
 	if total <= 0 {
-		total = DefaultSpillTotalBytes
+		total = sandbox.DefaultSpillTotalBytes
 	}
 	if retention <= 0 {
-		retention = DefaultSpillRetention
+		retention = sandbox.DefaultSpillRetention
 	}
 	reserve = min(max(reserve, 0), total)
-	d, err := MkdirNoFollow("spill directory", dir, 0o700)
+	d, err := hostpath.MkdirNoFollow("spill directory", dir, 0o700)
 	if err != nil {
 		return 0, err
 	}
@@ -435,13 +442,13 @@ func PruneSpill(dir string, total, reserve int64, retention time.Duration, now t
 	dfd := int(d.Fd())
 	lfd, err := syscall.Openat(dfd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, err)
+		return 0, sandbox.Errorf(sandbox.ErrInternal, "sandbox: spill directory %q: %w", dir, err)
 	}
 	lf := os.NewFile(uintptr(lfd), dir)
 	names, err := lf.Readdirnames(-1)
 	_ = lf.Close()
 	if err != nil {
-		return 0, Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, err)
+		return 0, sandbox.Errorf(sandbox.ErrInternal, "sandbox: spill directory %q: %w", dir, err)
 	}
 	type file struct {
 		name  string
@@ -482,7 +489,7 @@ func PruneSpill(dir string, total, reserve int64, retention time.Duration, now t
 		}
 	}
 	if len(errs) > 0 {
-		return max(total-sum, 0), Errorf(ErrInternal, "sandbox: spill directory %q: %w", dir, errors.Join(errs...))
+		return max(total-sum, 0), sandbox.Errorf(sandbox.ErrInternal, "sandbox: spill directory %q: %w", dir, errors.Join(errs...))
 	}
 	return max(total-sum, 0), nil
 }
@@ -490,7 +497,7 @@ func PruneSpill(dir string, total, reserve int64, retention time.Duration, now t
 // statNoFollow stats the entry name of the directory dirfd without
 // following a link; false when it cannot.
 func statNoFollow(dirfd int, name string, st *syscall.Stat_t) bool {
-	fd, err := syscall.Openat(dirfd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	fd, err := syscall.Openat(dirfd, name, unix.O_PATH|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package hostpath
 
 import (
 	"errors"
@@ -9,14 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
-)
 
-// Host paths a call mounts or writes (the workspace, the workdir, the
-// session directory, its spill directory, policy mount sources) are
-// resolved here, never spelled: every component is looked up without
-// following symbolic links, so a link an agent planted in its workspace
-// can never redirect a mount or a write. The functions read the file
-// system and are safe for concurrent use.
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+)
 
 // ResolveDir returns the clean absolute form of path after checking that
 // it exists, is a directory and that no component of it is a symbolic
@@ -123,7 +118,7 @@ func OpenDirNoFollow(field, path string) (*os.File, error) {
 // touched.
 func CreateNoFollow(dir *os.File, name string, perm fs.FileMode) (*os.File, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
-		return nil, Errorf(ErrInvalid, "sandbox: file name %q is not a single path component", name)
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: file name %q is not a single path component", name)
 	}
 	fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
@@ -156,13 +151,13 @@ func resolve(field, path string, wantDir bool) (string, error) {
 		// O_PATH|O_NOFOLLOW opens a final link itself.
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
-			return "", Errorf(ErrInternal, "sandbox: %s %q: %w", field, path, err)
+			return "", sandbox.Errorf(sandbox.ErrInternal, "sandbox: %s %q: %w", field, path, err)
 		}
 		switch mode := st.Mode & syscall.S_IFMT; {
 		case mode == syscall.S_IFLNK:
-			return "", Errorf(ErrInvalid, "sandbox: %s %q is a symbolic link; links are never followed", field, path)
+			return "", sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is a symbolic link; links are never followed", field, path)
 		case wantDir && mode != syscall.S_IFDIR:
-			return "", Errorf(ErrInvalid, "sandbox: %s %q is not a directory", field, path)
+			return "", sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is not a directory", field, path)
 		}
 		return filepath.Clean(path), nil
 	}
@@ -179,18 +174,18 @@ func resolve(field, path string, wantDir bool) (string, error) {
 	}
 	// openat2 refused what the walk accepted: the tree changed between
 	// the two; fail closed.
-	return "", Errorf(ErrInvalid, "sandbox: %s %q changed while it was resolved: %w", field, path, err)
+	return "", sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q changed while it was resolved: %w", field, path, err)
 }
 
 // checkAbs refuses an empty, relative or NUL-carrying path.
 func checkAbs(field, path string) error {
 	switch {
 	case path == "":
-		return Errorf(ErrInvalid, "sandbox: %s is empty", field)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s is empty", field)
 	case strings.IndexByte(path, 0) >= 0:
-		return Errorf(ErrInvalid, "sandbox: %s %q contains a NUL byte", field, path)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q contains a NUL byte", field, path)
 	case !filepath.IsAbs(path):
-		return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", field, path)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is not an absolute path", field, path)
 	}
 	return nil
 }
@@ -210,7 +205,7 @@ func walkWant(field, path string, create bool, perm uint32, wantDir bool) (int, 
 	}
 	fd, err := syscall.Open("/", oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, Errorf(ErrInternal, "sandbox: %s: open /: %w", field, err)
+		return -1, sandbox.Errorf(sandbox.ErrInternal, "sandbox: %s: open /: %w", field, err)
 	}
 	parts := strings.Split(path, "/")
 	last := lastComponent(parts)
@@ -221,7 +216,7 @@ func walkWant(field, path string, create bool, perm uint32, wantDir bool) (int, 
 		}
 		if name == ".." && create {
 			syscall.Close(fd)
-			return -1, Errorf(ErrInvalid, "sandbox: %s %q has a \"..\" component", field, path)
+			return -1, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q has a \"..\" component", field, path)
 		}
 		at = filepath.Join(at, name)
 		next, err := openComponent(fd, name, create, perm, field, path, at)
@@ -257,16 +252,16 @@ func openComponent(dir int, name string, create bool, perm uint32, field, path, 
 	if errors.Is(err, syscall.ENOENT) && create {
 		if merr := syscall.Mkdirat(dir, name, perm); merr != nil && !errors.Is(merr, syscall.EEXIST) {
 			syscall.Close(dir)
-			return -1, Errorf(ErrInternal, "sandbox: %s %q: create %s: %w", field, path, at, merr)
+			return -1, sandbox.Errorf(sandbox.ErrInternal, "sandbox: %s %q: create %s: %w", field, path, at, merr)
 		}
 		next, err = syscall.Openat(dir, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	}
 	syscall.Close(dir)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
-			return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s does not exist: %w", field, path, at, fs.ErrNotExist)
+			return -1, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q: %s does not exist: %w", field, path, at, fs.ErrNotExist)
 		}
-		return -1, Errorf(ErrInvalid, "sandbox: %s %q: %s: %w", field, path, at, err)
+		return -1, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q: %s: %w", field, path, at, err)
 	}
 	return next, nil
 }
@@ -277,13 +272,13 @@ func openComponent(dir int, name string, create bool, perm uint32, field, path, 
 func checkComponent(fd int, mustBeDir bool, field, path, at string) error {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
-		return Errorf(ErrInternal, "sandbox: %s %q: stat %s: %w", field, path, at, err)
+		return sandbox.Errorf(sandbox.ErrInternal, "sandbox: %s %q: stat %s: %w", field, path, at, err)
 	}
 	switch mode := st.Mode & syscall.S_IFMT; {
 	case mode == syscall.S_IFLNK:
-		return Errorf(ErrInvalid, "sandbox: %s %q: %s is a symbolic link; links are never followed", field, path, at)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q: %s is a symbolic link; links are never followed", field, path, at)
 	case mode != syscall.S_IFDIR && mustBeDir:
-		return Errorf(ErrInvalid, "sandbox: %s %q: %s is not a directory", field, path, at)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q: %s is not a directory", field, path, at)
 	}
 	return nil
 }
@@ -315,9 +310,9 @@ func CheckDeployment(workspace string, protected map[string]string) error {
 			continue
 		}
 		if !filepath.IsAbs(p) {
-			return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", name, p)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is not an absolute path", name, p)
 		}
-		for _, form := range []string{filepath.Clean(p), realPath(p)} {
+		for _, form := range []string{filepath.Clean(p), Real(p)} {
 			if Within(form, ws) {
 				inside = append(inside, "the "+name+" "+form)
 				break
@@ -334,9 +329,9 @@ func CheckDeployment(workspace string, protected map[string]string) error {
 		if len(inside) > 1 {
 			verb = "lie"
 		}
-		return Errorf(ErrInvalid, "sandbox: %s %s inside the workspace %s, which a call sees (read-write it could forge or redirect them, read-only it reads every session's transcripts and other calls' state); move it out of the workspace", joinAnd(inside), verb, ws)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %s inside the workspace %s, which a call sees (read-write it could forge or redirect them, read-only it reads every session's transcripts and other calls' state); move it out of the workspace", joinAnd(inside), verb, ws)
 	case len(around) > 0:
-		return Errorf(ErrInvalid, "sandbox: the workspace %s lies inside %s; a call could write it", ws, joinAnd(around))
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: the workspace %s lies inside %s; a call could write it", ws, joinAnd(around))
 	}
 	return nil
 }
@@ -349,9 +344,10 @@ func joinAnd(items []string) string {
 	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
-// realPath is path with every link of its longest existing prefix
-// resolved, and the rest appended as written.
-func realPath(path string) string {
+// Real is path, cleaned, with every link of its longest existing prefix
+// resolved, and the rest appended as written. Use it only for paths the
+// operator chose (a state directory), never for one a call could change.
+func Real(path string) string {
 	path = filepath.Clean(path)
 	rest := ""
 	for dir := path; ; dir = filepath.Dir(dir) {
@@ -397,110 +393,4 @@ func openat2(dirfd int, path string, how *openHow) (int, error) {
 		return -1, errno
 	}
 	return int(fd), nil
-}
-
-// EffectiveOwner is o, or the running process's effective uid:gid when o
-// is not set.
-func EffectiveOwner(o Owner) Owner {
-	if o.Set {
-		return o
-	}
-	return Owner{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), Set: true}
-}
-
-// MakeSessionDir creates, or checks, the session directory td and its
-// spill/ subdirectory for the harness user owner (unset: this process),
-// without following links, and lets reader (when set and not the owner)
-// read both through a POSIX ACL entry user:<reader>:r-x. It returns the
-// user who owns the directory afterwards, whom spill files are given to.
-//
-// Missing parents of td are created as MkdirNoFollow does, by and for
-// this process, mode 0700, or 0711 when owner is another user (who must
-// traverse them to reach its directory; they hold other sessions, which
-// it cannot list). td and spill/ are created 0700 and given to owner. An
-// existing one is left to owner when owner owns it; given to owner when
-// this process owns it (a directory the service made); kept by its owner,
-// who then stands for the harness, when the harness is root (root acting
-// for a user, e.g. under sudo, on a directory that user's dsh made); and
-// refused, as an error wrapping ErrInvalid naming session.transcriptDir,
-// when a third user owns it: the service would write a call's output
-// into a directory someone else controls. A file system without POSIX
-// ACLs gets no entry (the call then reads the directory only when it
-// runs as its owner). Other errors wrap ErrInternal.
-func MakeSessionDir(td string, owner, reader Owner) (Owner, error) {
-	const field = "session.transcriptDir"
-	td = filepath.Clean(td)
-	owner = EffectiveOwner(owner)
-	self := uint32(os.Geteuid())
-	parentPerm := fs.FileMode(0o700)
-	if owner.UID != self {
-		parentPerm = 0o711
-	}
-	parent, err := MkdirNoFollow(field, filepath.Dir(td), parentPerm)
-	if err != nil {
-		return Owner{}, err
-	}
-	defer parent.Close()
-	dir, owner, err := ownedDir(field, parent, td, owner, reader, self)
-	if err != nil {
-		return Owner{}, err
-	}
-	defer dir.Close()
-	spill, owner, err := ownedDir(field, dir, filepath.Join(td, "spill"), owner, reader, self)
-	if err != nil {
-		return Owner{}, err
-	}
-	return owner, spill.Close()
-}
-
-// ownedDir creates or opens the directory path (its last component
-// relative to parent, never following a link), settles its owner and
-// gives reader read access, as MakeSessionDir describes. It returns the
-// directory opened for reading, which the caller closes, and its owner.
-func ownedDir(field string, parent *os.File, path string, owner, reader Owner, self uint32) (*os.File, Owner, error) {
-	name := filepath.Base(path)
-	created := false
-	switch err := syscall.Mkdirat(int(parent.Fd()), name, 0o700); {
-	case err == nil:
-		created = true
-	case !errors.Is(err, syscall.EEXIST):
-		return nil, Owner{}, Errorf(ErrInternal, "sandbox: %s %q: create: %w", field, path, err)
-	}
-	fd, err := syscall.Openat(int(parent.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR):
-		return nil, Owner{}, Errorf(ErrInvalid, "sandbox: %s %q is a symbolic link or not a directory; links are never followed", field, path)
-	case err != nil:
-		return nil, Owner{}, Errorf(ErrInternal, "sandbox: %s %q: open: %w", field, path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	fail := func(err error) (*os.File, Owner, error) {
-		f.Close()
-		return nil, Owner{}, err
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return fail(Errorf(ErrInternal, "sandbox: %s %q: stat: %w", field, path, err))
-	}
-	give := false
-	switch {
-	case st.Uid == owner.UID:
-	case created || st.Uid == self:
-		give = true
-	case owner.UID == 0:
-		owner = Owner{UID: st.Uid, GID: st.Gid, Set: true}
-	default:
-		return fail(Errorf(ErrInvalid, "sandbox: %s %q is owned by uid %d, neither the harness user (uid %d) nor the service (uid %d); refusing to put a call's output in another user's directory (run the harness as uid %d)", field, path, st.Uid, owner.UID, self, st.Uid))
-	}
-	if reader.Set && reader.UID != owner.UID {
-		if err := grantUser(f, owner.UID, reader.UID, ACLRead|ACLExecute); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-			return fail(Errorf(ErrInternal, "sandbox: %s %q: grant read access to uid %d: %w", field, path, reader.UID, err))
-		}
-	}
-	if give {
-		if err := syscall.Fchown(fd, int(owner.UID), int(owner.GID)); err != nil {
-			return fail(Errorf(ErrInternal, "sandbox: %s %q: give it to the harness user %d:%d: %w", field, path, owner.UID, owner.GID, err))
-		}
-	}
-	return f, owner, nil
 }

@@ -1,4 +1,4 @@
-package sandbox
+package jobs
 
 import (
 	"bytes"
@@ -10,24 +10,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
 // fakeExecutor is a hand-written Executor whose behaviour each test sets.
 type fakeExecutor struct {
-	run func(ctx context.Context, req *Request) (*Result, error)
+	run func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error)
 
 	mu   sync.Mutex
-	reqs []Request
+	reqs []sandbox.Request
 }
 
-func (f *fakeExecutor) Run(ctx context.Context, req *Request) (*Result, error) {
+func (f *fakeExecutor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, *req)
 	f.mu.Unlock()
 	return f.run(ctx, req)
 }
 
-func (f *fakeExecutor) requests() []Request {
+func (f *fakeExecutor) requests() []sandbox.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.reqs)
@@ -35,15 +38,15 @@ func (f *fakeExecutor) requests() []Request {
 
 // untilCancelled writes out, then blocks until ctx ends and reports an
 // abort, as a backend does when Supervise stops the container.
-func untilCancelled(out string) func(ctx context.Context, req *Request) (*Result, error) {
-	return func(ctx context.Context, req *Request) (*Result, error) {
+func untilCancelled(out string) func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+	return func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		req.Stdout.Write([]byte(out))
 		<-ctx.Done()
-		return &Result{Aborted: true, Signal: "SIGTERM"}, nil
+		return &sandbox.Result{Aborted: true, Signal: "SIGTERM"}, nil
 	}
 }
 
-func jobRequest(cmd string) *Request {
+func jobRequest(cmd string) *sandbox.Request {
 	r := testRequest()
 	r.Command = cmd
 	return r
@@ -53,7 +56,7 @@ var jobIDPattern = regexp.MustCompile(`^bash-[0-9a-f]{16}$`)
 
 func TestJobsIDsAreRandom(t *testing.T) {
 	f := &fakeExecutor{run: untilCancelled("")}
-	j := NewJobs(f)
+	j := New(f)
 	defer j.KillAll(context.Background())
 	seen := map[string]bool{}
 	for _, owner := range []string{"s1", "s1", "s2", "s1", ""} {
@@ -73,15 +76,15 @@ func TestJobsIDsAreRandom(t *testing.T) {
 
 func TestJobsMaxLivePerOwner(t *testing.T) {
 	release := make(chan struct{})
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		if req.Command == "quick" {
 			<-release
-			return &Result{ExitCode: exit(0)}, nil
+			return &sandbox.Result{ExitCode: exit(0)}, nil
 		}
 		<-ctx.Done()
-		return &Result{Aborted: true}, nil
+		return &sandbox.Result{Aborted: true}, nil
 	}}
-	j := NewJobsWith(f, JobsOptions{MaxLivePerOwner: 2})
+	j := NewWith(f, Options{MaxLivePerOwner: 2})
 	defer j.KillAll(context.Background())
 	quick, err := j.Start(t.Context(), "s", jobRequest("quick"))
 	if err != nil {
@@ -90,8 +93,8 @@ func TestJobsMaxLivePerOwner(t *testing.T) {
 	if _, err := j.Start(t.Context(), "s", jobRequest("slow")); err != nil {
 		t.Fatal(err)
 	}
-	if id, err := j.Start(t.Context(), "s", jobRequest("slow")); !errors.Is(err, ErrJobLimit) || !errors.Is(err, ErrUnavailable) {
-		t.Errorf("third live job of s = %q, %v; want ErrJobLimit", id, err)
+	if id, err := j.Start(t.Context(), "s", jobRequest("slow")); !errors.Is(err, ErrLimit) || !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("third live job of s = %q, %v; want ErrLimit", id, err)
 	}
 	if _, err := j.Start(t.Context(), "other", jobRequest("slow")); err != nil {
 		t.Errorf("first job of another owner = %v, want it started (the cap is per owner)", err)
@@ -106,14 +109,14 @@ func TestJobsMaxLivePerOwner(t *testing.T) {
 }
 
 func TestJobsTTLForgetsEndedJobs(t *testing.T) {
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		if req.Command == "quick" {
-			return &Result{ExitCode: exit(0)}, nil
+			return &sandbox.Result{ExitCode: exit(0)}, nil
 		}
 		<-ctx.Done()
-		return &Result{Aborted: true}, nil
+		return &sandbox.Result{Aborted: true}, nil
 	}}
-	j := NewJobsWith(f, JobsOptions{TTL: time.Millisecond})
+	j := NewWith(f, Options{TTL: time.Millisecond})
 	defer j.KillAll(context.Background())
 	slow, err := j.Start(t.Context(), "s", jobRequest("slow"))
 	if err != nil {
@@ -124,7 +127,7 @@ func TestJobsTTLForgetsEndedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := j.Output("s", quick); errors.Is(err, ErrNotFound) {
+		if _, err := j.Output("s", quick); errors.Is(err, sandbox.ErrNotFound) {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -136,21 +139,21 @@ func TestJobsTTLForgetsEndedJobs(t *testing.T) {
 
 func TestJobsOutputIncremental(t *testing.T) {
 	step, ack := make(chan string), make(chan struct{})
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		for s := range step {
 			out, errOut, _ := strings.Cut(s, "|")
 			req.Stdout.Write([]byte(out))
 			req.Stderr.Write([]byte(errOut))
 			ack <- struct{}{}
 		}
-		return &Result{ExitCode: exit(7)}, nil
+		return &sandbox.Result{ExitCode: exit(7)}, nil
 	}}
-	j := NewJobs(f)
+	j := New(f)
 	id, err := j.Start(t.Context(), "s", jobRequest("make"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func() JobOutput {
+	read := func() sandbox.JobOutput {
 		t.Helper()
 		o, err := j.Output("s", id)
 		if err != nil {
@@ -186,14 +189,14 @@ func TestJobsOutputIncremental(t *testing.T) {
 }
 
 func TestJobsUnreadOutputIsBounded(t *testing.T) {
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		for range 100 {
 			req.Stdout.Write([]byte("0123456789"))
 		}
 		req.Stderr.Write([]byte("e"))
-		return &Result{ExitCode: exit(0)}, nil
+		return &sandbox.Result{ExitCode: exit(0)}, nil
 	}}
-	j := NewJobs(f)
+	j := New(f)
 	req := jobRequest("yes")
 	req.StdoutMaxBytes = 64
 	id, err := j.Start(t.Context(), "s", req)
@@ -213,7 +216,7 @@ func TestJobsUnreadOutputIsBounded(t *testing.T) {
 
 func TestJobsKill(t *testing.T) {
 	f := &fakeExecutor{run: untilCancelled("started\n")}
-	j := NewJobs(f)
+	j := New(f)
 	id, err := j.Start(t.Context(), "s", jobRequest("sleep 100"))
 	if err != nil {
 		t.Fatal(err)
@@ -235,15 +238,15 @@ func TestJobsKill(t *testing.T) {
 
 func TestJobsOutliveStartContext(t *testing.T) {
 	release := make(chan struct{})
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		select {
 		case <-release:
-			return &Result{ExitCode: exit(0)}, nil
+			return &sandbox.Result{ExitCode: exit(0)}, nil
 		case <-ctx.Done():
-			return &Result{Aborted: true, Signal: "SIGTERM"}, nil
+			return &sandbox.Result{Aborted: true, Signal: "SIGTERM"}, nil
 		}
 	}}
-	j := NewJobs(f)
+	j := New(f)
 	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "v"))
 	id, err := j.Start(ctx, "s", jobRequest("sleep 1"))
 	if err != nil {
@@ -264,7 +267,7 @@ type ctxKey struct{}
 
 func TestJobsNotFound(t *testing.T) {
 	f := &fakeExecutor{run: untilCancelled("secret of s1\n")}
-	j := NewJobs(f)
+	j := New(f)
 	defer j.KillAll(context.Background())
 	id, err := j.Start(t.Context(), "s1", jobRequest("cat secrets"))
 	if err != nil {
@@ -281,7 +284,7 @@ func TestJobsNotFound(t *testing.T) {
 		{"Remove other owner", j.Remove(t.Context(), "s2", id)},
 	}
 	for _, c := range checks {
-		if !errors.Is(c.err, ErrNotFound) {
+		if !errors.Is(c.err, sandbox.ErrNotFound) {
 			t.Errorf("%s: error = %v, want ErrNotFound", c.name, c.err)
 		}
 	}
@@ -297,15 +300,15 @@ func second[T any](_ T, err error) error { return err }
 
 func TestJobsStartInvalid(t *testing.T) {
 	f := &fakeExecutor{run: untilCancelled("")}
-	j := NewJobs(f)
-	for _, req := range []*Request{
+	j := New(f)
+	for _, req := range []*sandbox.Request{
 		nil,
 		{Command: "", Policy: testPolicy()},
 		{Command: "x", Policy: testPolicy(), TimeoutMs: -1},
 		{Command: "x", Policy: testPolicy(), Env: []string{"A=\x00"}},
 		{Command: "x", Policy: testPolicy(), Workdir: "rel"},
 	} {
-		if id, err := j.Start(t.Context(), "s", req); !errors.Is(err, ErrInvalid) {
+		if id, err := j.Start(t.Context(), "s", req); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("Start(%+v) = %q, %v, want ErrInvalid", req, id, err)
 		}
 	}
@@ -317,28 +320,28 @@ func TestJobsStartInvalid(t *testing.T) {
 func TestJobsRequestPassedOn(t *testing.T) {
 	// The deadline a backend applies is Prepare's Call.Timeout.
 	var deadline time.Duration
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
-		c, err := Prepare(req, nil, nil)
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
+		c, err := prepare.Call(req, nil, nil)
 		if err != nil {
 			return nil, err
 		}
 		deadline = c.Timeout
 		req.Stdout.Write([]byte("o"))
 		req.Stderr.Write([]byte("e"))
-		return &Result{ExitCode: exit(0)}, nil
+		return &sandbox.Result{ExitCode: exit(0)}, nil
 	}}
-	j := NewJobs(f)
+	j := New(f)
 	var liveOut, liveErr bytes.Buffer
 	tests := []struct {
 		name         string
-		mutate       func(r *Request)
+		mutate       func(r *sandbox.Request)
 		wantDeadline time.Duration
 	}{
-		{"no job timeout: none", func(r *Request) {}, 0},
-		{"the foreground timeout does not apply", func(r *Request) { r.Policy.Limits.TimeoutMs = 5000 }, 0},
-		{"nor the foreground maximum", func(r *Request) { r.Policy.Limits.MaxTimeoutMs = 900_000 }, 0},
-		{"nor the request's timeout", func(r *Request) { r.TimeoutMs = 1000 }, 0},
-		{"the policy's job timeout applies", func(r *Request) { r.Policy.Limits.JobTimeoutMs = 7_200_000; r.TimeoutMs = 1000 }, 2 * time.Hour},
+		{"no job timeout: none", func(r *sandbox.Request) {}, 0},
+		{"the foreground timeout does not apply", func(r *sandbox.Request) { r.Policy.Limits.TimeoutMs = 5000 }, 0},
+		{"nor the foreground maximum", func(r *sandbox.Request) { r.Policy.Limits.MaxTimeoutMs = 900_000 }, 0},
+		{"nor the request's timeout", func(r *sandbox.Request) { r.TimeoutMs = 1000 }, 0},
+		{"the policy's job timeout applies", func(r *sandbox.Request) { r.Policy.Limits.JobTimeoutMs = 7_200_000; r.TimeoutMs = 1000 }, 2 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -360,10 +363,10 @@ func TestJobsRequestPassedOn(t *testing.T) {
 			if !got.Background || deadline != tt.wantDeadline {
 				t.Errorf("executor got Background %t and a deadline of %v, want a background call with %v", got.Background, deadline, tt.wantDeadline)
 			}
-			if fg, _ := Prepare(&orig, nil, nil); fg.Timeout == 0 {
+			if fg, _ := prepare.Call(&orig, nil, nil); fg.Timeout == 0 {
 				t.Errorf("the same request in the foreground has no deadline")
 			}
-			if !ValidCallID(got.CallID) {
+			if !sandbox.ValidCallID(got.CallID) {
 				t.Errorf("executor got CallID %q, want a valid id", got.CallID)
 			}
 			if req.TimeoutMs != orig.TimeoutMs || req.CallID != orig.CallID || req.Stdout != orig.Stdout {
@@ -379,21 +382,21 @@ func TestJobsRequestPassedOn(t *testing.T) {
 func TestJobsExecutorFailure(t *testing.T) {
 	tests := []struct {
 		name string
-		run  func(ctx context.Context, req *Request) (*Result, error)
+		run  func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error)
 		want error
 	}{
-		{"error", func(context.Context, *Request) (*Result, error) {
-			return nil, Errorf(ErrUnavailable, "runc: not installed")
-		}, ErrUnavailable},
-		{"error with a result", func(context.Context, *Request) (*Result, error) {
-			return &Result{}, Errorf(ErrNotFound, "image x")
-		}, ErrNotFound},
-		{"neither", func(context.Context, *Request) (*Result, error) { return nil, nil }, ErrInternal},
-		{"panic", func(context.Context, *Request) (*Result, error) { panic("boom") }, ErrInternal},
+		{"error", func(context.Context, *sandbox.Request) (*sandbox.Result, error) {
+			return nil, sandbox.Errorf(sandbox.ErrUnavailable, "runc: not installed")
+		}, sandbox.ErrUnavailable},
+		{"error with a result", func(context.Context, *sandbox.Request) (*sandbox.Result, error) {
+			return &sandbox.Result{}, sandbox.Errorf(sandbox.ErrNotFound, "image x")
+		}, sandbox.ErrNotFound},
+		{"neither", func(context.Context, *sandbox.Request) (*sandbox.Result, error) { return nil, nil }, sandbox.ErrInternal},
+		{"panic", func(context.Context, *sandbox.Request) (*sandbox.Result, error) { panic("boom") }, sandbox.ErrInternal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := NewJobs(&fakeExecutor{run: tt.run})
+			j := New(&fakeExecutor{run: tt.run})
 			id, err := j.Start(t.Context(), "s", jobRequest("x"))
 			if err != nil {
 				t.Fatal(err)
@@ -411,15 +414,15 @@ func TestJobsExecutorFailure(t *testing.T) {
 
 func TestJobsListRemove(t *testing.T) {
 	quick := make(chan struct{})
-	f := &fakeExecutor{run: func(ctx context.Context, req *Request) (*Result, error) {
+	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 		if req.Command == "quick" {
 			<-quick
-			return &Result{ExitCode: exit(0)}, nil
+			return &sandbox.Result{ExitCode: exit(0)}, nil
 		}
 		<-ctx.Done()
-		return &Result{Aborted: true}, nil
+		return &sandbox.Result{Aborted: true}, nil
 	}}
-	j := NewJobs(f)
+	j := New(f)
 	defer j.KillAll(context.Background())
 	var ids []string
 	for _, c := range []string{"slow", "quick", "slow"} {
@@ -454,7 +457,7 @@ func TestJobsListRemove(t *testing.T) {
 	if err := j.Remove(t.Context(), "s", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Output("s", ids[0]); !errors.Is(err, ErrNotFound) {
+	if _, err := j.Output("s", ids[0]); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Output of a removed job: %v, want ErrNotFound", err)
 	}
 	id, _ := j.Start(t.Context(), "s", jobRequest("slow"))
@@ -472,22 +475,50 @@ func TestJobsListRemove(t *testing.T) {
 }
 
 func TestJobsWaitCancelled(t *testing.T) {
-	j := NewJobs(&fakeExecutor{run: untilCancelled("")})
+	j := New(&fakeExecutor{run: untilCancelled("")})
 	defer j.KillAll(context.Background())
 	id, _ := j.Start(t.Context(), "s", jobRequest("sleep"))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := j.Wait(ctx, "s", id); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+	if _, err := j.Wait(ctx, "s", id); !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait(cancelled) = %v, want ErrUnavailable wrapping context.Canceled", err)
 	}
 	unstick := make(chan struct{})
 	defer close(unstick)
-	stuck := NewJobs(&fakeExecutor{run: func(context.Context, *Request) (*Result, error) {
+	stuck := New(&fakeExecutor{run: func(context.Context, *sandbox.Request) (*sandbox.Result, error) {
 		<-unstick // ignores cancellation: Kill must not hang
 		return nil, nil
 	}})
 	id, _ = stuck.Start(t.Context(), "s", jobRequest("sleep"))
-	if err := stuck.Kill(ctx, "s", id); !errors.Is(err, ErrUnavailable) {
+	if err := stuck.Kill(ctx, "s", id); !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("Kill(cancelled) of a stuck job = %v, want ErrUnavailable", err)
+	}
+}
+
+func exit(n int) *int { return &n }
+
+func testPolicy() sandbox.Policy {
+	return sandbox.Policy{
+		Name:       "workspace-write",
+		Backend:    "oci",
+		Runtime:    "runc",
+		Image:      "host",
+		User:       "auto",
+		Network:    "none",
+		Workspace:  "rw",
+		Transcript: "ro",
+	}
+}
+
+func testRequest() *sandbox.Request {
+	return &sandbox.Request{
+		Command: "echo hi",
+		Session: sandbox.Session{
+			ID:            "0190a1b2-c3d4",
+			Cwd:           "/srv/project",
+			TranscriptDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4",
+		},
+		DSHEnv: []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4", "DSH_SHELL=1"},
+		Policy: testPolicy(),
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package prepare
 
 import (
 	"cmp"
@@ -14,7 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
 // MaxTailBytes bounds Request.StdoutMaxBytes and Limits.StdoutMaxBytes:
@@ -25,64 +28,10 @@ const MaxTailBytes = 16 << 20
 // the duration cannot overflow.
 const maxSpillRetentionMs = 366 * 24 * 3600 * 1000
 
-// maxCallIDLen bounds Request.CallID; runtimes and cgroup paths take it
-// as a name.
+// maxCallIDLen is the bound of sandbox.ValidCallID, named in errors.
 const maxCallIDLen = 64
 
-// Call is a validated Request resolved against its policy: everything a
-// backend needs besides the Request itself. Prepare makes it; it is a
-// plain value, safe to copy and to read concurrently.
-type Call struct {
-	// ID names the call: Request.CallID or a random "call-<hex>". It is
-	// safe as a file name and a container id: 1–64 characters of
-	// [A-Za-z0-9_.-], beginning with a letter or digit.
-	ID string
-	// Env is the child's complete environment, sorted (BuildEnv).
-	Env []string
-	// Timeout is the effective timeout, > 0.
-	Timeout time.Duration
-	// Workdir is the absolute, clean working directory inside the
-	// container.
-	Workdir string
-	// TailBytes is how many bytes of each stream's tail to keep, > 0.
-	TailBytes int
-	// SpillMax caps each spill file, > 0.
-	SpillMax int64
-	// SpillDir is where spill files go: <TranscriptDir>/spill when the
-	// session has a transcript directory, else "" and the backend uses
-	// its own state directory. Files are <SpillDir>/<ID>.stdout|.stderr.
-	SpillDir string
-	// SpillInside is true when SpillDir is visible inside later calls of
-	// the session (the transcript directory is mounted, Policy.Transcript
-	// is "ro").
-	SpillInside bool
-	// SpillTotal caps the spill files of the spill directory together,
-	// > 0; SpillRetention is how long they are kept, > 0. Captures
-	// enforces both.
-	SpillTotal     int64
-	SpillRetention time.Duration
-
-	// Workspace is the session cwd as PreparePaths resolved it (clean,
-	// no symbolic link in any component, not a system directory) when
-	// the policy mounts the workspace; "" before PreparePaths or when it
-	// is not mounted.
-	Workspace string
-	// TranscriptDir is the session directory as PreparePaths resolved
-	// and created it; "" before PreparePaths or without one.
-	TranscriptDir string
-	// SpillOwner is who owns the spill files of SpillDir: the harness
-	// user (Session.Owner, or the running process). SpillReader, when
-	// set, is the call's identity, which gets read access to them through
-	// an ACL entry (the transcript is mounted and the call is not the
-	// owner). PreparePaths fills both; unset, spill files belong to the
-	// running process alone.
-	SpillOwner, SpillReader Owner
-	// Redact holds the secrets Captures removes from the call's output
-	// (CallSecrets); nil when there are none.
-	Redact *redact.Set
-}
-
-// Prepare validates req and resolves it against req.Policy, the image's
+// Call validates req and resolves it against req.Policy, the image's
 // base env and the service's environment (getenv, used only for
 // Policy.EnvInherit and Policy.RedactEnv; nil means empty). It does no
 // I/O apart from reading random bytes for a call id and the files of
@@ -108,26 +57,26 @@ type Call struct {
 // BuildEnv of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
 // Env as the ordinary layer; DSHEnv as the snapshot. DSH_* names in Env
 // and Policy.EnvSet are dropped, as the Request documents, not rejected.
-func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)) (*Call, error) {
+func Call(req *sandbox.Request, imageEnv []string, getenv func(string) (string, bool)) (*sandbox.Call, error) {
 	if req == nil {
-		return nil, Errorf(ErrInvalid, "sandbox: request is nil")
+		return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: request is nil")
 	}
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
 	lim := req.Policy.Limits
 
-	c := &Call{ID: req.CallID}
+	c := &sandbox.Call{ID: req.CallID}
 	if c.ID == "" {
 		c.ID = NewCallID()
 	}
 
 	defMs, maxMs := lim.TimeoutMs, lim.MaxTimeoutMs
 	if defMs == 0 {
-		defMs = DefaultTimeout.Milliseconds()
+		defMs = sandbox.DefaultTimeout.Milliseconds()
 	}
 	if maxMs == 0 {
-		maxMs = DefaultMaxTimeout.Milliseconds()
+		maxMs = sandbox.DefaultMaxTimeout.Milliseconds()
 	}
 	ms := req.TimeoutMs
 	if ms == 0 {
@@ -138,12 +87,12 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		c.Timeout = time.Duration(lim.JobTimeoutMs) * time.Millisecond // 0: none
 	}
 
-	c.TailBytes = cmp.Or(req.StdoutMaxBytes, lim.StdoutMaxBytes, DefaultStdoutMaxBytes)
-	c.SpillMax = cmp.Or(lim.SpillMaxBytes, DefaultSpillMaxBytes)
-	c.SpillTotal = cmp.Or(lim.SpillTotalBytes, DefaultSpillTotalBytes)
-	c.SpillRetention = cmp.Or(time.Duration(lim.SpillRetentionMs)*time.Millisecond, DefaultSpillRetention)
+	c.TailBytes = cmp.Or(req.StdoutMaxBytes, lim.StdoutMaxBytes, sandbox.DefaultStdoutMaxBytes)
+	c.SpillMax = cmp.Or(lim.SpillMaxBytes, sandbox.DefaultSpillMaxBytes)
+	c.SpillTotal = cmp.Or(lim.SpillTotalBytes, sandbox.DefaultSpillTotalBytes)
+	c.SpillRetention = cmp.Or(time.Duration(lim.SpillRetentionMs)*time.Millisecond, sandbox.DefaultSpillRetention)
 
-	plan := NewPlan(req.Policy, req.Session, Identity{})
+	plan := sandbox.NewPlan(req.Policy, req.Session, sandbox.Identity{})
 	c.Workdir = plan.Workdir
 	if req.Workdir != "" {
 		c.Workdir = filepath.Clean(req.Workdir)
@@ -155,7 +104,7 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		ordinary = append(ordinary, k+"="+req.Policy.EnvSet[k])
 	}
 	ordinary = append(ordinary, req.Env...)
-	env, err := BuildEnv(EnvInput{
+	env, err := childenv.Build(childenv.Input{
 		Base:         imageEnv,
 		Inherit:      req.Policy.EnvInherit,
 		AllowSecrets: req.Policy.EnvAllowSecrets,
@@ -167,28 +116,28 @@ func Prepare(req *Request, imageEnv []string, getenv func(string) (string, bool)
 		return nil, err
 	}
 	c.Env = env
-	if c.Redact, err = Redactor(req.Policy, os.Environ(), getenv); err != nil {
+	if c.Redact, err = secrets.Redactor(req.Policy, os.Environ(), getenv); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// Validate checks req the way Prepare does, without resolving it: a
+// Validate checks req the way Call does, without resolving it: a
 // backend calls it before asking a daemon or an image store anything, so
 // that a malformed request is refused at once (sandbox/driver). Errors
-// are Prepare's and wrap ErrInvalid.
-func Validate(req *Request) error {
+// are Call's and wrap ErrInvalid.
+func Validate(req *sandbox.Request) error {
 	if req == nil {
-		return Errorf(ErrInvalid, "sandbox: request is nil")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: request is nil")
 	}
 	return checkRequest(req)
 }
 
-// checkRequest validates the fields of req that Prepare relies on, naming
+// checkRequest validates the fields of req that Call relies on, naming
 // the first bad one. The validators run in a fixed order, so that a
 // request with several problems is always refused for the same one.
-func checkRequest(req *Request) error {
-	for _, check := range [...]func(*Request) error{
+func checkRequest(req *sandbox.Request) error {
+	for _, check := range [...]func(*sandbox.Request) error{
 		checkCommand,
 		checkBackend,
 		checkTimeouts,
@@ -207,7 +156,7 @@ func checkRequest(req *Request) error {
 
 // checkCommand validates what the call runs: Argv (checkArgv), else a
 // non-empty Command; Command carries no NUL byte.
-func checkCommand(req *Request) error {
+func checkCommand(req *sandbox.Request) error {
 	if req.Argv != nil {
 		if err := checkArgv(req); err != nil {
 			return err
@@ -215,35 +164,35 @@ func checkCommand(req *Request) error {
 	}
 	switch {
 	case req.Argv == nil && strings.TrimSpace(req.Command) == "":
-		return Errorf(ErrInvalid, "sandbox: command is empty")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: command is empty")
 	case strings.IndexByte(req.Command, 0) >= 0:
-		return Errorf(ErrInvalid, "sandbox: command contains a NUL byte")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: command contains a NUL byte")
 	}
 	return nil
 }
 
 // checkBackend refuses a request whose policy names no backend: it was
 // never resolved against a policy.
-func checkBackend(req *Request) error {
+func checkBackend(req *sandbox.Request) error {
 	if req.Policy.Backend == "" {
-		return Errorf(ErrInvalid, "sandbox: policy.backend is empty (the request has no resolved policy)")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.backend is empty (the request has no resolved policy)")
 	}
 	return nil
 }
 
 // checkTimeouts refuses a negative timeout of the request or of the
 // policy's limits.
-func checkTimeouts(req *Request) error {
+func checkTimeouts(req *sandbox.Request) error {
 	lim := req.Policy.Limits
 	switch {
 	case req.TimeoutMs < 0:
-		return Errorf(ErrInvalid, "sandbox: timeoutMs %d is negative", req.TimeoutMs)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: timeoutMs %d is negative", req.TimeoutMs)
 	case lim.TimeoutMs < 0:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.timeoutMs %d is negative", lim.TimeoutMs)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.timeoutMs %d is negative", lim.TimeoutMs)
 	case lim.MaxTimeoutMs < 0:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.maxTimeoutMs %d is negative", lim.MaxTimeoutMs)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.maxTimeoutMs %d is negative", lim.MaxTimeoutMs)
 	case lim.JobTimeoutMs < 0:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.jobTimeoutMs %d is negative", lim.JobTimeoutMs)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.jobTimeoutMs %d is negative", lim.JobTimeoutMs)
 	}
 	return nil
 }
@@ -251,46 +200,46 @@ func checkTimeouts(req *Request) error {
 // checkOutputLimits refuses a tail size of the request or the policy
 // outside [0, MaxTailBytes], a negative spill size and a spill retention
 // outside [0, maxSpillRetentionMs].
-func checkOutputLimits(req *Request) error {
+func checkOutputLimits(req *sandbox.Request) error {
 	lim := req.Policy.Limits
 	switch {
 	case req.StdoutMaxBytes < 0 || req.StdoutMaxBytes > MaxTailBytes:
-		return Errorf(ErrInvalid, "sandbox: stdoutMaxBytes %d is outside [0, %d]", req.StdoutMaxBytes, MaxTailBytes)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: stdoutMaxBytes %d is outside [0, %d]", req.StdoutMaxBytes, MaxTailBytes)
 	case lim.StdoutMaxBytes < 0 || lim.StdoutMaxBytes > MaxTailBytes:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.stdoutMaxBytes %d is outside [0, %d]", lim.StdoutMaxBytes, MaxTailBytes)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.stdoutMaxBytes %d is outside [0, %d]", lim.StdoutMaxBytes, MaxTailBytes)
 	case lim.SpillMaxBytes < 0:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.spillMaxBytes %d is negative", lim.SpillMaxBytes)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.spillMaxBytes %d is negative", lim.SpillMaxBytes)
 	case lim.SpillTotalBytes < 0:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.spillTotalBytes %d is negative", lim.SpillTotalBytes)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.spillTotalBytes %d is negative", lim.SpillTotalBytes)
 	case lim.SpillRetentionMs < 0 || lim.SpillRetentionMs > maxSpillRetentionMs:
-		return Errorf(ErrInvalid, "sandbox: policy.limits.spillRetentionMs %d is outside [0, %d]", lim.SpillRetentionMs, int64(maxSpillRetentionMs))
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.limits.spillRetentionMs %d is outside [0, %d]", lim.SpillRetentionMs, int64(maxSpillRetentionMs))
 	}
 	return nil
 }
 
 // checkIDs refuses a call id that is not a safe name (ValidCallID) and a
 // session id with a NUL byte.
-func checkIDs(req *Request) error {
+func checkIDs(req *sandbox.Request) error {
 	switch {
-	case req.CallID != "" && !ValidCallID(req.CallID):
-		return Errorf(ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
+	case req.CallID != "" && !sandbox.ValidCallID(req.CallID):
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: callId %q is not 1–%d characters of [A-Za-z0-9_.-] beginning with a letter or digit", req.CallID, maxCallIDLen)
 	case strings.IndexByte(req.Session.ID, 0) >= 0:
-		return Errorf(ErrInvalid, "sandbox: session.id %q contains a NUL byte", req.Session.ID)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: session.id %q contains a NUL byte", req.Session.ID)
 	}
 	return nil
 }
 
 // checkTerminal refuses a terminal that the policy forbids.
-func checkTerminal(req *Request) error {
+func checkTerminal(req *sandbox.Request) error {
 	if req.Terminal != nil && req.Policy.DenyTTY {
-		return Errorf(ErrInvalid, "sandbox: policy %q forbids a terminal (tty: false): run without -t", req.Policy.Name)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy %q forbids a terminal (tty: false): run without -t", req.Policy.Name)
 	}
 	return nil
 }
 
 // checkPaths refuses a workdir, session cwd or transcript directory that
 // is set but relative or carries a NUL byte, and a workdir in /proc.
-func checkPaths(req *Request) error {
+func checkPaths(req *sandbox.Request) error {
 	for _, p := range [...]struct{ field, path string }{
 		{"workdir", req.Workdir},
 		{"session.cwd", req.Session.Cwd},
@@ -300,79 +249,60 @@ func checkPaths(req *Request) error {
 			continue
 		}
 		if strings.IndexByte(p.path, 0) >= 0 {
-			return Errorf(ErrInvalid, "sandbox: %s %q contains a NUL byte", p.field, p.path)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q contains a NUL byte", p.field, p.path)
 		}
 		if !filepath.IsAbs(p.path) {
-			return Errorf(ErrInvalid, "sandbox: %s %q is not an absolute path", p.field, p.path)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is not an absolute path", p.field, p.path)
 		}
 	}
 	if w := filepath.Clean(req.Workdir); req.Workdir != "" && (w == "/proc" || strings.HasPrefix(w, "/proc/")) {
 		// A directory descriptor's /proc/self/fd/N as the working
 		// directory is how CVE-2024-21626 left the container.
-		return Errorf(ErrInvalid, "sandbox: workdir %q lies in /proc; choose a directory of the call's own file system", req.Workdir)
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: workdir %q lies in /proc; choose a directory of the call's own file system", req.Workdir)
 	}
 	return nil
 }
 
 // checkEnv refuses a malformed Policy.EnvSet or Env entry, and a DSHEnv
 // entry that is malformed, outside DSH_ or set twice.
-func checkEnv(req *Request) error {
+func checkEnv(req *sandbox.Request) error {
 	for k, v := range req.Policy.EnvSet {
-		if err := checkName("policy.envSet", k); err != nil {
+		if err := childenv.CheckName("policy.envSet", k); err != nil {
 			return err
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return Errorf(ErrInvalid, "sandbox: policy.envSet: value of %q contains a NUL byte", k)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.envSet: value of %q contains a NUL byte", k)
 		}
 	}
-	if err := addEntries(map[string]string{}, "env", req.Env, false); err != nil {
+	if err := childenv.CheckEntries("env", req.Env, false); err != nil {
 		return err
 	}
 	seen := make(map[string]bool, len(req.DSHEnv))
 	for i, e := range req.DSHEnv {
 		name, _, _ := strings.Cut(e, "=")
 		if seen[name] {
-			return Errorf(ErrInvalid, "sandbox: dshEnv[%d]: %q is set twice", i, name)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: dshEnv[%d]: %q is set twice", i, name)
 		}
 		seen[name] = true
 	}
-	return addEntries(map[string]string{}, "dshEnv", req.DSHEnv, true)
+	return childenv.CheckEntries("dshEnv", req.DSHEnv, true)
 }
 
 // checkArgv validates Request.Argv: set without Command, a non-empty
 // first word, no NUL byte in any argument.
-func checkArgv(req *Request) error {
+func checkArgv(req *sandbox.Request) error {
 	switch {
 	case req.Command != "":
-		return Errorf(ErrInvalid, "sandbox: command and argv are both set; give one of them")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: command and argv are both set; give one of them")
 	case len(req.Argv) == 0 || req.Argv[0] == "":
-		return Errorf(ErrInvalid, "sandbox: argv[0] is empty")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: argv[0] is empty")
 	}
 	for i, a := range req.Argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return Errorf(ErrInvalid, "sandbox: argv[%d] contains a NUL byte", i)
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: argv[%d] contains a NUL byte", i)
 		}
 	}
 	return nil
-}
-
-// ValidCallID reports whether id is safe as a call id: 1–64 characters
-// of [A-Za-z0-9_.-], beginning with a letter or digit, so that it can
-// name a file, a container and a cgroup.
-func ValidCallID(id string) bool {
-	if id == "" || len(id) > maxCallIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // NewCallID returns a random call id, "call-" and 24 hex digits. It is
@@ -386,9 +316,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// PreparePaths resolves and checks every host path call mounts or
+// Paths resolves and checks every host path call mounts or
 // writes, and creates the session directory; backends call it after
-// Prepare and as late as they can before the runtime is given the
+// Call and as late as they can before the runtime is given the
 // mounts (it is the check closest to the mount). It fills
 // call.Workspace and call.TranscriptDir. Errors wrap ErrInvalid and name
 // the field:
@@ -418,7 +348,7 @@ func randomHex(n int) string {
 // What remains is a race: a component swapped for a link between this
 // check and the runtime's mount, since every runtime (runc, crun, runsc,
 // dockerd, containerd) takes a mount source as a path, not a
-// descriptor. Backends call PreparePaths as late as their structure
+// descriptor. Backends call Paths as late as their structure
 // allows (right before the spec or container is created; Captures then
 // re-opens the session's spill directory without following links right
 // before the start and disables the spill if it changed). Swapping a
@@ -429,12 +359,12 @@ func randomHex(n int) string {
 // workspaces), or to a host user who owns the parents anyway. The
 // session directory's parents lie in the sessions root, which no call
 // can write once CheckDeployment keeps it out of every workspace.
-func PreparePaths(req *Request, call *Call, callUID uint32) error {
+func Paths(req *sandbox.Request, call *sandbox.Call, callUID uint32) error {
 	if req == nil || call == nil {
-		return Errorf(ErrInvalid, "sandbox: PreparePaths: request or call is nil")
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: Paths: request or call is nil")
 	}
-	plan := NewPlan(req.Policy, req.Session, Identity{UID: callUID})
-	_, mounted := plan.Mount(MountWorkspace)
+	plan := sandbox.NewPlan(req.Policy, req.Session, sandbox.Identity{UID: callUID})
+	_, mounted := plan.Mount(sandbox.MountWorkspace)
 	if mounted {
 		if err := prepareWorkspace(req, plan, call); err != nil {
 			return err
@@ -457,13 +387,13 @@ func PreparePaths(req *Request, call *Call, callUID uint32) error {
 // prepareWorkspace resolves and checks the mounted workspace (the
 // session cwd), sets call.Workspace and bounds the workspace's size
 // when the policy asks for it (limitWorkspace).
-func prepareWorkspace(req *Request, plan Plan, call *Call) error {
-	ws, err := ResolveDir("session.cwd", req.Session.Cwd)
+func prepareWorkspace(req *sandbox.Request, plan sandbox.Plan, call *sandbox.Call) error {
+	ws, err := hostpath.ResolveDir("session.cwd", req.Session.Cwd)
 	if err != nil {
 		return err
 	}
-	if SystemDir(ws) {
-		return Errorf(ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
+	if hostpath.SystemDir(ws) {
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: session.cwd %q is a system directory and may not be a workspace", ws)
 	}
 	call.Workspace = ws
 	return limitWorkspace(req.Policy, plan, ws)
@@ -472,10 +402,10 @@ func prepareWorkspace(req *Request, plan Plan, call *Call) error {
 // checkWorkdir refuses a workdir with a symbolic link in an existing
 // component when it lies in the mounted workspace, and always for the
 // local backend, which also needs it to exist.
-func checkWorkdir(req *Request, call *Call, mounted bool) error {
-	local := req.Policy.Backend == BackendLocal
-	if req.Workdir != "" && (local || (mounted && Within(call.Workdir, call.Workspace))) {
-		if _, err := ResolveDir("workdir", req.Workdir); err != nil && (local || !errors.Is(err, fs.ErrNotExist)) {
+func checkWorkdir(req *sandbox.Request, call *sandbox.Call, mounted bool) error {
+	local := req.Policy.Backend == sandbox.BackendLocal
+	if req.Workdir != "" && (local || (mounted && hostpath.Within(call.Workdir, call.Workspace))) {
+		if _, err := hostpath.ResolveDir("workdir", req.Workdir); err != nil && (local || !errors.Is(err, fs.ErrNotExist)) {
 			return err
 		}
 	}
@@ -484,15 +414,15 @@ func checkWorkdir(req *Request, call *Call, mounted bool) error {
 
 // checkMountSources refuses a policy mount whose source has a symbolic
 // link in any component, and a read-write mount of a system directory.
-func checkMountSources(mounts []Mount) error {
+func checkMountSources(mounts []sandbox.Mount) error {
 	for i, m := range mounts {
 		field := fmt.Sprintf("policy.mounts[%d].source", i)
-		src, err := ResolvePath(field, m.Source)
+		src, err := hostpath.ResolvePath(field, m.Source)
 		if err != nil {
 			return err
 		}
-		if !m.ReadOnly && SystemDir(src) {
-			return Errorf(ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
+		if !m.ReadOnly && hostpath.SystemDir(src) {
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
 		}
 	}
 	return nil
@@ -502,26 +432,26 @@ func checkMountSources(mounts []Mount) error {
 // directory, apart from a mounted workspace), creates it with its spill/
 // subdirectory (MakeSessionDir) and fills call.TranscriptDir and, when
 // the call's spill files go there, call.SpillOwner and call.SpillReader.
-func prepareSessionDir(dir PlanDir, call *Call, mounted bool) error {
+func prepareSessionDir(dir sandbox.PlanDir, call *sandbox.Call, mounted bool) error {
 	td := dir.Path
-	if SystemDir(td) {
-		return Errorf(ErrInvalid, "sandbox: session.transcriptDir %q is a system directory", td)
+	if hostpath.SystemDir(td) {
+		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: session.transcriptDir %q is a system directory", td)
 	}
 	if mounted {
-		if err := CheckDeployment(call.Workspace, map[string]string{"session.transcriptDir": td}); err != nil {
+		if err := hostpath.CheckDeployment(call.Workspace, map[string]string{"session.transcriptDir": td}); err != nil {
 			return err
 		}
 	}
 	reader := dir.Reader
-	owner, err := MakeSessionDir(td, dir.Owner, reader)
+	owner, err := hostpath.MakeSessionDir(td, dir.Owner, reader)
 	if err != nil {
 		return err
 	}
 	if reader.UID == owner.UID {
-		reader = Owner{}
+		reader = sandbox.Owner{}
 	}
 	call.TranscriptDir = td
-	if call.SpillDir != "" && Within(call.SpillDir, td) {
+	if call.SpillDir != "" && hostpath.Within(call.SpillDir, td) {
 		call.SpillOwner, call.SpillReader = owner, reader
 	}
 	return nil

@@ -1,4 +1,4 @@
-package sandbox
+package secrets
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func TestCallSecretsCase(t *testing.T) {
@@ -30,9 +31,9 @@ func TestCallSecretsCase(t *testing.T) {
 		}
 		return "", false
 	}
-	p := Policy{RedactEnv: []string{"PLAIN", "UNSET"}, RedactFiles: []string{file},
+	p := sandbox.Policy{RedactEnv: []string{"PLAIN", "UNSET"}, RedactFiles: []string{file},
 		EnvSet: map[string]string{"SET_PLAIN": "visible", "SET_API_KEY": "set-key-0123456789", "SET_URL": "https://u:pw-987654@db/y"}}
-	got, err := CallSecrets(p, environ, getenv)
+	got, err := Of(p, environ, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,17 +48,17 @@ func TestCallSecretsCase(t *testing.T) {
 		{Name: "creds", Value: "pass=hunter2-long"},
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("CallSecrets = %q, want %q", got, want)
+		t.Errorf("Of = %q, want %q", got, want)
 	}
 
-	s, err := Redactor(Policy{RedactDetectors: true}, environ, getenv)
+	s, err := Redactor(sandbox.Policy{RedactDetectors: true}, environ, getenv)
 	if err != nil || s == nil {
 		t.Fatalf("Redactor = %v, %v, want a set", s, err)
 	}
 	if out := s.String("token ghp_abcdef0123456789 and Z2hwX2FiY2RlZjAxMjM0NTY3ODk="); out != "token [REDACTED:GITHUB_TOKEN] and [REDACTED:GITHUB_TOKEN]" {
 		t.Errorf("Redactor with detectors redacts to %q", out)
 	}
-	if s, err := Redactor(Policy{}, []string{"PATH=/bin"}, nil); s != nil || err != nil {
+	if s, err := Redactor(sandbox.Policy{}, []string{"PATH=/bin"}, nil); s != nil || err != nil {
 		t.Errorf("Redactor with no secrets = %v, %v, want nil, nil", s, err)
 	}
 }
@@ -82,52 +83,13 @@ func TestCallSecretsUnsafeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{filepath.Join(dir, "missing"), link, writable, dir} {
-		_, err := CallSecrets(Policy{RedactFiles: []string{path}}, nil, nil)
-		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "redactFiles[0]") {
-			t.Errorf("CallSecrets(file %s) = %v, want an invalid-argument error naming redactFiles[0]", path, err)
+		_, err := Of(sandbox.Policy{RedactFiles: []string{path}}, nil, nil)
+		if err == nil || !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "redactFiles[0]") {
+			t.Errorf("Of(file %s) = %v, want an invalid-argument error naming redactFiles[0]", path, err)
 		}
 		if err != nil && strings.Contains(err.Error(), "the-secret-content") {
-			t.Errorf("CallSecrets(file %s) error shows the content: %v", path, err)
+			t.Errorf("Of(file %s) error shows the content: %v", path, err)
 		}
-	}
-}
-
-// TestCaptureRedacts: the tail, the spill file, the live writer and the
-// counts see the redacted stream, also when a secret is split across
-// writes and when it straddles the point where the spill starts.
-func TestCaptureRedacts(t *testing.T) {
-	const secret = "s3cr3t-0123456789"
-	set := redact.New([]redact.Secret{{Name: "TOKEN", Value: secret}}, redact.Options{})
-	spill := filepath.Join(t.TempDir(), "spill", "call.stdout")
-	var live strings.Builder
-	c := NewCapture(CaptureOptions{TailBytes: 40, SpillPath: spill, Live: &live, Redact: set})
-	in := strings.Repeat("x", 30) + secret + " middle " + secret[:4]
-	writeChunks(t, c, []byte(in), []int{7})
-	if strings.Contains(live.String(), secret[:4]) {
-		t.Errorf("live output %q shows the first bytes of a secret whose end is unknown", live.String())
-	}
-	c.Write([]byte(secret[4:] + " end"))
-	st, err := c.Stream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Repeat("x", 30) + "[REDACTED:TOKEN] middle [REDACTED:TOKEN] end"
-	if live.String() != want {
-		t.Errorf("live = %q, want %q", live.String(), want)
-	}
-	if st.Text != want[len(want)-40:] || st.DroppedBytes != int64(len(want)-40) {
-		t.Errorf("Stream = %q dropping %d, want %q dropping %d", st.Text, st.DroppedBytes, want[len(want)-40:], len(want)-40)
-	}
-	data, err := os.ReadFile(spill)
-	if err != nil || string(data) != want {
-		t.Errorf("spill file = %q, %v, want %q", data, err, want)
-	}
-
-	// A stream that ends on a possible secret's first bytes keeps them.
-	c = NewCapture(CaptureOptions{Redact: set})
-	c.Write([]byte("end " + secret[:6]))
-	if st, _ := c.Stream(); st.Text != "end "+secret[:6] {
-		t.Errorf("Stream of a stream ending on a prefix = %q, want it whole", st.Text)
 	}
 }
 
@@ -148,7 +110,7 @@ func TestCallSecretsCredentials(t *testing.T) {
 		}
 		return "", false
 	}
-	p := Policy{Credentials: []Credential{
+	p := sandbox.Policy{Credentials: []sandbox.Credential{
 		{Name: "api", Host: "api.example.com", ValueEnv: "SVC_TOKEN"},
 		{Name: "git", Host: "git.example.com", ValueFile: file},
 	}}
@@ -160,7 +122,7 @@ func TestCallSecretsCredentials(t *testing.T) {
 		t.Errorf("the redactor turns the credentials into %q", out)
 	}
 	p.Credentials[0].ValueEnv = "UNSET_TOKEN"
-	if _, err := Redactor(p, nil, getenv); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
+	if _, err := Redactor(p, nil, getenv); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
 		t.Errorf("Redactor with an unset credential variable = %v, want an invalid-argument error naming the credential", err)
 	}
 }

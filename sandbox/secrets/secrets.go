@@ -1,4 +1,4 @@
-package sandbox
+package secrets
 
 import (
 	"fmt"
@@ -10,12 +10,14 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/safefile"
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
 
-// MaxRedactFileBytes bounds a file of Policy.RedactFiles.
-const MaxRedactFileBytes = 64 << 10
+// MaxFileBytes bounds a file of Policy.RedactFiles.
+const MaxFileBytes = 64 << 10
 
-// CallSecrets returns the secrets a call's output must not show (issue
+// Of returns the secrets a call's output must not show (issue
 // 15), names with values, in this order:
 //
 //   - every variable of environ (the service's environment as
@@ -28,7 +30,7 @@ const MaxRedactFileBytes = 64 << 10
 //   - the variables of p.RedactEnv, read with getenv (nil: none); a name
 //     that is not set adds nothing;
 //   - for each file of p.RedactFiles, read with safefile (no link in any
-//     component, a regular file of at most MaxRedactFileBytes, owned by
+//     component, a regular file of at most MaxFileBytes, owned by
 //     root or this process's user and writable by nobody else), its
 //     content without surrounding white space and each of its lines
 //     likewise, named by the file's base name.
@@ -36,17 +38,17 @@ const MaxRedactFileBytes = 64 << 10
 // Values shorter than redact.MinLen are kept here; redact.New skips
 // them. An unreadable file is an error wrapping ErrInvalid that names
 // the file (never its content): a call must not run when a secret it
-// should hide is unknown. CallSecrets is safe for concurrent use.
-func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool)) ([]redact.Secret, error) {
+// should hide is unknown. Of is safe for concurrent use.
+func Of(p sandbox.Policy, environ []string, getenv func(string) (string, bool)) ([]redact.Secret, error) {
 	var out []redact.Secret
 	for _, e := range environ {
 		name, v, ok := strings.Cut(e, "=")
-		if ok && name != "" && (SecretName(name) || SecretValue(v)) {
+		if ok && name != "" && (childenv.SecretName(name) || childenv.SecretValue(v)) {
 			out = append(out, redact.Secret{Name: name, Value: v})
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.EnvSet)) {
-		if v := p.EnvSet[name]; SecretName(name) || SecretValue(v) {
+		if v := p.EnvSet[name]; childenv.SecretName(name) || childenv.SecretValue(v) {
 			out = append(out, redact.Secret{Name: name, Value: v})
 		}
 	}
@@ -58,9 +60,9 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 		}
 	}
 	for i, path := range p.RedactFiles {
-		data, err := safefile.Read(path, safefile.Options{MaxBytes: MaxRedactFileBytes, OperatorOwned: true})
+		data, err := safefile.Read(path, safefile.Options{MaxBytes: MaxFileBytes, OperatorOwned: true})
 		if err != nil {
-			return nil, Errorf(ErrInvalid, "sandbox: policy.redactFiles[%d]: %v", i, err)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.redactFiles[%d]: %v", i, err)
 		}
 		name := filepath.Base(path)
 		text := string(data)
@@ -74,7 +76,7 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 	for i, c := range p.Credentials {
 		v, err := CredentialValue(c, getenv)
 		if err != nil {
-			return nil, Errorf(ErrInvalid, "sandbox: policy.credentials[%d]: %v", i, err)
+			return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: policy.credentials[%d]: %v", i, err)
 		}
 		out = append(out, redact.Secret{Name: "credential-" + c.Name, Value: v})
 	}
@@ -84,10 +86,10 @@ func CallSecrets(p Policy, environ []string, getenv func(string) (string, bool))
 // CredentialValue reads the secret of c at call time: the service's
 // variable c.ValueEnv (through getenv), or the operator-owned file
 // c.ValueFile (safefile: no links, a regular file owned by root or this
-// process, not writable by group or others, at most MaxRedactFileBytes),
+// process, not writable by group or others, at most MaxFileBytes),
 // surrounding white space trimmed. An unset variable, an unreadable
 // file or an empty value is an error naming the source, never the value.
-func CredentialValue(c Credential, getenv func(string) (string, bool)) (string, error) {
+func CredentialValue(c sandbox.Credential, getenv func(string) (string, bool)) (string, error) {
 	var v string
 	switch {
 	case c.ValueEnv != "":
@@ -99,7 +101,7 @@ func CredentialValue(c Credential, getenv func(string) (string, bool)) (string, 
 			return "", fmt.Errorf("credential %q: the service's variable %s is not set", c.Name, c.ValueEnv)
 		}
 	case c.ValueFile != "":
-		data, err := safefile.Read(c.ValueFile, safefile.Options{MaxBytes: MaxRedactFileBytes, OperatorOwned: true})
+		data, err := safefile.Read(c.ValueFile, safefile.Options{MaxBytes: MaxFileBytes, OperatorOwned: true})
 		if err != nil {
 			return "", fmt.Errorf("credential %q: %v", c.Name, err)
 		}
@@ -113,12 +115,12 @@ func CredentialValue(c Credential, getenv func(string) (string, bool)) (string, 
 	return v, nil
 }
 
-// Redactor compiles the CallSecrets of p, with their base64 forms and
+// Redactor compiles the Of of p, with their base64 forms and
 // the registered pattern detector (redact.RegisterDetector) when
 // p.RedactDetectors is set; nil when there is nothing to redact. Errors
-// are those of CallSecrets.
-func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*redact.Set, error) {
-	secrets, err := CallSecrets(p, environ, getenv)
+// are those of Of.
+func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, bool)) (*redact.Set, error) {
+	secrets, err := Of(p, environ, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -129,14 +131,14 @@ func Redactor(p Policy, environ []string, getenv func(string) (string, bool)) (*
 	return s, nil
 }
 
-// RedactOutcome replaces the call's secrets (sandbox.Redactor: the
+// RedactOutcome replaces the call's secrets (Redactor: the
 // service's secret-looking env, the policy's EnvSet and redact section)
 // in the free text of a call's outcome, the error and the egress hosts
 // and reasons, before a client, the CLI's output or the audit log sees it (the output was
 // redacted as it was captured). res is not changed: the result returned
 // is a copy. The error keeps its class and field. When the secrets cannot
 // be known, that text is left out.
-func RedactOutcome(p Policy, res *Result, err error) (*Result, error) {
+func RedactOutcome(p sandbox.Policy, res *sandbox.Result, err error) (*sandbox.Result, error) {
 	if err == nil && (res == nil || len(res.Egress) == 0) {
 		return res, err
 	}

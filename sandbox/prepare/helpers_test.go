@@ -1,0 +1,127 @@
+package prepare
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
+)
+
+// mapEnv is a fake service environment for Getenv.
+func mapEnv(kv ...string) func(string) (string, bool) {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// benchEnvInput is a realistic call: an image env, a few inherited names,
+// policy env and a full snapshot.
+func benchEnvInput() childenv.Input {
+	return childenv.Input{
+		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
+		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
+		Getenv:   mapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
+		Ordinary: []string{"GOFLAGS=-mod=mod", "CI=1", "DSH_SESSION_ID=fake"},
+		Snapshot: []string{
+			"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+			"DSH_SESSION_JSONL=/home/u/.dsh/sessions/--home-u-work--/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/session.jsonl",
+			"DSH_SHELL=1",
+		},
+	}
+}
+
+// ownerOf is the uid, gid and permission bits of path.
+func ownerOf(t *testing.T, path string) (uint32, uint32, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid, fi.Mode().Perm()
+}
+
+// readACL reads the access ACL attribute of path without getfacl.
+func readACL(t *testing.T, path string) acl.ACL {
+	t.Helper()
+	buf := make([]byte, 512)
+	n, err := syscall.Getxattr(path, "system.posix_acl_access", buf)
+	if errors.Is(err, syscall.ENODATA) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("getxattr %s: %v", path, err)
+	}
+	a, err := acl.Parse(buf[:n])
+	if err != nil {
+		t.Fatalf("Parse(%s) = %v", path, err)
+	}
+	return a
+}
+
+// userEntry is the named-user entry of uid in a, if any.
+func userEntry(a acl.ACL, uid uint32) (uint16, bool) {
+	for _, e := range a {
+		if e.Tag == acl.User && e.ID == uid {
+			return e.Perm, true
+		}
+	}
+	return 0, false
+}
+
+// requireRootACL skips (never under CI=true) when the test cannot give
+// files to other users.
+func requireRootACL(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing := fmt.Sprintf("giving the session directory to the harness user needs root (running as uid %d)", os.Geteuid())
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %s", missing)
+		}
+		t.Skip(missing)
+	}
+}
+
+// pathTree builds, in a fresh directory, a workspace with the links an
+// agent could plant: ws/{sub/, file, link-root -> /, link-sub -> sub,
+// dangling -> missing}, and linkdir -> ws beside it. It returns the
+// directory, with its own links resolved.
+func pathTree(t *testing.T) string {
+	t.Helper()
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(base, "ws")
+	for _, d := range []string{ws, filepath.Join(ws, "sub")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "file"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		filepath.Join(ws, "link-root"): "/",
+		filepath.Join(ws, "link-sub"):  "sub",
+		filepath.Join(ws, "dangling"):  filepath.Join(base, "missing"),
+		filepath.Join(base, "linkdir"): ws,
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base
+}
