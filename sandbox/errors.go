@@ -3,6 +3,8 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
 )
 
 // Error classes. Every error this package and its backends return wraps
@@ -84,7 +86,7 @@ func ExitCode(res *Result, err error) int {
 	case res.TimedOut:
 		return ExitTimeout
 	case res.Signal != "":
-		if n, ok := SignalNumber(res.Signal); ok {
+		if n, ok := signals.Number(res.Signal); ok {
 			return 128 + int(n)
 		}
 		return ExitSandbox

@@ -4,7 +4,7 @@
 // on a fresh writable snapshot of the image with a read-only root set in
 // the spec. The spec is built from the same policy.SpecOpts as the oci
 // backend's; the task's FIFOs live in a directory under StateDir; stdio
-// is attached before the task starts; sandbox.Supervise handles timeout
+// is attached before the task starts; process.Supervise handles timeout
 // and cancellation; and the task, the container and its snapshot are
 // removed on every path. Only runc runs (see checkRuntime for crun).
 //

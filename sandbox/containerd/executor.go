@@ -30,6 +30,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -438,7 +439,7 @@ func (e *Executor) callSpec(call *driver.Call, opts []sandbox.SpecOpt) (*specs.S
 	req := call.Request
 	parts := policy.SpecParts{
 		Root: "rootfs",
-		Args: sandbox.InitArgs(req, call.Env), Env: call.Env, Cwd: call.Workdir,
+		Args: process.InitArgs(req, call.Env), Env: call.Env, Cwd: call.Workdir,
 		Opts:        opts,
 		Labels:      call.Labels,
 		CgroupsPath: cgroupsPath(e.instance, call.ID),

@@ -22,6 +22,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
 )
 
 // daemonWait bounds how long the fault tests wait for their daemon to
@@ -225,7 +226,7 @@ func daemonLeftovers(t *testing.T, e *Executor, address, instance string) []stri
 // cgroup directory behind.
 func TestRunDaemonStopsUnavailableCases(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		t.Run(sandbox.SignalName(sig), func(t *testing.T) { testRunDaemonStops(t, sig) })
+		t.Run(signals.Name(sig), func(t *testing.T) { testRunDaemonStops(t, sig) })
 	}
 }
 

@@ -2,7 +2,7 @@
 // in its own container, created through the engine API (with API version
 // negotiation, so an older daemon such as Debian's 20.10 / API 1.41
 // works), attached before it starts so that no output is lost, supervised
-// with sandbox.Supervise and removed on every path. The container has the
+// with process.Supervise and removed on every path. The container has the
 // same shape as the oci backend's: no network (under network allowlist
 // only the egress servers, which the service starts in the container's
 // namespace while its pid 1 waits: egress.go), a read-only root, no

@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -477,7 +478,7 @@ func (e *Executor) containerConfig(call *sandbox.Call, req *sandbox.Request, uid
 		Hostname:        policy.Hostname,
 		User:            strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10),
 		Env:             call.Env,
-		Cmd:             sandbox.InitArgs(req, call.Env),
+		Cmd:             process.InitArgs(req, call.Env),
 		Entrypoint:      []string{},
 		WorkingDir:      call.Workdir,
 		Image:           p.Image,
@@ -697,7 +698,7 @@ func (e *Executor) oomKilled(ctx context.Context, log *slog.Logger, id string) b
 // rather than the command's: the wait failed, the output stream broke,
 // or the status says pid 1 died of a signal or is one the engine made
 // up (128 and above, or negative). An engine that stops sends the stop
-// signal (SIGTERM) to pid 1 alone, which the init traps (sandbox.InitArgs),
+// signal (SIGTERM) to pid 1 alone, which the init traps (process.InitArgs),
 // and SIGKILL after the stop timeout, so a container it stops ends with
 // status 137; one that crashes breaks the wait off. A status below 128
 // with an intact wait and stream is the command's own, even when the

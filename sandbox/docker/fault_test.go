@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
 )
 
 // stopWait bounds how long the test waits for its engine to stop or to
@@ -193,7 +194,7 @@ func TestRunEngineStopsUnavailable(t *testing.T) {
 	d := startPrivateEngine(t)
 	shared := sharedDaemons()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		t.Run(sandbox.SignalName(sig), func(t *testing.T) { testRunEngineStops(t, d, sig) })
+		t.Run(signals.Name(sig), func(t *testing.T) { testRunEngineStops(t, d, sig) })
 	}
 	if diff := compareDaemons(shared, sharedDaemons()); diff != "" {
 		t.Errorf("stopping the private engine changed a shared daemon: %s", diff)

@@ -3,7 +3,7 @@
 // directories (prepare.Paths), labels, output capture, spill and
 // redaction (capture.ForCall), a cleanup stack run on every path on
 // a context detached from the caller's, supervision (timeout,
-// cancellation, kill grace: sandbox.Supervise), exit decoding, timings
+// cancellation, kill grace: process.Supervise), exit decoding, timings
 // and the out-of-memory report. A backend implements only the primitives
 // of Backend, Slot and Process — resolve a request, prepare a slot (a
 // container that runs and waits for its call), bind the call to it
@@ -34,7 +34,9 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
 )
 
 // TeardownTimeout bounds the cleanup of one call; it runs on a context
@@ -238,7 +240,7 @@ type Exit struct {
 	// Signal is the signal that killed the process; 0 when it exited.
 	Signal syscall.Signal
 	// Init says Status comes from the container's init, which reports a
-	// child killed by signal N as 128+N (sandbox.DecodeExitStatus).
+	// child killed by signal N as 128+N (process.DecodeExitStatus).
 	Init bool
 	// OOMKilled says the out-of-memory killer struck in the container.
 	OOMKilled bool
@@ -265,9 +267,9 @@ func WaitExit(ws syscall.WaitStatus, init bool) Exit {
 func (x Exit) decode() (*int, string) {
 	switch {
 	case x.Signal != 0:
-		return nil, sandbox.SignalName(x.Signal)
+		return nil, signals.Name(x.Signal)
 	case x.Init:
-		return sandbox.DecodeExitStatus(x.Status)
+		return process.DecodeExitStatus(x.Status)
 	}
 	code := x.Status
 	return &code, ""
@@ -398,14 +400,14 @@ func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call
 }
 
 // await supervises the bound process p until it ends (timeout,
-// cancellation and kill grace: sandbox.Supervise), waits for it on bg
+// cancellation and kill grace: process.Supervise), waits for it on bg
 // and fills the call's result with its output and how it ended; an
 // error is Process.Wait's.
 func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *capture.Writer) error {
 	res := call.Result
 	var lastSig syscall.Signal
-	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
-		log.Debug("stopping container", "signal", sandbox.SignalName(sig))
+	timedOut, aborted := process.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
+		log.Debug("stopping container", "signal", signals.Name(sig))
 		lastSig = sig
 		return p.Signal(bg, sig)
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -111,7 +112,7 @@ func (e *Executor) attach(ctx context.Context, name string) (*podProcess, error)
 func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
 	call, req, p := c.call, c.call.Request, c.p
 	msg := stub.Call{
-		Argv:     sandbox.InitArgs(req, call.Env),
+		Argv:     process.InitArgs(req, call.Env),
 		Env:      call.Env,
 		Dir:      call.Workdir,
 		Deadline: call.Timeout + p.e.opts.KillGrace + 2*time.Second,

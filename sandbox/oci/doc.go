@@ -12,7 +12,7 @@
 // config.json
 // built from a base spec, the policy's spec options and this package's
 // own → `runtime
-// run` supervised by sandbox.Supervise (SIGTERM to every process, then
+// run` supervised by process.Supervise (SIGTERM to every process, then
 // SIGKILL) → teardown on a detached context: `runtime delete --force`,
 // cgroup directories in every hierarchy, staging and overlay unmounts,
 // bundle removal.

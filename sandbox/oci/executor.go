@@ -26,6 +26,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -602,7 +603,7 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 	// and command.
 	parts := policy.SpecParts{
 		Root: bundleRootfs, Binds: binds,
-		Args: sandbox.InitArgsWithShell(bash, req, call.Env), Env: call.Env, Cwd: call.Workdir,
+		Args: process.InitArgsWithShell(bash, req, call.Env), Env: call.Env, Cwd: call.Workdir,
 		Opts:        opts,
 		Labels:      reap.Labels(e.instance, call.ID, req.Session.ID, req.Labels),
 		CgroupsPath: containerCgroupsPath(e.instance, call.ID),

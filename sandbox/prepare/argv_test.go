@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 )
 
 func TestPrepareArgvCase(t *testing.T) {
@@ -59,8 +60,8 @@ func TestInitArgvRuns(t *testing.T) {
 	argv := []string{"printf", `%s\n`, "c;d", "$HOME", "*", "a b", "'q'", "$(id)"}
 	want := "c;d\n$HOME\n*\na b\n'q'\n$(id)\n"
 	for name, args := range map[string][]string{
-		"InitArgs":          sandbox.InitArgs(&sandbox.Request{Argv: argv}, env),
-		"InitArgsWithShell": sandbox.InitArgsWithShell("/bin/bash", &sandbox.Request{Argv: argv}, env),
+		"InitArgs":          process.InitArgs(&sandbox.Request{Argv: argv}, env),
+		"InitArgsWithShell": process.InitArgsWithShell("/bin/bash", &sandbox.Request{Argv: argv}, env),
 	} {
 		if !slices.Equal(args[len(args)-len(argv):], argv) {
 			t.Errorf("%s(argv %q) = %q, want the argv last and unchanged", name, argv, args)
@@ -79,7 +80,7 @@ func TestInitArgvRuns(t *testing.T) {
 		}
 	}
 	// One command string still runs through a shell.
-	cmd := exec.Command("/bin/sh", sandbox.InitArgs(&sandbox.Request{Command: "echo a; echo b"}, env)[1:]...)
+	cmd := exec.Command("/bin/sh", process.InitArgs(&sandbox.Request{Command: "echo a; echo b"}, env)[1:]...)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "a\nb\n" {
 		t.Errorf("InitArgs(command %q) = %q, %v; want %q", "echo a; echo b", out, err, "a\nb\n")

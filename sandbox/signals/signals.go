@@ -1,4 +1,4 @@
-package sandbox
+package signals
 
 import (
 	"strconv"
@@ -26,11 +26,11 @@ const (
 	sigRTMax = 64
 )
 
-// SignalName returns the name of Linux signal n as Result.Signal spells
+// Name returns the name of Linux signal n as Result.Signal spells
 // it: "SIGKILL", "SIGRTMIN+3", "SIGRTMAX-2" (bash's `kill -l` spelling),
 // or "SIG<n>" for a number without a name. It returns "" for n ≤ 0 or
 // n > 64.
-func SignalName(n syscall.Signal) string {
+func Name(n syscall.Signal) string {
 	switch {
 	case n <= 0 || n > sigRTMax:
 		return ""
@@ -48,10 +48,10 @@ func SignalName(n syscall.Signal) string {
 	return "SIGRTMAX-" + strconv.Itoa(int(sigRTMax-n))
 }
 
-// SignalNumber is the inverse of SignalName: it returns the Linux number
+// Number is the inverse of Name: it returns the Linux number
 // of a signal name, with or without the "SIG" prefix, in any case. ok is
 // false for a name it does not know.
-func SignalNumber(name string) (n syscall.Signal, ok bool) {
+func Number(name string) (n syscall.Signal, ok bool) {
 	s := strings.ToUpper(name)
 	if !strings.HasPrefix(s, "SIG") {
 		s = "SIG" + s

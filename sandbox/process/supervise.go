@@ -1,9 +1,11 @@
-package sandbox
+package process
 
 import (
 	"context"
 	"syscall"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Supervise watches a running container until done is closed and stops it
@@ -23,7 +25,7 @@ import (
 // and no signal is sent.
 func Supervise(ctx context.Context, timeout, grace time.Duration, done <-chan struct{}, signal func(sig syscall.Signal) error) (timedOut, aborted bool) {
 	if grace <= 0 {
-		grace = DefaultKillGrace
+		grace = sandbox.DefaultKillGrace
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {

@@ -1,9 +1,12 @@
-package sandbox
+package process
 
 import (
 	"fmt"
 	"strings"
 	"syscall"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
 )
 
 // initRun is the container's pid 1 after the preamble of initScript: a
@@ -57,7 +60,7 @@ func initScript(env []string) string {
 // with no shell parsing it (the init's `exec "$@"` looks Argv[0] up in
 // the restored PATH). No env value other than initOwnedVars' appears in
 // the argv. The image must have /bin/sh.
-func InitArgs(req *Request, env []string) []string {
+func InitArgs(req *sandbox.Request, env []string) []string {
 	if req.Argv != nil {
 		return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, req.Argv...)
 	}
@@ -69,7 +72,7 @@ func InitArgs(req *Request, env []string) []string {
 // where an empty shell means /bin/sh, or req.Argv exactly. Every backend
 // thus gives a command the same process tree, signal semantics and
 // environment.
-func InitArgsWithShell(shell string, req *Request, env []string) []string {
+func InitArgsWithShell(shell string, req *sandbox.Request, env []string) []string {
 	if req.Argv != nil {
 		return append([]string{"/bin/sh", "-c", initScript(env), "sh"}, req.Argv...)
 	}
@@ -105,21 +108,9 @@ const maxSignal = 64
 // `exit 137` looks the same, as it does in $?).
 func DecodeExitStatus(status int) (code *int, signal string) {
 	if status > 128 && status <= 128+maxSignal {
-		if name := SignalName(syscall.Signal(status - 128)); name != "" {
+		if name := signals.Name(syscall.Signal(status - 128)); name != "" {
 			return nil, name
 		}
 	}
 	return &status, ""
-}
-
-// StoppedBy settles the outcome of a call that Supervise stopped with
-// sig (the last signal it sent): when r.TimedOut or r.Aborted is set and
-// r names no signal, the command chose its own exit status after being
-// told to stop (a TERM handler); it still did not finish on its own, so
-// r reports sig and no exit code. Otherwise, or when sig is 0, r is left
-// as it is. Set r.TimedOut and r.Aborted first.
-func (r *Result) StoppedBy(sig syscall.Signal) {
-	if (r.TimedOut || r.Aborted) && r.Signal == "" && sig != 0 {
-		r.ExitCode, r.Signal = nil, SignalName(sig)
-	}
 }

@@ -1,11 +1,12 @@
-package sandbox
+package process
 
 import (
 	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func TestDecodeExitStatusCases(t *testing.T) {
@@ -57,7 +58,7 @@ func TestInitScriptCases(t *testing.T) {
 			}
 		}
 	}
-	args := InitArgs(&Request{Command: "echo hi"}, nil)
+	args := InitArgs(&sandbox.Request{Command: "echo hi"}, nil)
 	if !slices.Equal(args[:2], []string{"/bin/sh", "-c"}) || args[3] != "sh" || args[4] != "echo hi" {
 		t.Errorf("InitArgs(%q, nil) = %q, want /bin/sh -c SCRIPT sh %q", "echo hi", args, "echo hi")
 	}
@@ -74,8 +75,8 @@ func TestInitShellRuns(t *testing.T) {
 	}
 	env := []string{"A=1", "B=two words"}
 	inits := map[string]func(command string) []string{
-		"InitArgsWithShell": func(command string) []string { return InitArgsWithShell("", &Request{Command: command}, env) },
-		"InitArgs":          func(command string) []string { return InitArgs(&Request{Command: command}, env) },
+		"InitArgsWithShell": func(command string) []string { return InitArgsWithShell("", &sandbox.Request{Command: command}, env) },
+		"InitArgs":          func(command string) []string { return InitArgs(&sandbox.Request{Command: command}, env) },
 	}
 	for name, initArgs := range inits {
 		for _, sh := range shells {
@@ -111,33 +112,6 @@ func TestInitShellRuns(t *testing.T) {
 					t.Errorf("%s under %v running %q = %q, %q, %d, want %q, %q, %d", name, sh, tc.command, out, errs, code, tc.wantOut, tc.wantErr, tc.wantCode)
 				}
 			}
-		}
-	}
-}
-
-func TestStoppedByCases(t *testing.T) {
-	three := 3
-	for _, tc := range []struct {
-		name       string
-		res        Result
-		sig        syscall.Signal
-		wantCode   int // -1: nil
-		wantSignal string
-	}{
-		{"finished-alone", Result{ExitCode: &three}, syscall.SIGTERM, 3, ""},
-		{"timeout-own-status", Result{ExitCode: &three, TimedOut: true}, syscall.SIGTERM, -1, "SIGTERM"},
-		{"aborted-own-status", Result{ExitCode: &three, Aborted: true}, syscall.SIGKILL, -1, "SIGKILL"},
-		{"timeout-signalled", Result{Signal: "SIGKILL", TimedOut: true}, syscall.SIGTERM, -1, "SIGKILL"},
-		{"timeout-no-signal-sent", Result{ExitCode: &three, TimedOut: true}, 0, 3, ""},
-	} {
-		r := tc.res
-		r.StoppedBy(tc.sig)
-		got := -1
-		if r.ExitCode != nil {
-			got = *r.ExitCode
-		}
-		if got != tc.wantCode || r.Signal != tc.wantSignal {
-			t.Errorf("%s: StoppedBy(%v) = %d, %q, want %d, %q", tc.name, tc.sig, got, r.Signal, tc.wantCode, tc.wantSignal)
 		}
 	}
 }

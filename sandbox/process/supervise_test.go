@@ -1,4 +1,4 @@
-package sandbox
+package process
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // helperEnv selects a fake child behaviour when the test binary is
@@ -134,7 +136,7 @@ func TestSupervise(t *testing.T) {
 		},
 		{
 			name: "zero grace means the default", timeout: timeout, grace: 0, endOn: []syscall.Signal{syscall.SIGKILL},
-			want: []sent{{syscall.SIGTERM, timeout}, {syscall.SIGKILL, timeout + DefaultKillGrace}}, wantTimedOut: true,
+			want: []sent{{syscall.SIGTERM, timeout}, {syscall.SIGKILL, timeout + sandbox.DefaultKillGrace}}, wantTimedOut: true,
 		},
 	}
 	for _, tt := range tests {

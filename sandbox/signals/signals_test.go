@@ -1,4 +1,4 @@
-package sandbox
+package signals
 
 import (
 	"syscall"
@@ -27,8 +27,8 @@ func TestSignalName(t *testing.T) {
 		{65, ""},
 	}
 	for _, tt := range tests {
-		if got := SignalName(tt.n); got != tt.want {
-			t.Errorf("SignalName(%d) = %q, want %q", int(tt.n), got, tt.want)
+		if got := Name(tt.n); got != tt.want {
+			t.Errorf("Name(%d) = %q, want %q", int(tt.n), got, tt.want)
 		}
 	}
 }
@@ -59,14 +59,14 @@ func TestSignalNumber(t *testing.T) {
 		{"SIGRTMIN+", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := SignalNumber(tt.name)
+		got, ok := Number(tt.name)
 		if got != tt.want || ok != tt.wantOK {
-			t.Errorf("SignalNumber(%q) = %d, %v, want %d, %v", tt.name, int(got), ok, int(tt.want), tt.wantOK)
+			t.Errorf("Number(%q) = %d, %v, want %d, %v", tt.name, int(got), ok, int(tt.want), tt.wantOK)
 		}
 	}
 	for n := syscall.Signal(1); n <= 64; n++ {
-		if got, ok := SignalNumber(SignalName(n)); got != n || !ok {
-			t.Errorf("SignalNumber(SignalName(%d)) = %d, %v, want %d, true", int(n), int(got), ok, int(n))
+		if got, ok := Number(Name(n)); got != n || !ok {
+			t.Errorf("Number(Name(%d)) = %d, %v, want %d, true", int(n), int(got), ok, int(n))
 		}
 	}
 }
