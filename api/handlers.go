@@ -17,6 +17,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/render"
 )
 
 // handleRun runs one foreground call: one RunResponse, or an NDJSON stream
@@ -64,7 +65,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, types.RunResponse{ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
+		return writeJSON(w, http.StatusOK, types.RunResponse{ExecutionID: req.CallID, Result: res, Rendered: render.Result(res)})
 	}
 	st := &stream{w: w, rc: http.NewResponseController(w)}
 	req.Stdout = st.writer(types.EventStdout)
@@ -78,7 +79,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) error {
 		st.send(types.Event{Type: types.EventError, Error: &body})
 		return nil
 	}
-	st.send(types.Event{Type: types.EventResult, ExecutionID: req.CallID, Result: res, Rendered: sandbox.Render(res)})
+	st.send(types.Event{Type: types.EventResult, ExecutionID: req.CallID, Result: res, Rendered: render.Result(res)})
 	return nil
 }
 

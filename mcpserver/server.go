@@ -6,7 +6,7 @@
 // policy are the operator's (fixed when the server is made), never the
 // model's, and the model can pass neither environment nor stdin.
 // Foreground results are rendered as dsh's bash tool renders them
-// (sandbox.Render, DESIGN §3.7).
+// (render.Result, DESIGN §3.7).
 //
 // It may import sandbox, overlay, contributors, persistence, session and
 // policy, never a backend: cmd/dsh-sandbox wires the executor in.
@@ -16,9 +16,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
 	"strings"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/jobs"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/render"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -279,7 +281,7 @@ func (s *Server) bash(ctx context.Context, _ *mcp.CallToolRequest, in BashInput)
 		return nil, nil, sandboxError(err)
 	}
 	log.Debug().Int("exit", sandbox.ExitCode(res, nil)).Msg("call ended")
-	return textResult(sandbox.Render(res), false), BashOutput{Result: res}, nil
+	return textResult(render.Result(res), false), BashOutput{Result: res}, nil
 }
 
 func checkJob(in JobInput) error {
@@ -350,7 +352,7 @@ func textResult(text string, isError bool) *mcp.CallToolResult {
 // job: the new stdout, then "[stderr]" and the new stderr; "(no new
 // output)" when both are empty; a notice per stream whose unread bytes
 // were dropped (with the spill file once the job has ended); then
-// "[running]" while the job runs, or how it ended in sandbox.Render's
+// "[running]" while the job runs, or how it ended in render.Result's
 // words, with "[exit code: 0]" for success, or "[sandbox error: …]" when
 // the job could not run. RenderJob is pure.
 func RenderJob(o sandbox.JobOutput) string {
@@ -407,13 +409,13 @@ func RenderJob(o sandbox.JobOutput) string {
 	return b.String()
 }
 
-// endMarkers are sandbox.Render's closing lines for res (aborted, timed
+// endMarkers are render.Result's closing lines for res (aborted, timed
 // out, signal, exit code), taken from Render itself so the wording has
 // one source; "[exit code: 0]" when Render adds none.
 func endMarkers(res *sandbox.Result) string {
 	r := *res
 	r.Stdout, r.Stderr = sandbox.Stream{}, sandbox.Stream{}
-	text := strings.TrimPrefix(sandbox.Render(&r), "(no output)")
+	text := strings.TrimPrefix(render.Result(&r), "(no output)")
 	text = strings.TrimPrefix(text, "\n")
 	if text == "" {
 		return "[exit code: 0]"

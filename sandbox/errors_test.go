@@ -68,3 +68,5 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+func exit(n int) *int { return &n }

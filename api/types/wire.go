@@ -99,7 +99,7 @@ type RunResponse struct {
 	ExecutionID string `json:"executionId"`
 	// Result is the outcome of the call.
 	Result *sandbox.Result `json:"result"`
-	// Rendered is sandbox.Render(Result), the model-facing text.
+	// Rendered is render.Result(Result), the model-facing text.
 	Rendered string `json:"rendered"`
 }
 

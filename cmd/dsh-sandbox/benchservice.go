@@ -18,6 +18,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/client"
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/render"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -211,7 +212,7 @@ func (b *serviceBench) call(ctx context.Context, id string) (time.Duration, stri
 		return d, "", err
 	}
 	if res := resp.Result; res.ExitCode == nil || *res.ExitCode != 0 {
-		return d, "", fmt.Errorf("true did not exit 0: %s", sandbox.Render(res))
+		return d, "", fmt.Errorf("true did not exit 0: %s", render.Result(res))
 	}
 	return d, resp.Result.Timings.Pool, nil
 }

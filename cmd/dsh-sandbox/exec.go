@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/render"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
 
@@ -177,7 +178,7 @@ const maxDenialLines = 10
 // call (host, port, the rule; how many connections when several), so
 // that a denial does not pass for a network fault.
 func printDenials(w io.Writer, egress []sandbox.Connection) {
-	denials := sandbox.Denials(egress)
+	denials := render.Denials(egress)
 	for i, d := range denials {
 		if i == maxDenialLines {
 			fmt.Fprintf(w, "dsh-sandbox: and %d more denied hosts (--json lists every connection)\n", len(denials)-i)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/render"
 )
 
 // oomCases check that a call the out-of-memory killer ends is reported
@@ -36,7 +36,7 @@ func testOOMKilledReported(t *testing.T, s *suite) {
 	if strings.Contains(res.Stdout.Text, "survived") {
 		t.Errorf("stdout = %q: the allocation succeeded under a 64 MiB limit", res.Stdout.Text)
 	}
-	if got, want := sandbox.Render(res), "[killed by signal: SIGKILL (out of memory)]"; !strings.HasSuffix(got, want) {
+	if got, want := render.Result(res), "[killed by signal: SIGKILL (out of memory)]"; !strings.HasSuffix(got, want) {
 		t.Errorf("Render(result) = %q, want it to end with %q", got, want)
 	}
 }
@@ -63,7 +63,7 @@ func testOOMNotReported(t *testing.T, s *suite) {
 	if res.OOMKilled {
 		t.Errorf("Run(kill -KILL $$).OOMKilled = true, want false")
 	}
-	if got := sandbox.Render(res); strings.Contains(got, "out of memory") {
+	if got := render.Result(res); strings.Contains(got, "out of memory") {
 		t.Errorf("Render(result) = %q, want no out-of-memory note", got)
 	}
 }

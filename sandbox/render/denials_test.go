@@ -1,14 +1,16 @@
-package sandbox
+package render
 
 import (
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 func TestDenials(t *testing.T) {
-	egress := []Connection{
+	egress := []sandbox.Connection{
 		{Host: "api.example", Port: 443, Verdict: "allowed", Reason: "allow api.example"},
 		{Host: "evil.test", Port: 443, Verdict: "denied", Reason: "not in the allowlist"},
 		{Host: "::1", Port: 80, Verdict: "denied", Reason: "loopback"},
@@ -25,9 +27,9 @@ func TestDenials(t *testing.T) {
 	if Denials(egress[:1]) != nil || DenialNote(egress[:1]) != "" {
 		t.Errorf("a record without denials gave %+v, %q; want none", Denials(egress[:1]), DenialNote(egress[:1]))
 	}
-	var many []Connection
+	var many []sandbox.Connection
 	for i := range 8 {
-		many = append(many, Connection{Host: fmt.Sprintf("h%d.test", i), Port: 443, Verdict: "denied", Reason: "r"})
+		many = append(many, sandbox.Connection{Host: fmt.Sprintf("h%d.test", i), Port: 443, Verdict: "denied", Reason: "r"})
 	}
 	if note := DenialNote(many); !strings.Contains(note, "h4.test:443 and 3 more;") || strings.Contains(note, "h5.test") {
 		t.Errorf("DenialNote(8 hosts) = %q, want five named and 3 counted", note)
@@ -38,14 +40,14 @@ func TestDenials(t *testing.T) {
 // note, after the exit code; one without is rendered as dsh renders it.
 func TestRenderEndsWithDenialNote(t *testing.T) {
 	code := 7
-	res := &Result{ExitCode: &code, Stderr: Stream{Text: "curl: (7) Failed to connect\n"},
-		Egress: []Connection{{Host: "evil.test", Port: 443, Verdict: "denied", Reason: "not in the allowlist"}}}
+	res := &sandbox.Result{ExitCode: &code, Stderr: sandbox.Stream{Text: "curl: (7) Failed to connect\n"},
+		Egress: []sandbox.Connection{{Host: "evil.test", Port: 443, Verdict: "denied", Reason: "not in the allowlist"}}}
 	want := "[stderr]\ncurl: (7) Failed to connect\n[exit code: 7]\n[network: the sandbox denied connections to evil.test:443; a policy decision, not a network fault]"
-	if got := Render(res); got != want {
-		t.Errorf("Render() = %q, want %q", got, want)
+	if got := Result(res); got != want {
+		t.Errorf("Result() = %q, want %q", got, want)
 	}
 	res.Egress[0].Verdict = "allowed"
-	if got := Render(res); strings.Contains(got, "network") {
-		t.Errorf("Render(no denial) = %q, want no note", got)
+	if got := Result(res); strings.Contains(got, "network") {
+		t.Errorf("Result(no denial) = %q, want no note", got)
 	}
 }

@@ -1,9 +1,11 @@
-package sandbox
+package render
 
 import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Denial is a host and port the call tried to reach and the egress
@@ -19,7 +21,7 @@ type Denial struct {
 // Denials returns the denied connections of an egress record, one per
 // host and port, in the order they were first tried. A call without
 // denials returns nil.
-func Denials(egress []Connection) []Denial {
+func Denials(egress []sandbox.Connection) []Denial {
 	var out []Denial
 	at := map[string]int{}
 	for _, c := range egress {
@@ -49,7 +51,7 @@ const maxNamedDenials = 5
 // whose call had connections denied: "[network: the sandbox denied
 // connections to HOST:PORT, …; a policy decision, not a network fault]",
 // naming at most five hosts and counting the rest; "" without denials.
-func DenialNote(egress []Connection) string {
+func DenialNote(egress []sandbox.Connection) string {
 	d := Denials(egress)
 	if len(d) == 0 {
 		return ""

@@ -1,11 +1,13 @@
-package sandbox
+package render
 
 import (
 	"strconv"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// Render returns the model-facing text of a foreground result, in the
+// Result returns the model-facing text of a foreground result, in the
 // format of dsh's bash tool (DESIGN §3.7), so that prompts and parsers
 // written for dsh read it unchanged:
 //
@@ -31,7 +33,7 @@ import (
 //     changes.
 //
 // A nil res renders as "". Render is pure.
-func Render(res *Result) string {
+func Result(res *sandbox.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -85,7 +87,7 @@ func Render(res *Result) string {
 }
 
 // renderStream is a stream's text with its truncation notice.
-func renderStream(s Stream) string {
+func renderStream(s sandbox.Stream) string {
 	if !s.Truncated {
 		return s.Text
 	}

@@ -1,15 +1,17 @@
-package sandbox
+package render
 
 import (
 	"bufio"
 	"encoding/json"
 	"flag"
-	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -19,38 +21,38 @@ func exit(n int) *int { return &n }
 func TestRenderGolden(t *testing.T) {
 	tests := []struct {
 		name string
-		res  Result
+		res  sandbox.Result
 	}{
-		{"plain", Result{ExitCode: exit(0), Stdout: Stream{Text: "hello\nworld\n"}}},
-		{"plain_no_newline", Result{ExitCode: exit(0), Stdout: Stream{Text: "42"}}},
-		{"stderr_only", Result{ExitCode: exit(1), Stderr: Stream{Text: "bash: nope: command not found\n"}}},
-		{"both", Result{ExitCode: exit(0), Stdout: Stream{Text: "out line"}, Stderr: Stream{Text: "warning: careful\n"}}},
-		{"no_output", Result{ExitCode: exit(0)}},
-		{"no_output_nonzero", Result{ExitCode: exit(3)}},
-		{"truncated_inside", Result{ExitCode: exit(0), Stdout: Stream{
+		{"plain", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{Text: "hello\nworld\n"}}},
+		{"plain_no_newline", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{Text: "42"}}},
+		{"stderr_only", sandbox.Result{ExitCode: exit(1), Stderr: sandbox.Stream{Text: "bash: nope: command not found\n"}}},
+		{"both", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{Text: "out line"}, Stderr: sandbox.Stream{Text: "warning: careful\n"}}},
+		{"no_output", sandbox.Result{ExitCode: exit(0)}},
+		{"no_output_nonzero", sandbox.Result{ExitCode: exit(3)}},
+		{"truncated_inside", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{
 			Text: "line 99998\nline 99999\n", Truncated: true, DroppedBytes: 1088866,
 			SpillPath:   "/home/u/.dsh/sessions/--work-app--/0190a1b2/spill/call-7f3a.stdout",
 			SpillInside: true,
 		}}},
-		{"truncated_outside", Result{ExitCode: exit(0), Stdout: Stream{
+		{"truncated_outside", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{
 			Text: "tail\n", Truncated: true, DroppedBytes: 70000,
 			SpillPath: "/var/lib/dsh-sandbox/spill/call-7f3a.stdout",
 		}}},
-		{"truncated_unavailable", Result{ExitCode: exit(0), Stdout: Stream{Text: "tail", Truncated: true, DroppedBytes: 9}}},
-		{"truncated_both_streams", Result{ExitCode: exit(2),
-			Stdout: Stream{Text: "o", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stdout", SpillInside: true},
-			Stderr: Stream{Text: "e", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stderr", SpillInside: true},
+		{"truncated_unavailable", sandbox.Result{ExitCode: exit(0), Stdout: sandbox.Stream{Text: "tail", Truncated: true, DroppedBytes: 9}}},
+		{"truncated_both_streams", sandbox.Result{ExitCode: exit(2),
+			Stdout: sandbox.Stream{Text: "o", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stdout", SpillInside: true},
+			Stderr: sandbox.Stream{Text: "e", Truncated: true, DroppedBytes: 1, SpillPath: "/s/spill/c.stderr", SpillInside: true},
 		}},
-		{"timed_out", Result{TimedOut: true, TimeoutMs: 120000, Signal: "SIGTERM", Stdout: Stream{Text: "waiting...\n"}}},
-		{"timed_out_trapped", Result{TimedOut: true, TimeoutMs: 500, ExitCode: exit(0)}},
-		{"signal", Result{Signal: "SIGKILL", Stdout: Stream{Text: "allocating\n"}}},
-		{"aborted", Result{Aborted: true, Signal: "SIGTERM", TimeoutMs: 120000}},
-		{"nonzero_exit", Result{ExitCode: exit(127), Stdout: Stream{Text: "---random pick---\n"}, Stderr: Stream{Text: "bash: shuf: command not found\n"}}},
-		{"unknown_status", Result{Stdout: Stream{Text: "x\n"}}},
+		{"timed_out", sandbox.Result{TimedOut: true, TimeoutMs: 120000, Signal: "SIGTERM", Stdout: sandbox.Stream{Text: "waiting...\n"}}},
+		{"timed_out_trapped", sandbox.Result{TimedOut: true, TimeoutMs: 500, ExitCode: exit(0)}},
+		{"signal", sandbox.Result{Signal: "SIGKILL", Stdout: sandbox.Stream{Text: "allocating\n"}}},
+		{"aborted", sandbox.Result{Aborted: true, Signal: "SIGTERM", TimeoutMs: 120000}},
+		{"nonzero_exit", sandbox.Result{ExitCode: exit(127), Stdout: sandbox.Stream{Text: "---random pick---\n"}, Stderr: sandbox.Stream{Text: "bash: shuf: command not found\n"}}},
+		{"unknown_status", sandbox.Result{Stdout: sandbox.Stream{Text: "x\n"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Render(&tt.res)
+			got := Result(&tt.res)
 			path := filepath.Join("testdata", "render_"+tt.name+".golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -62,12 +64,12 @@ func TestRenderGolden(t *testing.T) {
 				t.Fatalf("%v (run go test -update to create it)", err)
 			}
 			if got != string(want) {
-				t.Errorf("Render(%s) = %q, want %q", tt.name, got, want)
+				t.Errorf("Result(%s) = %q, want %q", tt.name, got, want)
 			}
 		})
 	}
-	if got := Render(nil); got != "" {
-		t.Errorf("Render(nil) = %q, want \"\"", got)
+	if got := Result(nil); got != "" {
+		t.Errorf("Result(nil) = %q, want \"\"", got)
 	}
 }
 
@@ -86,8 +88,8 @@ func TestRenderDSHFixtures(t *testing.T) {
 				continue // dsh's file-sandbox markers have no counterpart here
 			}
 			res := parseRendered(text)
-			if got := Render(&res); got != text {
-				t.Errorf("%s: Render(%+v) = %q, want dsh's %q", filepath.Base(f), res, got, text)
+			if got := Result(&res); got != text {
+				t.Errorf("%s: Result(%+v) = %q, want dsh's %q", filepath.Base(f), res, got, text)
 			}
 			checked++
 		}
@@ -159,8 +161,8 @@ func bashResultTexts(t *testing.T, path string) []string {
 
 // parseRendered splits a rendered bash result back into a Result. It
 // handles what the fixtures hold: plain streams and status markers.
-func parseRendered(text string) Result {
-	res := Result{ExitCode: exit(0)}
+func parseRendered(text string) sandbox.Result {
+	res := sandbox.Result{ExitCode: exit(0)}
 	body := text
 	for {
 		i := strings.LastIndex(body, "\n[")
