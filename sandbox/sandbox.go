@@ -423,15 +423,3 @@ const (
 	PoolHit  = "hit"
 	PoolMiss = "miss"
 )
-
-// Check is one finding of a backend's doctor: what was checked, whether
-// it passed, and what was found or why it failed.
-type Check struct {
-	// Name says what was checked, e.g. "binary", "version", "daemon",
-	// "cgroups", "state" or "run".
-	Name string `json:"name"`
-	// OK is true when the check passed.
-	OK bool `json:"ok"`
-	// Detail says what was found, or why the check failed.
-	Detail string `json:"detail"`
-}

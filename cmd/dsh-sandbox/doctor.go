@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/quota"
 )
 
@@ -29,11 +30,11 @@ func daemonHint(d *backend.Daemon) string {
 // workspaceQuotaCheck says whether limits.workspaceBytes can be enforced
 // on the workspace ws (quota.Check): a policy that sets it is refused
 // where it cannot.
-func workspaceQuotaCheck(ws string) sandbox.Check {
+func workspaceQuotaCheck(ws string) doctor.Check {
 	if err := quota.Check(ws); err != nil {
-		return sandbox.Check{Name: "quota", Detail: fmt.Sprintf("limits.workspaceBytes cannot be enforced on --cwd: %v; calls of a policy that sets it are refused here", err)}
+		return doctor.Check{Name: "quota", Detail: fmt.Sprintf("limits.workspaceBytes cannot be enforced on --cwd: %v; calls of a policy that sets it are refused here", err)}
 	}
-	return sandbox.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s can be bounded (a btrfs subvolume with quota enabled, or project quotas): limits.workspaceBytes is enforced", ws)}
+	return doctor.Check{Name: "quota", OK: true, Detail: fmt.Sprintf("--cwd %s can be bounded (a btrfs subvolume with quota enabled, or project quotas): limits.workspaceBytes is enforced", ws)}
 }
 
 // doctors keeps the backends that have a doctor.
@@ -75,10 +76,10 @@ Example:
 // one of the checks of this host ("deployment", "credentials",
 // "workspace-quota").
 type doctorReport struct {
-	Backend string          `json:"backend"`
-	Runtime string          `json:"runtime,omitempty"`
-	Usable  bool            `json:"usable"`
-	Checks  []sandbox.Check `json:"checks"`
+	Backend string         `json:"backend"`
+	Runtime string         `json:"runtime,omitempty"`
+	Usable  bool           `json:"usable"`
+	Checks  []doctor.Check `json:"checks"`
 }
 
 func runDoctor(c *cli.Context) error {
@@ -100,7 +101,7 @@ func runDoctor(c *cli.Context) error {
 		reports = append(reports, doctorReport{Backend: "credentials", Checks: checks})
 	}
 	if s.cwd != "" {
-		reports = append(reports, doctorReport{Backend: "workspace-quota", Checks: []sandbox.Check{workspaceQuotaCheck(s.cwd)}})
+		reports = append(reports, doctorReport{Backend: "workspace-quota", Checks: []doctor.Check{workspaceQuotaCheck(s.cwd)}})
 	}
 	for i := range reports {
 		r := &reports[i]
@@ -131,7 +132,7 @@ func (s *settings) backendReports(ctx context.Context) []doctorReport {
 		r := doctorReport{Backend: string(t.Name), Runtime: string(t.Runtime)}
 		cfg, err := s.backendConfig(t.Descriptor)
 		if err != nil {
-			r.Checks = []sandbox.Check{{Name: "config", Detail: err.Error()}}
+			r.Checks = []doctor.Check{{Name: "config", Detail: err.Error()}}
 		} else {
 			r.Checks = t.Doctor(ctx, cfg, t.Runtime)
 		}
@@ -172,19 +173,19 @@ func printDoctor(w io.Writer, reports []doctorReport) {
 // policies in files, that its value and upstream CA can be read now
 // (egress.CheckCredentialSource), naming the source and never the
 // value.
-func (s *settings) credentialChecks(files []string) ([]sandbox.Check, error) {
+func (s *settings) credentialChecks(files []string) ([]doctor.Check, error) {
 	pols, err := s.servePolicies(files)
 	if err != nil {
 		return nil, err
 	}
-	var checks []sandbox.Check
+	var checks []doctor.Check
 	for _, name := range slices.Sorted(maps.Keys(pols)) {
 		for _, c := range pols[name].Credentials {
 			from := "the service's variable " + c.ValueEnv
 			if c.ValueFile != "" {
 				from = "the file " + c.ValueFile
 			}
-			ch := sandbox.Check{Name: "credential", OK: true, Detail: fmt.Sprintf("policy %s, credential %q for %s:%d: %s is readable", name, c.Name, c.Host, c.Port, from)}
+			ch := doctor.Check{Name: "credential", OK: true, Detail: fmt.Sprintf("policy %s, credential %q for %s:%d: %s is readable", name, c.Name, c.Host, c.Port, from)}
 			if err := egress.CheckCredentialSource(c, os.LookupEnv); err != nil {
 				ch.OK, ch.Detail = false, fmt.Sprintf("policy %s, %v", name, err)
 			}

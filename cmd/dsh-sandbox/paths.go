@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
@@ -42,13 +43,13 @@ func (s *settings) checkCallPaths(pol sandbox.Policy) error {
 // "workspace-roots" (inside one of them, when set) and "deployment"
 // (nothing trusted inside a read-write workspace). Nothing is reported
 // for a call without a cwd.
-func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []sandbox.Check {
+func (s *settings) pathChecks(workspace sandbox.WorkspaceMode) []doctor.Check {
 	if s.cwd == "" {
 		return nil
 	}
-	var checks []sandbox.Check
+	var checks []doctor.Check
 	add := func(name string, ok bool, format string, args ...any) {
-		checks = append(checks, sandbox.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+		checks = append(checks, doctor.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
 	mounted := workspace.Mounted()
 	ws := filepath.Clean(s.cwd)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -68,11 +69,11 @@ func (b *toyBackend) descriptor() backend.Descriptor {
 			return ex, nil
 		},
 		Reaps: true,
-		Doctor: func(_ context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
+		Doctor: func(_ context.Context, cfg backend.Config, _ sandbox.Runtime) []doctor.Check {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			b.doctorStateDir = cfg.StateDir
-			return []sandbox.Check{{Name: "toy", OK: true, Detail: "always usable"}}
+			return []doctor.Check{{Name: "toy", OK: true, Detail: "always usable"}}
 		},
 	}
 }

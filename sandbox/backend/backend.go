@@ -21,6 +21,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
@@ -125,7 +126,7 @@ type Descriptor struct {
 	Explicit bool
 	// Doctor checks whether the backend (with runtime, as for Open) is
 	// usable here; it leaves nothing behind. nil: no doctor.
-	Doctor func(ctx context.Context, cfg Config, runtime sandbox.Runtime) []sandbox.Check
+	Doctor func(ctx context.Context, cfg Config, runtime sandbox.Runtime) []doctor.Check
 	// Bench is the backend's bench baseline; nil: not benchmarked.
 	Bench *Bench
 }

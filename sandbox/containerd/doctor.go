@@ -12,8 +12,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -31,7 +31,7 @@ const shimBinary = "containerd-shim-runc-v2"
 // makes the later checks meaningless. Doctor leaves nothing behind: the
 // test call's container, task and snapshot are removed, and its instance
 // lock file too.
-func Doctor(ctx context.Context, opts Options) []sandbox.Check {
+func Doctor(ctx context.Context, opts Options) []doctor.Check {
 	var checks backend.Checks
 	keep, add := checks.Keep, checks.Add
 	ns := opts.Namespace
@@ -58,7 +58,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 	shimOK := add("shim", err == nil, "%s", errOr(err, shim))
 	checks = append(checks, runtimeChecks(dctx)...)
 
-	stateOK := keep(sandbox.CheckStateDir(opts.StateDir))
+	stateOK := keep(doctor.StateDir(opts.StateDir))
 
 	imageChecked, image := imageCheck(dctx, cli, ns)
 	keep(imageChecked)
@@ -78,61 +78,61 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 // doctorConnect connects to the daemon at opts.Address once it answers.
 // When it cannot, it returns a nil client and the failed "daemon" check
 // that says why; the caller closes a client it returns.
-func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, sandbox.Check) {
+func doctorConnect(ctx context.Context, opts Options) (*containerd.Client, doctor.Check) {
 	if opts.Address == "" {
-		return nil, sandbox.Checkf("daemon", false, "Address is empty: name the containerd socket")
+		return nil, doctor.Checkf("daemon", false, "Address is empty: name the containerd socket")
 	}
 	if err := probe(ctx, opts.Address); err != nil {
-		return nil, sandbox.Checkf("daemon", false, "%v", err)
+		return nil, doctor.Checkf("daemon", false, "%v", err)
 	}
 	cli, err := containerd.New(opts.Address, containerd.WithTimeout(backend.DoctorRequestTimeout))
 	if err != nil {
-		return nil, sandbox.Checkf("daemon", false, "connect to %s: %v", opts.Address, err)
+		return nil, doctor.Checkf("daemon", false, "connect to %s: %v", opts.Address, err)
 	}
-	return cli, sandbox.Check{}
+	return cli, doctor.Check{}
 }
 
 // namespaceCheck is the "namespace" check of Doctor: ns is valid, and
 // whether it exists yet.
-func namespaceCheck(ctx context.Context, cli *containerd.Client, ns string) sandbox.Check {
+func namespaceCheck(ctx context.Context, cli *containerd.Client, ns string) doctor.Check {
 	if err := identifiers.Validate(ns); err != nil {
-		return sandbox.Checkf("namespace", false, "namespace %q: %v", ns, err)
+		return doctor.Checkf("namespace", false, "namespace %q: %v", ns, err)
 	}
 	known, err := cli.NamespaceService().List(ctx)
 	switch {
 	case err != nil:
-		return sandbox.Checkf("namespace", false, "list namespaces: %v", err)
+		return doctor.Checkf("namespace", false, "list namespaces: %v", err)
 	case slices.Contains(known, ns):
-		return sandbox.Checkf("namespace", true, "%s exists", ns)
+		return doctor.Checkf("namespace", true, "%s exists", ns)
 	}
-	return sandbox.Checkf("namespace", true, "%s does not exist yet; importing an image creates it", ns)
+	return doctor.Checkf("namespace", true, "%s does not exist yet; importing an image creates it", ns)
 }
 
 // snapshotterCheck is the "snapshotter" check of Doctor: the daemon's
 // overlayfs snapshotter loaded.
-func snapshotterCheck(ctx context.Context, cli *containerd.Client) sandbox.Check {
+func snapshotterCheck(ctx context.Context, cli *containerd.Client) doctor.Check {
 	ps, err := cli.IntrospectionService().Plugins(ctx, "type==io.containerd.snapshotter.v1,id=="+snapshotter)
 	switch {
 	case err != nil:
-		return sandbox.Checkf("snapshotter", false, "list plugins: %v", err)
+		return doctor.Checkf("snapshotter", false, "list plugins: %v", err)
 	case len(ps.Plugins) == 0:
-		return sandbox.Checkf("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
+		return doctor.Checkf("snapshotter", false, "the daemon has no %s snapshotter", snapshotter)
 	case ps.Plugins[0].InitErr != nil:
-		return sandbox.Checkf("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
+		return doctor.Checkf("snapshotter", false, "%s snapshotter did not load: %s", snapshotter, ps.Plugins[0].InitErr.Message)
 	}
-	return sandbox.Checkf("snapshotter", true, "%s loaded", snapshotter)
+	return doctor.Checkf("snapshotter", true, "%s loaded", snapshotter)
 }
 
 // imageCheck is the "image" check of Doctor: an image imported by
 // dsh-sandbox is in namespace ns. It also returns the first such image
 // by name, which the test call uses, or "" when there is none.
-func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox.Check, string) {
+func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (doctor.Check, string) {
 	imgs, err := cli.ImageService().List(namespaces.WithNamespace(ctx, ns), labelFilter(reap.LabelOwner, reap.LabelOwnerValue))
 	switch {
 	case err != nil:
-		return sandbox.Checkf("image", false, "list images in namespace %s: %v", ns, err), ""
+		return doctor.Checkf("image", false, "list images in namespace %s: %v", ns, err), ""
 	case len(imgs) == 0:
-		return sandbox.Checkf("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns), ""
+		return doctor.Checkf("image", false, "no image imported by dsh-sandbox in namespace %s; import one with `dsh-sandbox images import --backend containerd FILE --name N`", ns), ""
 	}
 	names := make([]string, len(imgs))
 	for i, img := range imgs {
@@ -140,7 +140,7 @@ func imageCheck(ctx context.Context, cli *containerd.Client, ns string) (sandbox
 	}
 	slices.Sort(names)
 	image := names[0]
-	return sandbox.Checkf("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image), image
+	return doctor.Checkf("image", true, "%d imported (%s); the test call uses %s", len(names), joinShort(names, 5), image), image
 }
 
 // doctorRun runs `true` through a short-lived executor of its own.
@@ -154,7 +154,7 @@ func doctorRun(ctx context.Context, opts Options, ns, image string) (time.Durati
 	p.Backend, p.Image, p.Runtime = Backend, image, ""
 	ctx, cancel := context.WithTimeout(ctx, backend.DoctorRunTimeout)
 	defer cancel()
-	d, err := sandbox.DoctorRun(ctx, e, p, e.instance)
+	d, err := doctor.Run(ctx, e, p, e.instance)
 	if cerr := e.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

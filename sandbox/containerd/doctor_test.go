@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -58,7 +58,7 @@ func TestDoctorFailsCases(t *testing.T) {
 
 	addr := testAddress(t)
 	checks = Doctor(t.Context(), Options{Address: addr, Namespace: "dsh-sandbox-test-empty", StateDir: dir})
-	byName := map[string]sandbox.Check{}
+	byName := map[string]doctor.Check{}
 	for _, c := range checks {
 		byName[c.Name] = c
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -32,7 +33,7 @@ import (
 // it, and no image, failed runtimes or state leave out the test call.
 // Doctor leaves nothing behind in the engine. It is safe to call
 // concurrently.
-func Doctor(ctx context.Context, opts Options) []sandbox.Check {
+func Doctor(ctx context.Context, opts Options) []doctor.Check {
 	var checks backend.Checks
 	keep, add := checks.Keep, checks.Add
 
@@ -62,7 +63,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 		keep(usernsCheck(info))
 	}
 
-	stateOK := keep(sandbox.CheckStateDir(opts.StateDir))
+	stateOK := keep(doctor.StateDir(opts.StateDir))
 
 	dctx, cancel = context.WithTimeout(ctx, backend.DoctorRequestTimeout)
 	imgs, err := ownedImages(dctx, cli, false)
@@ -96,7 +97,7 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 // runtimesCheck is the "runtimes" check of Doctor on the engine's info:
 // the runtimes it has registered, failed when it lacks
 // policy.DefaultRuntime.
-func runtimesCheck(info system.Info) sandbox.Check {
+func runtimesCheck(info system.Info) doctor.Check {
 	have := make([]string, 0, len(info.Runtimes))
 	for name := range info.Runtimes {
 		have = append(have, name)
@@ -107,19 +108,19 @@ func runtimesCheck(info system.Info) sandbox.Check {
 	if !ok {
 		detail += fmt.Sprintf("; %q, the default of policy.runtime, is missing: register it in the engine's daemon.json \"runtimes\"", policy.DefaultRuntime)
 	}
-	return sandbox.Checkf("runtimes", ok, "%s", detail)
+	return doctor.Checkf("runtimes", ok, "%s", detail)
 }
 
 // usernsCheck is the "userns" check of Doctor on the engine's info:
 // whether the engine remaps user namespaces, and with which map.
-func usernsCheck(info system.Info) sandbox.Check {
+func usernsCheck(info system.Info) doctor.Check {
 	switch r, err := detectRemap(info.SecurityOptions, info.DockerRootDir); {
 	case err != nil:
-		return sandbox.Checkf("userns", false, "%v: calls cannot run", err)
+		return doctor.Checkf("userns", false, "%v: calls cannot run", err)
 	case r.enabled():
-		return sandbox.Checkf("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
+		return doctor.Checkf("userns", true, "the engine remaps user namespaces (%s): calls run as unprivileged host uids, with id-mapped binds; only user: %s runs as host uid 0", r, policy.UserHostRoot)
 	}
-	return sandbox.Checkf("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
+	return doctor.Checkf("userns", true, "the engine does not remap user namespaces: calls as uid 0 (a root-owned workspace under user auto) are refused; start it with --userns-remap=default to run them, or say user: %s in the policy", policy.UserHostRoot)
 }
 
 // firstNamed returns the first of imgs that has a name, and that name;
@@ -134,8 +135,8 @@ func firstNamed(imgs []image.Summary) (string, image.Summary) {
 }
 
 // remapOK reports whether no "userns" check failed.
-func remapOK(checks []sandbox.Check) bool {
-	return !slices.ContainsFunc(checks, func(c sandbox.Check) bool { return c.Name == "userns" && !c.OK })
+func remapOK(checks []doctor.Check) bool {
+	return !slices.ContainsFunc(checks, func(c doctor.Check) bool { return c.Name == "userns" && !c.OK })
 }
 
 // imageName is the first name of img, or "" when it has none.
@@ -173,5 +174,5 @@ func doctorRun(ctx context.Context, opts Options, name string) (time.Duration, e
 		return 0, sandbox.Errorf(sandbox.ErrInternal, "docker: the built-in policy %q is missing", policy.WorkspaceWrite)
 	}
 	p.Backend, p.Image = Backend, name
-	return sandbox.DoctorRun(ctx, e, p, e.instance)
+	return doctor.Run(ctx, e, p, e.instance)
 }

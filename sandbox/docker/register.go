@@ -6,6 +6,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 )
 
 var (
@@ -26,7 +27,7 @@ func Descriptor() backend.Descriptor {
 		},
 		Reaps:  true,
 		Images: backend.ImagesExecutor,
-		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
+		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []doctor.Check {
 			return Doctor(ctx, options(cfg))
 		},
 		Bench: &backend.Bench{

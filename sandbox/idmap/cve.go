@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
 
@@ -22,10 +23,10 @@ import (
 // base spec) and the runtime binary at runtimePath on the host; they run
 // no container (the doctor's "run" check does). A check that fails
 // means the layer is missing here.
-func CVESelfTests(runtimePath string) []sandbox.Check {
-	var checks []sandbox.Check
+func CVESelfTests(runtimePath string) []doctor.Check {
+	var checks []doctor.Check
 	add := func(name string, err error, ok string) {
-		c := sandbox.Check{Name: name, OK: err == nil, Detail: ok}
+		c := doctor.Check{Name: name, OK: err == nil, Detail: ok}
 		if err != nil {
 			c.Detail = err.Error()
 		}

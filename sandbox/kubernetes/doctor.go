@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	k8s "k8s.io/client-go/kubernetes"
 
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 )
 
 // MinMinor is the oldest Kubernetes 1.x minor release the backend
@@ -40,20 +40,20 @@ var podVerbs = []struct{ verb, subresource string }{
 // goes, or that the runtime's default was chosen) and "runtimeclasses"
 // (which runtimes other than runc the cluster offers). It creates
 // nothing.
-func Doctor(ctx context.Context, opts Options) []sandbox.Check {
+func Doctor(ctx context.Context, opts Options) []doctor.Check {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
 	cli, err := k8s.NewForConfig(opts.Config)
 	if err != nil {
-		return []sandbox.Check{sandbox.Checkf("cluster", false, "%v", err)}
+		return []doctor.Check{doctor.Checkf("cluster", false, "%v", err)}
 	}
 	v, err := cli.Discovery().ServerVersion()
 	if err != nil {
-		return []sandbox.Check{sandbox.Checkf("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)}
+		return []doctor.Check{doctor.Checkf("cluster", false, "no API server answers at %s: %v", opts.Config.Host, err)}
 	}
-	checks := []sandbox.Check{
-		sandbox.Checkf("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
+	checks := []doctor.Check{
+		doctor.Checkf("cluster", true, "API server at %s: Kubernetes %s", opts.Config.Host, v.GitVersion),
 		versionCheck(v),
 	}
 	dctx, cancel := context.WithTimeout(ctx, backend.DoctorRequestTimeout)
@@ -69,27 +69,27 @@ func Doctor(ctx context.Context, opts Options) []sandbox.Check {
 
 // versionCheck says whether the API server's version v is 1.MinMinor or
 // later.
-func versionCheck(v *version.Info) sandbox.Check {
+func versionCheck(v *version.Info) doctor.Check {
 	major, _ := strconv.Atoi(v.Major)
 	minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
 	if major > 1 || (major == 1 && minor >= MinMinor) {
-		return sandbox.Checkf("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
+		return doctor.Checkf("version", true, "Kubernetes %s.%d is 1.%d or later (tested: the release scripts/kube.sh builds)", v.Major, minor, MinMinor)
 	}
-	return sandbox.Checkf("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
+	return doctor.Checkf("version", false, "Kubernetes %s.%s is older than 1.%d, which this backend needs", v.Major, v.Minor, MinMinor)
 }
 
 // namespaceCheck says whether the namespace exists.
-func namespaceCheck(ctx context.Context, cli k8s.Interface, namespace string) sandbox.Check {
+func namespaceCheck(ctx context.Context, cli k8s.Interface, namespace string) doctor.Check {
 	if _, err := cli.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); err != nil {
-		return sandbox.Checkf("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", namespace, err)
+		return doctor.Checkf("namespace", false, "namespace %q: %v (create it, see contrib/kubernetes/)", namespace, err)
 	}
-	return sandbox.Checkf("namespace", true, "namespace %q exists", namespace)
+	return doctor.Checkf("namespace", true, "namespace %q exists", namespace)
 }
 
 // permissionsCheck says whether the backend has every permission of
 // podVerbs in the namespace, asked with SelfSubjectAccessReviews, and
 // names those it lacks.
-func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) sandbox.Check {
+func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) doctor.Check {
 	var missing []string
 	for _, pv := range podVerbs {
 		r, err := cli.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
@@ -108,19 +108,19 @@ func permissionsCheck(ctx context.Context, cli k8s.Interface, namespace string) 
 		}
 	}
 	if len(missing) > 0 {
-		return sandbox.Checkf("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", namespace, strings.Join(missing, ", "))
+		return doctor.Checkf("permissions", false, "missing in namespace %q: %s (contrib/kubernetes/rbac.yaml)", namespace, strings.Join(missing, ", "))
 	}
-	return sandbox.Checkf("permissions", true, "pods: create, get, list, watch, delete, attach in %q", namespace)
+	return doctor.Checkf("permissions", true, "pods: create, get, list, watch, delete, attach in %q", namespace)
 }
 
 // nodeChecks says how many of the cluster's nodes are Ready (none counts
 // as Ready when node, if set, names none of them) and whether they
 // support user namespaces; one failed "nodes" check when the nodes
 // cannot be listed.
-func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []sandbox.Check {
+func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []doctor.Check {
 	nodes, err := cli.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []sandbox.Check{sandbox.Checkf("nodes", false, "list nodes: %v", err)}
+		return []doctor.Check{doctor.Checkf("nodes", false, "list nodes: %v", err)}
 	}
 	ready := readyNodes(nodes.Items)
 	detail := fmt.Sprintf("%d of %d nodes Ready", ready, len(nodes.Items))
@@ -136,9 +136,9 @@ func nodeChecks(ctx context.Context, cli k8s.Interface, node string) []sandbox.C
 	if len(nodes.Items) > 1 {
 		detail += "; the workspace, session directories and the stub must be at the same paths on every node (docs/kubernetes.md)"
 	}
-	return []sandbox.Check{
-		sandbox.Checkf("nodes", ready > 0, "%s", detail),
-		sandbox.Checkf("user namespaces", true, "%s", userNamespaces(nodes.Items)),
+	return []doctor.Check{
+		doctor.Checkf("nodes", ready > 0, "%s", detail),
+		doctor.Checkf("user namespaces", true, "%s", userNamespaces(nodes.Items)),
 	}
 }
 
@@ -157,45 +157,45 @@ func readyNodes(nodes []corev1.Node) int {
 
 // stubCheck says whether the stub at path is a regular file on this
 // host.
-func stubCheck(path string) sandbox.Check {
+func stubCheck(path string) doctor.Check {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
-		return sandbox.Checkf("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", path, EnvStub)
+		return doctor.Checkf("stub", false, "stub %q: not found (CGO_ENABLED=0 go build ./cmd/dsh-sandbox-stub; set %s)", path, EnvStub)
 	}
-	return sandbox.Checkf("stub", true, "stub %s, mounted at %s in every pod", path, StubTarget)
+	return doctor.Checkf("stub", true, "stub %s, mounted at %s in every pod", path, StubTarget)
 }
 
 // seccompCheck says where the policy's seccomp profile goes with opts,
 // or that the runtime's default profile was chosen; it fails when
 // neither is configured or the directory does not exist.
-func seccompCheck(opts Options) sandbox.Check {
+func seccompCheck(opts Options) doctor.Check {
 	switch {
 	case opts.SeccompDir != "":
 		if fi, err := os.Stat(opts.SeccompDir); err != nil || !fi.IsDir() {
-			return sandbox.Checkf("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
+			return doctor.Checkf("seccomp", false, "the kubelet's seccomp directory %q does not exist here (%s)", opts.SeccompDir, EnvSeccompDir)
 		}
-		return sandbox.Checkf("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
+		return doctor.Checkf("seccomp", true, "the policy's profile goes to %s as a Localhost profile", opts.SeccompDir)
 	case opts.RuntimeDefaultSeccomp:
-		return sandbox.Checkf("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
+		return doctor.Checkf("seccomp", true, "the container runtime's default profile (%s=runtime-default), not the policy's", EnvSeccomp)
 	default:
-		return sandbox.Checkf("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
+		return doctor.Checkf("seccomp", false, "set %s to the kubelet's seccomp directory (<root-dir>/seccomp), or %s=runtime-default", EnvSeccompDir, EnvSeccomp)
 	}
 }
 
 // runtimeClassesCheck names the cluster's RuntimeClasses and their
 // handlers.
-func runtimeClassesCheck(ctx context.Context, cli k8s.Interface) sandbox.Check {
+func runtimeClassesCheck(ctx context.Context, cli k8s.Interface) doctor.Check {
 	rcs, err := cli.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return sandbox.Checkf("runtimeclasses", false, "list RuntimeClasses: %v", err)
+		return doctor.Checkf("runtimeclasses", false, "list RuntimeClasses: %v", err)
 	}
 	var names []string
 	for _, rc := range rcs.Items {
 		names = append(names, rc.Name+" (handler "+rc.Handler+")")
 	}
 	if len(names) == 0 {
-		return sandbox.Checkf("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
+		return doctor.Checkf("runtimeclasses", true, "none: calls run on the cluster's default runtime (policy.runtime runc); runsc and crun are refused")
 	}
-	return sandbox.Checkf("runtimeclasses", true, "%s", strings.Join(names, ", "))
+	return doctor.Checkf("runtimeclasses", true, "%s", strings.Join(names, ", "))
 }
 
 // userNamespaces says which nodes' default runtime handler reports user

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
@@ -62,10 +63,10 @@ func Descriptor() backend.Descriptor {
 				return BenchPodRun(ctx, os.Getenv(EnvNamespace), image)
 			},
 		},
-		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []sandbox.Check {
+		Doctor: func(ctx context.Context, cfg backend.Config, _ sandbox.Runtime) []doctor.Check {
 			opts, err := options(cfg)
 			if err != nil {
-				return []sandbox.Check{{Name: "cluster", OK: false, Detail: err.Error()}}
+				return []doctor.Check{{Name: "cluster", OK: false, Detail: err.Error()}}
 			}
 			return Doctor(ctx, opts)
 		},

@@ -11,12 +11,13 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
 // Check is one finding of Doctor.
-type Check = sandbox.Check
+type Check = doctor.Check
 
 // Doctor reports whether the runtime of opts is usable here and why not:
 // its binary and version, root privileges, the cgroup layout (and, for
@@ -71,7 +72,7 @@ func Doctor(ctx context.Context, opts Options) []Check {
 		add("cgroups", cgOK, "%s", detail)
 	}
 
-	state := sandbox.CheckStateDir(opts.StateDir)
+	state := doctor.StateDir(opts.StateDir)
 	stateOK := add(state.Name, state.OK, "%s", state.Detail)
 	stubOK := true
 	if usesStub(rt) {
@@ -103,7 +104,7 @@ func doctorRun(ctx context.Context, opts Options, rt, path string) (time.Duratio
 	p.Backend, p.Runtime = sandbox.BackendOCI, sandbox.Runtime(rt)
 	ctx, cancel := context.WithTimeout(ctx, backend.DoctorRunTimeout)
 	defer cancel()
-	return sandbox.DoctorRun(ctx, e, p, e.instance)
+	return doctor.Run(ctx, e, p, e.instance)
 }
 
 // stubProgram locates the stub (stub.Locate) and checks that it is a

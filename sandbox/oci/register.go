@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 )
 
 var (
@@ -27,7 +28,7 @@ func Descriptor() backend.Descriptor {
 		},
 		Reaps:  true,
 		Images: backend.ImagesLocal,
-		Doctor: func(ctx context.Context, cfg backend.Config, rt sandbox.Runtime) []sandbox.Check {
+		Doctor: func(ctx context.Context, cfg backend.Config, rt sandbox.Runtime) []doctor.Check {
 			return Doctor(ctx, Options{Runtime: string(rt), StateDir: cfg.StateDir, Logger: cfg.Logger})
 		},
 		Bench: &backend.Bench{

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
 )
 
 // Outcome is what a Run started by StartRun returned.
@@ -48,7 +49,7 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 }
 
 // CheckNames returns the names of a doctor's checks, in order.
-func CheckNames(checks []sandbox.Check) []string {
+func CheckNames(checks []doctor.Check) []string {
 	names := make([]string, len(checks))
 	for i, c := range checks {
 		names[i] = c.Name
