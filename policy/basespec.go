@@ -1,9 +1,8 @@
 package policy
 
 import (
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // OCIVersion is the runtime-spec version every backend writes: the one
@@ -56,7 +55,7 @@ type SpecParts struct {
 	// Opts confine the call: SpecOpts (which make the root read-only),
 	// then the backend's own (user namespace, egress, stub), applied in
 	// order after the process.
-	Opts []sandbox.SpecOpt
+	Opts []SpecOpt
 	// Labels become the spec's annotations; nil means none.
 	Labels map[string]string
 	// CgroupsPath is linux.cgroupsPath; "" leaves the runtime's default.
@@ -72,7 +71,7 @@ type SpecParts struct {
 // path and the terminal. Errors are those of an option.
 func CallSpec(p SpecParts) (*specs.Spec, error) {
 	spec := BaseSpec(p.Root, p.Binds)
-	all := append([]sandbox.SpecOpt{WithProcess(p.Args, p.Env, p.Cwd)}, p.Opts...)
+	all := append([]SpecOpt{WithProcess(p.Args, p.Env, p.Cwd)}, p.Opts...)
 	all = append(all, withRootPath(p.Root))
 	if p.Labels != nil {
 		all = append(all, WithAnnotations(p.Labels))
@@ -81,7 +80,7 @@ func CallSpec(p SpecParts) (*specs.Spec, error) {
 		all = append(all, WithCgroupsPath(p.CgroupsPath))
 	}
 	if p.Terminal != nil {
-		all = append(all, sandbox.WithTerminal(*p.Terminal))
+		all = append(all, WithTerminal(*p.Terminal))
 	}
 	for _, o := range all {
 		if err := o(spec); err != nil {
@@ -93,7 +92,7 @@ func CallSpec(p SpecParts) (*specs.Spec, error) {
 
 // withRootPath points the root at path, whatever an option set, keeping
 // whether it is read-only.
-func withRootPath(path string) sandbox.SpecOpt {
+func withRootPath(path string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Root == nil {
 			s.Root = &specs.Root{}
@@ -104,7 +103,7 @@ func withRootPath(path string) sandbox.SpecOpt {
 }
 
 // WithProcess sets the command line, environment and working directory.
-func WithProcess(args, env []string, cwd string) sandbox.SpecOpt {
+func WithProcess(args, env []string, cwd string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {
 			s.Process = &specs.Process{}
@@ -118,7 +117,7 @@ func WithProcess(args, env []string, cwd string) sandbox.SpecOpt {
 }
 
 // WithAnnotations merges labels into the spec's annotations.
-func WithAnnotations(labels map[string]string) sandbox.SpecOpt {
+func WithAnnotations(labels map[string]string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Annotations == nil {
 			s.Annotations = make(map[string]string, len(labels))
@@ -131,7 +130,7 @@ func WithAnnotations(labels map[string]string) sandbox.SpecOpt {
 }
 
 // WithCgroupsPath sets linux.cgroupsPath.
-func WithCgroupsPath(p string) sandbox.SpecOpt {
+func WithCgroupsPath(p string) SpecOpt {
 	return func(s *specs.Spec) error {
 		ensureLinux(s).CgroupsPath = p
 		return nil

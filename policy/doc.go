@@ -5,7 +5,7 @@
 // as; decides, once, which host paths a call sees (Plan, the mount plan
 // that enforcement and reporting both read); and maps a policy plus the
 // call's session onto the OCI runtime-spec
-// options (sandbox.SpecOpt) that every OCI-speaking backend applies:
+// options (SpecOpt) that every OCI-speaking backend applies:
 // namespaces (under network allowlist, joining the egress namespace of
 // package egress), no capabilities, no-new-privileges, Docker's default seccomp
 // profile, masked /proc paths, the device allow-list, cgroup limits, a

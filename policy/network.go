@@ -95,7 +95,7 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 // an empty read-only tmpfs: sysfs can only be mounted by the owner of the
 // network namespace, which a call in a user namespace is not, and the
 // host's /sys is not the call's to see.
-func WithNetworkNamespace(path string) sandbox.SpecOpt {
+func WithNetworkNamespace(path string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if path == "" {
 			return fmt.Errorf("network namespace: empty path")
@@ -122,8 +122,8 @@ func WithNetworkNamespace(path string) sandbox.SpecOpt {
 // the network namespace (WithNetworkNamespace), the name-service files
 // for an image that is the host's or not (WithNetworkFiles) and, with
 // credentials, the call's CA bundle (WithCABundle).
-func WithEgress(st *egress.Setup, hostImage bool) sandbox.SpecOpt {
-	opts := []sandbox.SpecOpt{
+func WithEgress(st *egress.Setup, hostImage bool) SpecOpt {
+	opts := []SpecOpt{
 		WithNetworkNamespace(st.Call.NamespacePath()),
 		WithNetworkFiles(st.Files, hostImage),
 	}
@@ -145,7 +145,7 @@ func WithEgress(st *egress.Setup, hostImage bool) sandbox.SpecOpt {
 // /etc/nsswitch.conf, so that glibc asks DNS after /etc/hosts (with no
 // resolv.conf it asks 127.0.0.1, the call's DNS server); for other images
 // /etc/resolv.conf, pointing at that server.
-func WithNetworkFiles(dir string, hostImage bool) sandbox.SpecOpt {
+func WithNetworkFiles(dir string, hostImage bool) SpecOpt {
 	name, target := egress.ResolvConfFile, "/etc/resolv.conf"
 	if hostImage {
 		name, target = egress.NSSwitchFile, "/etc/nsswitch.conf"
@@ -329,7 +329,7 @@ func headerChar(r rune) bool {
 
 // WithCABundle binds the call's CA bundle (egress.Setup.CABundle)
 // read-only over egress.CABundlePath.
-func WithCABundle(hostPath string) sandbox.SpecOpt {
+func WithCABundle(hostPath string) SpecOpt {
 	return func(s *specs.Spec) error {
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: egress.CABundlePath, Type: "bind", Source: hostPath,

@@ -130,7 +130,7 @@ func TestExplainAllowlist(t *testing.T) {
 
 func TestWithNetworkNamespace(t *testing.T) {
 	s := BaseSpec("rootfs", nil)
-	for _, o := range []sandbox.SpecOpt{WithNamespaces(), WithNetworkNamespace("/proc/1/fd/7"), WithNetworkFiles("/state/egress", true)} {
+	for _, o := range []SpecOpt{WithNamespaces(), WithNetworkNamespace("/proc/1/fd/7"), WithNetworkFiles("/state/egress", true)} {
 		if err := o(s); err != nil {
 			t.Fatal(err)
 		}

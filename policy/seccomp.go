@@ -103,7 +103,7 @@ func withoutBtrfsVolumeIoctls(prof *specs.LinuxSeccomp) {
 // EPERM, and the calls that need a capability the process lacks are not
 // listed. Each spec gets its own copy. It fails with sandbox.ErrInternal
 // when the profile cannot be built for this host.
-func WithDefaultSeccomp() sandbox.SpecOpt {
+func WithDefaultSeccomp() SpecOpt {
 	return func(s *specs.Spec) error {
 		prof, err := defaultSeccomp()
 		if err != nil {

@@ -10,6 +10,11 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
+// SpecOpt mutates an OCI runtime spec. Options are pure functions of their
+// arguments so that they can be tested without a runtime; backends that
+// speak OCI (oci, containerd) apply the same options.
+type SpecOpt func(*specs.Spec) error
+
 // cpuPeriod is the CFS period the CPU quota is expressed in: 100 ms.
 const cpuPeriod = 100000
 
@@ -63,12 +68,12 @@ var allowedDevices = []struct{ major, minor int64 }{
 // which the spec does not carry); zero limits take their defaults. Errors
 // are Plan's. The options are pure and independent of each other;
 // each is safe to apply to many specs concurrently.
-func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]sandbox.SpecOpt, error) {
+func SpecOpts(p sandbox.Policy, s sandbox.Session, uid, gid uint32) ([]SpecOpt, error) {
 	plan, err := Plan(p, s, Identity{UID: uid, GID: gid})
 	if err != nil {
 		return nil, err
 	}
-	return []sandbox.SpecOpt{
+	return []SpecOpt{
 		WithNamespaces(),
 		WithNoCapabilities(),
 		WithNoNewPrivileges(),
@@ -113,7 +118,7 @@ func ensureResources(s *specs.Spec) *specs.LinuxResources {
 // at the call's own cgroup, so /proc/self/cgroup shows "/" instead of the
 // host's cgroup path (which names the instance and the call). It sets the
 // host name to Hostname when the spec has none.
-func WithNamespaces() sandbox.SpecOpt {
+func WithNamespaces() SpecOpt {
 	types := []specs.LinuxNamespaceType{
 		specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace,
 		specs.UTSNamespace, specs.NetworkNamespace, specs.CgroupNamespace,
@@ -135,7 +140,7 @@ func WithNamespaces() sandbox.SpecOpt {
 
 // WithNoCapabilities empties all five capability sets, so even uid 0
 // inside has no privilege over files or the kernel.
-func WithNoCapabilities() sandbox.SpecOpt {
+func WithNoCapabilities() SpecOpt {
 	return func(s *specs.Spec) error {
 		ensureProcess(s).Capabilities = &specs.LinuxCapabilities{
 			Bounding: []string{}, Effective: []string{}, Inheritable: []string{},
@@ -147,7 +152,7 @@ func WithNoCapabilities() sandbox.SpecOpt {
 
 // WithNoNewPrivileges sets no_new_privs, so setuid binaries and file
 // capabilities grant nothing.
-func WithNoNewPrivileges() sandbox.SpecOpt {
+func WithNoNewPrivileges() SpecOpt {
 	return func(s *specs.Spec) error {
 		ensureProcess(s).NoNewPrivileges = true
 		return nil
@@ -157,7 +162,7 @@ func WithNoNewPrivileges() sandbox.SpecOpt {
 // WithMaskedPaths adds Docker's masked and read-only /proc and /sys paths
 // to those the spec already has (/proc/kcore, /proc/keys, /sys/firmware,
 // … masked; /proc/sys, /proc/sysrq-trigger, … read-only).
-func WithMaskedPaths() sandbox.SpecOpt {
+func WithMaskedPaths() SpecOpt {
 	return func(s *specs.Spec) error {
 		l := ensureLinux(s)
 		l.MaskedPaths = union(l.MaskedPaths, maskedPaths)
@@ -178,7 +183,7 @@ func union(have, add []string) []string {
 // WithDeviceAllowList replaces the device cgroup rules with "deny all"
 // followed by allow rules for /dev/null, zero, full, random, urandom and
 // tty.
-func WithDeviceAllowList() sandbox.SpecOpt {
+func WithDeviceAllowList() SpecOpt {
 	return func(s *specs.Spec) error {
 		r := ensureResources(s)
 		r.Devices = make([]specs.LinuxDeviceCgroup, 0, 1+len(allowedDevices))
@@ -196,7 +201,7 @@ func WithDeviceAllowList() sandbox.SpecOpt {
 // defaults): memory with swap included (the memory+swap limit equals the
 // memory limit), a CPU quota of l.CPUs cores per 100 ms period, and the
 // task limit. Other resource settings in the spec are kept.
-func WithResources(l sandbox.Limits) sandbox.SpecOpt {
+func WithResources(l sandbox.Limits) SpecOpt {
 	l = LimitsOrDefault(l)
 	quota := int64(math.Round(l.CPUs * cpuPeriod))
 	return func(s *specs.Spec) error {
@@ -224,7 +229,7 @@ const ReadonlyRoot = true
 
 // WithReadonlyRoot makes the container's root filesystem read-only
 // (ReadonlyRoot).
-func WithReadonlyRoot() sandbox.SpecOpt {
+func WithReadonlyRoot() SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Root == nil {
 			s.Root = &specs.Root{}
@@ -236,7 +241,7 @@ func WithReadonlyRoot() sandbox.SpecOpt {
 
 // WithUser runs the process as uid:gid with no supplementary groups; the
 // spec's umask is kept.
-func WithUser(uid, gid uint32) sandbox.SpecOpt {
+func WithUser(uid, gid uint32) SpecOpt {
 	return func(s *specs.Spec) error {
 		p := ensureProcess(s)
 		p.User.UID, p.User.GID, p.User.AdditionalGids = uid, gid, nil
@@ -246,7 +251,7 @@ func WithUser(uid, gid uint32) sandbox.SpecOpt {
 
 // WithRlimits sets RLIMIT_NOFILE to NofileSoft/NofileHard and RLIMIT_CORE
 // to 0, replacing entries of those types and keeping the others.
-func WithRlimits() sandbox.SpecOpt {
+func WithRlimits() SpecOpt {
 	set := []specs.POSIXRlimit{
 		{Type: "RLIMIT_NOFILE", Soft: NofileSoft, Hard: NofileHard},
 		{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
@@ -263,7 +268,7 @@ func WithRlimits() sandbox.SpecOpt {
 
 // WithMounts appends ms to the spec's mounts in order, first removing any
 // mount the spec has at the same destination.
-func WithMounts(ms ...specs.Mount) sandbox.SpecOpt {
+func WithMounts(ms ...specs.Mount) SpecOpt {
 	return func(s *specs.Spec) error {
 		s.Mounts = slices.DeleteFunc(s.Mounts, func(have specs.Mount) bool {
 			return slices.ContainsFunc(ms, func(m specs.Mount) bool { return m.Destination == have.Destination })
@@ -305,7 +310,7 @@ func ptr[T any](v T) *T { return &v }
 // WithUserNamespace gives the call a new user namespace with the maps of
 // m (see CallIDMapping), replacing any user namespace entry in the spec.
 // The process's uid and gid (WithUser) are container ids.
-func WithUserNamespace(m IDMapping) sandbox.SpecOpt {
+func WithUserNamespace(m IDMapping) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(m.UIDs) == 0 || len(m.GIDs) == 0 {
 			return invalidf("user namespace: empty uid or gid map")
@@ -340,7 +345,7 @@ const setidBits = 0o6000
 // host owned by root (an id-mapped root-owned workspace) must not be able
 // to leave a setuid-root program there. It fails with sandbox.ErrInvalid
 // when the spec has no seccomp profile.
-func WithoutSetidModes() sandbox.SpecOpt {
+func WithoutSetidModes() SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Linux == nil || s.Linux.Seccomp == nil {
 			return invalidf("seccomp: no profile to narrow (apply WithDefaultSeccomp first)")

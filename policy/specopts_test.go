@@ -411,7 +411,7 @@ func TestSpecOptsNilSections(t *testing.T) {
 func BenchmarkSpecOpts(b *testing.B) {
 	p := builtin(b, WorkspaceWrite)
 	p.Mounts = []sandbox.Mount{{Source: "/data/ref", Target: "/ref", ReadOnly: true}}
-	apply := func(b *testing.B, opts []sandbox.SpecOpt) {
+	apply := func(b *testing.B, opts []SpecOpt) {
 		spec := emptySpec()
 		for _, o := range opts {
 			if err := o(spec); err != nil {

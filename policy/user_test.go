@@ -3,11 +3,12 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )

@@ -15,6 +15,7 @@
 // local, docker, containerd, kubernetes) and import this package; nothing
 // here imports a mechanism, a backend, a session store or hooks.
 //
-// It imports only the standard library, the OCI runtime spec and redact
-// (the secrets a Call carries), so that API clients link little.
+// It imports only the standard library, redact (the secrets a Call
+// carries) and signals (for ExitCode), so that API clients link little;
+// the OCI runtime spec's options are policy's (policy.SpecOpt).
 package sandbox

@@ -5,8 +5,6 @@ import (
 	"context"
 	"io"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Executor runs one command in a fresh, short-lived container.
@@ -19,11 +17,6 @@ type Executor interface {
 	// ExitCode and a nil error.
 	Run(ctx context.Context, req *Request) (*Result, error)
 }
-
-// SpecOpt mutates an OCI runtime spec. Options are pure functions of their
-// arguments so that they can be tested without a runtime; backends that
-// speak OCI (oci, containerd) apply the same options.
-type SpecOpt func(*specs.Spec) error
 
 // Defaults of DESIGN §3.7.
 const (

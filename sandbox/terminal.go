@@ -2,10 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Terminal asks for a call that runs on a pseudo-terminal inside its
@@ -47,21 +44,6 @@ func (s WindowSize) OrDefault() WindowSize {
 // one: a call asked to run on a terminal never runs without one.
 func NoTerminal(backend string) error {
 	return Errorf(ErrInvalid, "%s: cannot run a call on a terminal (exec -t); use the oci (runc, crun), docker or containerd backend", backend)
-}
-
-// WithTerminal makes the spec's process run on a pseudo-terminal of the
-// runtime, size (or DefaultWindowSize) at start. Apply it after
-// policy.WithProcess, which resets Terminal.
-func WithTerminal(size WindowSize) SpecOpt {
-	return func(s *specs.Spec) error {
-		if s.Process == nil {
-			return errors.New("terminal: the spec has no process")
-		}
-		size = size.OrDefault()
-		s.Process.Terminal = true
-		s.Process.ConsoleSize = &specs.Box{Height: uint(size.Rows), Width: uint(size.Cols)}
-		return nil
-	}
 }
 
 // resizeTimeout bounds one resize, so that a daemon that does not answer

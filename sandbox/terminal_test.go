@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 func TestWindowSizeOrDefault(t *testing.T) {
@@ -21,22 +19,6 @@ func TestWindowSizeOrDefault(t *testing.T) {
 		if got := tt.in.OrDefault(); got != tt.want {
 			t.Errorf("%+v.OrDefault() = %+v, want %+v", tt.in, got, tt.want)
 		}
-	}
-}
-
-func TestWithTerminal(t *testing.T) {
-	s := &specs.Spec{Process: &specs.Process{}}
-	if err := WithTerminal(WindowSize{Rows: 33, Cols: 101})(s); err != nil {
-		t.Fatal(err)
-	}
-	if !s.Process.Terminal || s.Process.ConsoleSize == nil || *s.Process.ConsoleSize != (specs.Box{Height: 33, Width: 101}) {
-		t.Errorf("WithTerminal(33×101) = terminal %v, console %+v; want true, 33×101", s.Process.Terminal, s.Process.ConsoleSize)
-	}
-	if err := WithTerminal(WindowSize{})(s); err != nil || *s.Process.ConsoleSize != (specs.Box{Height: 24, Width: 80}) {
-		t.Errorf("WithTerminal(zero) = %+v, %v; want 24×80", s.Process.ConsoleSize, err)
-	}
-	if err := WithTerminal(WindowSize{})(&specs.Spec{}); err == nil {
-		t.Errorf("WithTerminal on a spec without a process = nil error")
 	}
 }
 

@@ -288,7 +288,7 @@ type runner Executor
 
 // plan is what Resolve found for one call.
 type plan struct {
-	opts []sandbox.SpecOpt
+	opts []policy.SpecOpt
 	ids  idmap.Call
 	img  containerd.Image
 }
@@ -435,7 +435,7 @@ func (e *Executor) markLeftover(err error) error {
 // callSpec builds the call's spec (policy.CallSpec) from the policy's
 // options opts: its process, annotations, cgroup and terminal, on the
 // rootfs.
-func (e *Executor) callSpec(call *driver.Call, opts []sandbox.SpecOpt) (*specs.Spec, error) {
+func (e *Executor) callSpec(call *driver.Call, opts []policy.SpecOpt) (*specs.Spec, error) {
 	req := call.Request
 	parts := policy.SpecParts{
 		Root: "rootfs",

@@ -292,7 +292,7 @@ func (r remap) forCall(p sandbox.Policy, uid, gid uint32) (callUser, error) {
 // operators). Computed once.
 var noSetidSeccompJSON = sync.OnceValues(func() (string, error) {
 	s := &specs.Spec{}
-	for _, o := range []sandbox.SpecOpt{policy.WithDefaultSeccomp(), policy.WithoutSetidModes()} {
+	for _, o := range []policy.SpecOpt{policy.WithDefaultSeccomp(), policy.WithoutSetidModes()} {
 		if err := o(s); err != nil {
 			return "", sandbox.Errorf(sandbox.ErrInternal, "docker: seccomp profile: %w", err)
 		}

@@ -224,7 +224,7 @@ func (e *Executor) seccompFor(sandbox.Policy) (*corev1.SeccompProfile, error) {
 func (s *seccompProfile) write() (string, error) {
 	s.once.Do(func() {
 		spec := &specs.Spec{}
-		for _, o := range []sandbox.SpecOpt{policy.WithDefaultSeccomp(), policy.WithoutSetidModes()} {
+		for _, o := range []policy.SpecOpt{policy.WithDefaultSeccomp(), policy.WithoutSetidModes()} {
 			if err := o(spec); err != nil {
 				s.err = sandbox.Errorf(sandbox.ErrInternal, "kubernetes: seccomp profile: %v", err)
 				return

@@ -16,7 +16,7 @@ import (
 // (policy.WithEgress). Its end is pushed on cu, above the container's
 // removal, so it runs after the container is gone: connections still
 // open are closed then, and the record goes into res.Egress.
-func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log *slog.Logger, cu *driver.Cleanup, res *sandbox.Result) (sandbox.SpecOpt, error) {
+func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.Call, log *slog.Logger, cu *driver.Cleanup, res *sandbox.Result) (policy.SpecOpt, error) {
 	if err := e.step("egress"); err != nil {
 		return nil, err
 	}

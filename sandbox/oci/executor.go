@@ -281,7 +281,7 @@ type runner Executor
 type plan struct {
 	img  *images.Image
 	bash string
-	opts []sandbox.SpecOpt
+	opts []policy.SpecOpt
 	ids  idmap.Call
 	// poolKey and late are the call's pool key and whether its session
 	// directory is mounted at Bind (Executor.poolKey), computed once.
@@ -452,7 +452,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (_ *bundle, _ *driver.Cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.Call) (_ *bundle, _ *driver.Cleanup, err error) {
 	var cu driver.Cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
@@ -471,7 +471,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
 // The driver has checked the call's host paths (prepare.Paths)
 // already.
-func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
+func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.Call) (*bundle, error) {
 	b, err := e.makeBundle(cu, call.ID, img)
 	if err != nil {
 		return nil, err
@@ -591,7 +591,7 @@ func imageBinds(img *images.Image) []bindMount {
 // callSpec builds the call's runtime spec: the base spec with binds,
 // the call's process, opts, then what every container of this executor
 // gets.
-func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash string, binds []specs.Mount, opts []sandbox.SpecOpt) (*specs.Spec, error) {
+func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash string, binds []specs.Mount, opts []policy.SpecOpt) (*specs.Spec, error) {
 	if err := e.step("config"); err != nil {
 		return nil, err
 	}

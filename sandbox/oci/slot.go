@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -49,7 +51,7 @@ func usesStub(runtime string) bool { return runtime != RuntimeRunsc }
 // withStub makes the stub at host the container's process, with an
 // empty environment; the call's own command line, environment and
 // working directory reach it at Bind, over the control channel.
-func withStub(host string) sandbox.SpecOpt {
+func withStub(host string) policy.SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {
 			s.Process = &specs.Process{}

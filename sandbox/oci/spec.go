@@ -1,9 +1,8 @@
 package oci
 
 import (
+	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // roBind is a read-only, non-recursive bind mount of source at target.
@@ -25,7 +24,7 @@ const runscPidsHeadroom = 256
 // not enforce pids.max on the application's tasks, but it does enforce
 // RLIMIT_NPROC, for every user including root; the host cgroup keeps an
 // outer bound with headroom for gVisor itself.
-func withRunscPids() sandbox.SpecOpt {
+func withRunscPids() policy.SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Linux == nil || s.Linux.Resources == nil || s.Linux.Resources.Pids == nil ||
 			s.Linux.Resources.Pids.Limit == nil || *s.Linux.Resources.Pids.Limit <= 0 {
