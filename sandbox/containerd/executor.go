@@ -27,6 +27,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/egress"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/cgroup"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/daemon"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
@@ -768,7 +769,7 @@ func (p *callTask) Wait(_ context.Context, _ bool) (driver.Exit, error) {
 	return driver.Exit{
 		Status:    int(code),
 		Init:      true,
-		OOMKilled: sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID))),
+		OOMKilled: cgroup.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID))),
 	}, nil
 }
 

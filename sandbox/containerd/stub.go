@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/cgroup"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
@@ -165,7 +166,7 @@ func (p *stubTask) Wait(context.Context, bool) (driver.Exit, error) {
 	}
 
 	rep, oom, rerr := p.a.Outcome()
-	oom = oom || sandbox.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID)))
+	oom = oom || cgroup.OOMKilled(cgroupDirs(cgroupsPath(e.instance, call.ID)))
 	if rerr == nil {
 		x, err := driver.StubExit(rep)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/cgroup"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -516,7 +517,7 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 			// The stub reported how the call ended; the runtime
 			// finishes (and deletes the container) meanwhile.
 			x := driver.Exit{Status: s.status, Init: true}
-			x.OOMKilled = s.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
+			x.OOMKilled = s.b.oom.fired() || cgroup.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
 			return x, nil
 		case <-s.reports:
 		case <-s.done:
@@ -542,7 +543,7 @@ func (p *runtimeProcess) Wait(_ context.Context, stopped bool) (driver.Exit, err
 	x := driver.WaitExit(ws, true)
 	// The call's cgroups (the container's parents) still exist: teardown
 	// removes them. See prepareOOMAccounting.
-	x.OOMKilled = s.b.oom.fired() || sandbox.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
+	x.OOMKilled = s.b.oom.fired() || cgroup.OOMKilled(e.layout.dirsFor(cgroupsPath(e.instance, s.call.ID)))
 	return x, nil
 }
 
