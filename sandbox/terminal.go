@@ -39,13 +39,6 @@ func (s WindowSize) OrDefault() WindowSize {
 	return s
 }
 
-// NoTerminal is the refusal, an ErrInvalid naming the backend (and
-// runtime), of a call with a Terminal on a backend that cannot give it
-// one: a call asked to run on a terminal never runs without one.
-func NoTerminal(backend string) error {
-	return Errorf(ErrInvalid, "%s: cannot run a call on a terminal (exec -t); use the oci (runc, crun), docker or containerd backend", backend)
-}
-
 // resizeTimeout bounds one resize, so that a daemon that does not answer
 // cannot hold the call.
 const resizeTimeout = 5 * time.Second

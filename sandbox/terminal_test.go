@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 )
@@ -55,11 +54,4 @@ func TestKeepSize(t *testing.T) {
 		t.Fatal("KeepSize did not return when done closed")
 	}
 	(*Terminal)(nil).KeepSize(context.Background(), nil, nil)
-}
-
-func TestNoTerminal(t *testing.T) {
-	err := NoTerminal("oci (runsc)")
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "oci (runsc)") || ExitCode(nil, err) != ExitUsage {
-		t.Errorf("NoTerminal = %v (exit %d), want an invalid-argument error naming the backend", err, ExitCode(nil, err))
-	}
 }

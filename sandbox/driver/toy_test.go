@@ -30,7 +30,7 @@ func (b *toy) Config() driver.Config {
 
 func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Target, struct{}, error) {
 	if req.Terminal != nil {
-		return driver.Target{}, struct{}{}, sandbox.NoTerminal("toy")
+		return driver.Target{}, struct{}{}, driver.NoTerminal("toy")
 	}
 	return driver.Target{
 		ImageEnv: toyEnv,

@@ -120,7 +120,7 @@ func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Target
 		return driver.Target{}, struct{}{}, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
 	}
 	if req.Terminal != nil {
-		return driver.Target{}, struct{}{}, sandbox.NoTerminal("local")
+		return driver.Target{}, struct{}{}, driver.NoTerminal("local")
 	}
 	return driver.Target{
 		ImageEnv: BaseEnv(),

@@ -312,7 +312,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 		return driver.Target{}, nil, err
 	}
 	if req.Terminal != nil && !terminalCapable(e.rt.name) {
-		return driver.Target{}, nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
+		return driver.Target{}, nil, driver.NoTerminal("oci (" + e.rt.name + ")")
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
