@@ -19,7 +19,7 @@ type Identity = sandbox.Identity
 // and the directories to create. Every consumer reads it: SpecOpts and
 // Mounts (the oci and containerd specs), the docker backend's container
 // configuration, the audit record, hook mounts, Explain, ExplainPlan and
-// Warnings; prepare.Call and PreparePaths build the same plan with
+// Warnings; prepare.Call and prepare.Paths build the same plan with
 // sandbox.NewPlan.
 //
 // It is pure: it reads no file (the backends resolve the paths, see

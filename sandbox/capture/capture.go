@@ -24,15 +24,15 @@ import (
 // tail in memory and writes no spill file.
 type Options struct {
 	// TailBytes is how many bytes of the stream's tail to keep in memory;
-	// ≤ 0 means DefaultStdoutMaxBytes.
+	// ≤ 0 means sandbox.DefaultStdoutMaxBytes.
 	TailBytes int
 	// SpillPath is the file that receives the whole stream once it
 	// outgrows TailBytes; "" means no spill file. Missing parent
 	// directories are created 0700 and the file 0600, without following
-	// links (MkdirNoFollow, CreateNoFollow): no component may be a
+	// links (hostpath.MkdirNoFollow, hostpath.CreateNoFollow): no component may be a
 	// symbolic link and the file must not exist yet.
 	SpillPath string
-	// SpillMax caps the spill file; ≤ 0 means DefaultSpillMaxBytes.
+	// SpillMax caps the spill file; ≤ 0 means sandbox.DefaultSpillMaxBytes.
 	SpillMax int64
 	// SpillOwner, when set, is given the spill file (fchown) once it is
 	// created; unset, it belongs to the running process. SpillReader,
@@ -423,8 +423,8 @@ func ForCall(c *sandbox.Call, stateDir string, stdout, stderr io.Writer) (*Write
 // many bytes may still be written before the total reaches total. Other
 // entries (directories, links) are neither counted nor touched; a file
 // removed while a concurrent call still writes it keeps its space until
-// that call ends. total ≤ 0 means DefaultSpillTotalBytes, retention ≤ 0
-// DefaultSpillRetention. Errors wrap ErrInvalid (a link in dir's path)
+// that call ends. total ≤ 0 means sandbox.DefaultSpillTotalBytes, retention ≤ 0
+// sandbox.DefaultSpillRetention. Errors wrap ErrInvalid (a link in dir's path)
 // or ErrInternal.
 func PruneSpill(dir string, total, reserve int64, retention time.Duration, now time.Time) (int64, error) {
 	if total <= 0 {

@@ -475,7 +475,7 @@ func (e *Executor) stageCall(call *driver.Call, spec *specs.Spec, ids idmap.Call
 		return e.markLeftover(removeCallDir(callDir, staged))
 	})
 	// Every bind source becomes a staging mount: the shim's runc must
-	// not follow a link swapped in since PreparePaths.
+	// not follow a link swapped in since prepare.Paths.
 	if staged, err = stageBinds(spec, idmap.StagingFor(call.Request, ids), callDir); err != nil {
 		return "", sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
 	}

@@ -188,7 +188,7 @@ type Call struct {
 	HostUID uint32
 	// DiskUID is the uid the call's file accesses are checked against on
 	// the binds of the call: HostUID, or the container uid (0) when the
-	// binds are id-mapped. PreparePaths grants it read on the session
+	// binds are id-mapped. prepare.Paths grants it read on the session
 	// directory.
 	DiskUID uint32
 	// RootUID and RootGID are the host ids of the container's root.

@@ -32,7 +32,7 @@ type Options struct {
 	TTL time.Duration
 }
 
-// Runner runs calls in the background on any Executor (DESIGN §3.7): Start
+// Runner runs calls in the background on any sandbox.Executor (DESIGN §3.7): Start
 // returns an id at once, Output returns new output since the previous
 // read, Kill cancels the call, which stops the container. Runner belong to
 // an owner (an opaque key: the service uses the client and the agent's

@@ -150,7 +150,7 @@ func podVolumes(plan sandbox.Plan, stubPath string) ([]corev1.Volume, []corev1.V
 	for i, m := range plan.Mounts {
 		name := "m" + strconv.Itoa(i)
 		if m.Bind() {
-			// The path exists: PreparePaths made or checked it.
+			// The path exists: prepare.Paths made or checked it.
 			t := corev1.HostPathUnset
 			volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &t}}})
 		} else {

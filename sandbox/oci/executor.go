@@ -620,7 +620,7 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 
 // prepareMounts makes the bundle ready for the mounts of spec: every
 // bind source becomes a staging mount in the bundle (the runtime must
-// not follow a link swapped in since PreparePaths), the rootfs is
+// not follow a link swapped in since prepare.Paths), the rootfs is
 // checked, and then made ready for the container's root
 // (prepareMountPoints).
 func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.Call) error {

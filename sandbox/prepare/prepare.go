@@ -35,8 +35,8 @@ const maxCallIDLen = 64
 // base env and the service's environment (getenv, used only for
 // Policy.EnvInherit and Policy.RedactEnv; nil means empty). It does no
 // I/O apart from reading random bytes for a call id and the files of
-// Policy.RedactFiles, and is safe for concurrent use. Call.Redact holds
-// the secrets of Redactor over the process's environment (os.Environ).
+// Policy.RedactFiles, and is safe for concurrent use. The Call's Redact holds
+// the secrets of secrets.Redactor over the process's environment (os.Environ).
 //
 // Errors wrap ErrInvalid and name the offending field: an empty command
 // (without argv) or one with a NUL byte; an argv set together with a
@@ -45,16 +45,16 @@ const maxCallIDLen = 64
 // relative workdir, session cwd or transcript directory; a call id that
 // is not a safe name; a malformed Env, Policy.EnvSet or image env entry;
 // a DSHEnv entry outside DSH_ or set twice; a Policy.RedactFiles file
-// that cannot be read safely (Redactor).
+// that cannot be read safely (secrets.Redactor).
 //
 // Resolution: the timeout is TimeoutMs, else Policy.Limits.TimeoutMs,
-// else DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
-// DefaultMaxTimeout); for a Background call it is
+// else sandbox.DefaultTimeout, clamped to Policy.Limits.MaxTimeoutMs (default
+// sandbox.DefaultMaxTimeout); for a Background call it is
 // Policy.Limits.JobTimeoutMs, 0 meaning none; the tail size is StdoutMaxBytes, else the policy's,
-// else DefaultStdoutMaxBytes; the workdir is Workdir, else the plan's
-// (NewPlan: Session.Cwd when the workspace is mounted, else /tmp), and
+// else sandbox.DefaultStdoutMaxBytes; the workdir is Workdir, else the plan's
+// (sandbox.NewPlan: Session.Cwd when the workspace is mounted, else /tmp), and
 // the spill directory and its visibility are the plan's. The env is
-// BuildEnv of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
+// childenv.Build of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
 // Env as the ordinary layer; DSHEnv as the snapshot. DSH_* names in Env
 // and Policy.EnvSet are dropped, as the Request documents, not rejected.
 func Call(req *sandbox.Request, imageEnv []string, getenv func(string) (string, bool)) (*sandbox.Call, error) {
@@ -217,7 +217,7 @@ func checkOutputLimits(req *sandbox.Request) error {
 	return nil
 }
 
-// checkIDs refuses a call id that is not a safe name (ValidCallID) and a
+// checkIDs refuses a call id that is not a safe name (sandbox.ValidCallID) and a
 // session id with a NUL byte.
 func checkIDs(req *sandbox.Request) error {
 	switch {
@@ -325,7 +325,7 @@ func randomHex(n int) string {
 //
 //   - session.cwd, when the policy mounts the workspace ("rw" or "ro"):
 //     it must exist, be a directory with no symbolic link in any
-//     component (ResolveDir) and not be a system directory (SystemDir);
+//     component (hostpath.ResolveDir) and not be a system directory (hostpath.SystemDir);
 //   - workdir, when it lies in the mounted workspace (or always, for the
 //     local backend, which runs in it on the host): no symbolic link in
 //     any existing component; the local backend needs it to exist;
@@ -336,20 +336,20 @@ func randomHex(n int) string {
 //     belong to the harness user (req.Session.Owner), and the call's
 //     identity callUID (from policy.ResolveUser; the service's own uid for
 //     the local backend) may read them through an ACL entry when the
-//     policy mounts the transcript (MakeSessionDir, which also refuses a
+//     policy mounts the transcript (hostpath.MakeSessionDir, which also refuses a
 //     directory a third user owns); a link anywhere in the chain is refused;
 //   - policy.limits.workspaceBytes, when set and the workspace is
 //     mounted read-write: the workspace is bounded with a btrfs qgroup
 //     limit or a project quota (quota.Limit); a workspace where neither
 //     can be enforced refuses the call (ErrUnavailable);
 //   - policy.mounts[i].source: no symbolic link in any component
-//     (ResolvePath); a read-write mount of a system directory is refused.
+//     (hostpath.ResolvePath); a read-write mount of a system directory is refused.
 //
 // What remains is a race: a component swapped for a link between this
 // check and the runtime's mount, since every runtime (runc, crun, runsc,
 // dockerd, containerd) takes a mount source as a path, not a
 // descriptor. Backends call Paths as late as their structure
-// allows (right before the spec or container is created; Captures then
+// allows (right before the spec or container is created; capture.ForCall then
 // re-opens the session's spill directory without following links right
 // before the start and disables the spill if it changed). Swapping a
 // component needs write access to its parent: the workspace's own
@@ -358,7 +358,7 @@ func randomHex(n int) string {
 // another session whose writable workspace contains this one (nested
 // workspaces), or to a host user who owns the parents anyway. The
 // session directory's parents lie in the sessions root, which no call
-// can write once CheckDeployment keeps it out of every workspace.
+// can write once hostpath.CheckDeployment keeps it out of every workspace.
 func Paths(req *sandbox.Request, call *sandbox.Call, callUID uint32) error {
 	if req == nil || call == nil {
 		return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: Paths: request or call is nil")
@@ -380,7 +380,7 @@ func Paths(req *sandbox.Request, call *sandbox.Call, callUID uint32) error {
 		return nil
 	}
 	// The plan's directories are the session directory and its spill/
-	// subdirectory, which MakeSessionDir creates together.
+	// subdirectory, which hostpath.MakeSessionDir creates together.
 	return prepareSessionDir(plan.Dirs[0], call, mounted)
 }
 
@@ -430,7 +430,7 @@ func checkMountSources(mounts []sandbox.Mount) error {
 
 // prepareSessionDir checks the session directory dir (not a system
 // directory, apart from a mounted workspace), creates it with its spill/
-// subdirectory (MakeSessionDir) and fills call.TranscriptDir and, when
+// subdirectory (hostpath.MakeSessionDir) and fills call.TranscriptDir and, when
 // the call's spill files go there, call.SpillOwner and call.SpillReader.
 func prepareSessionDir(dir sandbox.PlanDir, call *sandbox.Call, mounted bool) error {
 	td := dir.Path

@@ -83,8 +83,8 @@ type envRequest struct {
 	want map[string]string
 }
 
-// checkFacts asserts, without BuildEnv, the facts of DESIGN §3.6 that
-// the exact-env cases rest on, so that a bug shared by BuildEnv and the
+// checkFacts asserts, without childenv.Build, the facts of DESIGN §3.6 that
+// the exact-env cases rest on, so that a bug shared by childenv.Build and the
 // backend cannot hide.
 func (er *envRequest) checkFacts(t *testing.T, fx *fixture, got map[string]string) {
 	t.Helper()

@@ -22,8 +22,8 @@ const MaxFileBytes = 64 << 10
 //
 //   - every variable of environ (the service's environment as
 //     KEY=VALUE) that the secret filter of DESIGN §3.6 keeps from a
-//     child: its name looks like a secret (SecretName) or its value does
-//     (SecretValue). Names that env.allowSecrets passes are included: the
+//     child: its name looks like a secret (childenv.SecretName) or its value does
+//     (childenv.SecretValue). Names that env.allowSecrets passes are included: the
 //     policy lets the call use the value, not show it;
 //   - every variable of p.EnvSet whose name or value looks like a secret
 //     by the same rule, in name order;
