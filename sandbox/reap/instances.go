@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
 )
 
 // Executors that share a state directory tell live instances from dead
@@ -174,22 +175,5 @@ func CheckExecutorIdentity(backend, stateDir, instance string) (string, string, 
 	} else if !sandbox.ValidCallID(instance) {
 		return "", "", sandbox.Errorf(sandbox.ErrInvalid, "%s: InstanceID %q is not 1–64 characters of [A-Za-z0-9_.-] starting with a letter or digit", backend, instance)
 	}
-	return resolveExisting(filepath.Clean(stateDir)), instance, nil
-}
-
-// resolveExisting is dir with the symbolic links of its longest existing
-// ancestor resolved (a state directory is the operator's, trusted): the
-// paths below it, which the executors bind from without following links,
-// then have none. Whatever cannot be resolved is kept as written.
-func resolveExisting(dir string) string {
-	rest := ""
-	for p := dir; ; p = filepath.Dir(p) {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Join(r, rest)
-		}
-		if p == filepath.Dir(p) {
-			return dir
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
-	}
+	return hostpath.Real(stateDir), instance, nil
 }

@@ -15,8 +15,8 @@
 // set of calls in progress for as long as the slot exists, so that its
 // own instance's Reap leaves it alone.
 //
-// It imports only the standard library and sandbox; the driver and the
-// backends import it.
+// It imports only the standard library, sandbox and hostpath (to resolve
+// a state directory); the driver and the backends import it.
 package reap
 
 import (
