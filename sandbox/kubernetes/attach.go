@@ -110,7 +110,7 @@ func (e *Executor) attach(ctx context.Context, name string) (*podProcess, error)
 // come.
 func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
 	call, req, p := c.call, c.call.Request, c.p
-	msg := stub.Call{
+	msg := stub.Command{
 		Argv:     sandbox.InitArgs(req, call.Env),
 		Env:      call.Env,
 		Dir:      call.Workdir,

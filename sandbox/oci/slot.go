@@ -329,7 +329,7 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: task limit: %v", call.ID, err)
 			}
 		}
-		msg, err := (&stub.Call{
+		msg, err := (&stub.Command{
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,
 			Dir:      call.Workdir,
