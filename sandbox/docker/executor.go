@@ -285,8 +285,8 @@ type plan struct {
 	mounts   []specs.Mount
 }
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
 		Name:      Backend,
 		StateDir:  r.opts.StateDir,
 		Getenv:    r.opts.Getenv,
@@ -299,37 +299,37 @@ func (r *runner) Config() driver.Config {
 
 // Resolve checks the policy's image and runtime against the engine,
 // resolves the call's user and mounts and reads the image's environment.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *plan, error) {
 	e := (*Executor)(r)
 	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal == nil && e.stubErr != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: %v", e.stubErr)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: %v", e.stubErr)
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	user, err := e.remap.forCall(req.Policy, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	mounts, err := policy.Mounts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
 	}
 	if err := e.checkRuntime(ctx, string(req.Policy.Runtime)); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	imgEnv, err := e.imageEnv(ctx, req.Policy.Image)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: imgEnv,
 		PathUID:  uid,
 		Info: sandbox.Info{
@@ -345,7 +345,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // removal of each onto the call's cleanup stack. The container runs the
 // stub, which Bind starts and binds the call to (stub.go), except on a
 // terminal: there the call is baked in, and Bind starts it.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu := call.Request, call.Log, call.Cleanup
 	// The container and the staging mounts are made on a context the
@@ -543,7 +543,7 @@ var procPaths = sync.OnceValues(func() (masked, readonly []string) {
 // callContainer is a call's created container.
 type callContainer struct {
 	e    *Executor
-	call *driver.Call
+	call *driver.Running
 	id   string
 	msg  []byte // the call message for the stub; nil on a terminal
 }
@@ -554,7 +554,7 @@ func (c *callContainer) ID() string { return c.id }
 // (bindStub), or, on a terminal, with the call baked in. It attaches
 // before the start so that no output is lost, and waits for the next
 // exit before the start so that the exit is not missed either.
-func (c *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (c *callContainer) Bind(ctx context.Context, _ *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	if c.msg != nil {
 		return c.bindStub(ctx, stdio)
 	}

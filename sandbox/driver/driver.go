@@ -38,9 +38,9 @@ import (
 // detached from the caller's, so it happens even when the caller gave up.
 const TeardownTimeout = 30 * time.Second
 
-// Config is what the driver needs to know about a backend; every
-// backend's Config returns the same value for the executor's life.
-type Config struct {
+// Profile is what the driver needs to know about a backend; every
+// backend's Profile returns the same value for the executor's life.
+type Profile struct {
 	// Name is the backend's name: the value of Policy.Backend it runs and
 	// the prefix of its errors ("oci", "docker", …). Required.
 	Name string
@@ -64,9 +64,9 @@ type Config struct {
 	Reap string
 }
 
-// Target is what a backend resolved for one request before the call is
-// prepared.
-type Target struct {
+// Resolution is what a backend resolved for one request before the call
+// is prepared.
+type Resolution struct {
 	// ImageEnv is the base environment of the call's image (layer 1 of
 	// DESIGN §3.6); nil means none.
 	ImageEnv []string
@@ -82,14 +82,14 @@ type Target struct {
 // backend's own per-call state, handed from Resolve to Prepare.
 // Implementations are safe for concurrent use.
 type Backend[S any] interface {
-	// Config says how the driver runs the backend's calls.
-	Config() Config
+	// Profile says how the driver runs the backend's calls.
+	Profile() Profile
 	// Resolve checks that the backend can run req (policy fields only it
 	// knows: image, runtime, network, terminal) and resolves what the
 	// call needs: the image's environment, the call's identity. It runs
 	// after sandbox.Validate and before sandbox.Prepare; it creates
 	// nothing that needs undoing.
-	Resolve(ctx context.Context, req *sandbox.Request) (Target, S, error)
+	Resolve(ctx context.Context, req *sandbox.Request) (Resolution, S, error)
 	// Prepare makes the call's slot: as much of the container as can
 	// exist before the call is bound to it (the oci backend: created and
 	// started, its stub waiting; a backend that cannot run a stub:
@@ -97,7 +97,7 @@ type Backend[S any] interface {
 	// every step it finished onto call.Cleanup (deleting the container
 	// last of all is the backend's "delete"), which the driver runs on
 	// every path, also when Prepare fails.
-	Prepare(ctx context.Context, call *Call, state S) (Slot, error)
+	Prepare(ctx context.Context, call *Running, state S) (Slot, error)
 }
 
 // Warm is what a Backend that keeps prepared slots (PrepareSlot) adds:
@@ -110,22 +110,22 @@ type Warm[S any] interface {
 	// sandbox.PoolMiss, or "" when call is not one the pool serves. It
 	// may wait, within ctx, for a slot already being prepared. The slot
 	// is the caller's alone.
-	Take(ctx context.Context, call *Call, state S) (slot Slot, undo *Cleanup, pool string)
+	Take(ctx context.Context, call *Running, state S) (slot Slot, undo *Cleanup, pool string)
 	// Started says call was bound and runs: the backend may prepare a
 	// slot for the session's next call.
-	Started(call *Call, state S)
+	Started(call *Running, state S)
 	// Release may take over the teardown of a finished call (its
 	// cleanup stack), to run it after Run returned, off the caller's
 	// path; it reports whether it did. It must not for a call whose
-	// teardown can still change its result (Call.Fail, Result.Egress).
-	Release(call *Call, state S, teardown *Cleanup) bool
+	// teardown can still change its result (Running.Fail, Result.Egress).
+	Release(call *Running, state S, teardown *Cleanup) bool
 }
 
 // PrepareSlot prepares, ahead of its call, a slot for a call like req:
 // everything Run does before Bind, with a call id of its own. The
 // returned stack undoes the slot; on error nothing is left.
 func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (Slot, *Cleanup, error) {
-	cfg := b.Config()
+	cfg := b.Profile()
 	tgt, state, err := b.Resolve(ctx, req)
 	if err != nil {
 		return nil, nil, err
@@ -150,9 +150,9 @@ func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request)
 	return slot, call.Cleanup.Release(), nil
 }
 
-// newCall is the driver's Call of sc.
-func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Result) *Call {
-	return &Call{
+// newCall is the driver's Running of sc.
+func newCall(cfg Profile, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Result) *Running {
+	return &Running{
 		Call:    sc,
 		Request: req,
 		Labels:  sandbox.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
@@ -162,9 +162,11 @@ func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Re
 	}
 }
 
-// Call is one prepared call as a backend sees it. The driver owns it;
-// a backend keeps it until the call ends.
-type Call struct {
+// Running is one call the driver runs, as a backend sees it: the
+// prepared sandbox.Call with its request, labels, logger, cleanup stack
+// and result in the making. The driver owns it; a backend keeps it until
+// the call ends.
+type Running struct {
 	*sandbox.Call
 	// Request is the call's request.
 	Request *sandbox.Request
@@ -184,7 +186,7 @@ type Call struct {
 // Fail makes Run return err instead of the call's result, unless Run
 // fails anyway: a cleanup step calls it when it finds that the outcome
 // of the call is unknown after all (its egress network broke down).
-func (c *Call) Fail(err error) {
+func (c *Running) Fail(err error) {
 	if c.failed == nil {
 		c.failed = err
 	}
@@ -210,7 +212,7 @@ type Slot interface {
 	// Bind runs call in the slot with stdio: the command line, the
 	// environment and the working directory are call's. Undo steps for
 	// what it starts go onto call.Cleanup. A slot is bound at most once.
-	Bind(ctx context.Context, call *Call, stdio Stdio) (Process, error)
+	Bind(ctx context.Context, call *Running, stdio Stdio) (Process, error)
 }
 
 // Process is a started container process.
@@ -274,7 +276,7 @@ func (x Exit) decode() (*int, string) {
 // created is gone, whatever happened: this is every backend's
 // Executor.Run. Errors follow sandbox.Executor.
 func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result *sandbox.Result, err error) {
-	cfg := b.Config()
+	cfg := b.Profile()
 	t0 := time.Now()
 	tgt, state, sc, err := prepareCall(ctx, b, cfg, req)
 	if err != nil {
@@ -331,38 +333,38 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 // sandbox.Prepare) and prepares its host paths (sandbox.PreparePaths):
 // everything Run does before it creates anything that needs undoing. It
 // fails with notStarted when ctx is done by then.
-func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sandbox.Request) (Target, S, *sandbox.Call, error) {
+func prepareCall[S any](ctx context.Context, b Backend[S], cfg Profile, req *sandbox.Request) (Resolution, S, *sandbox.Call, error) {
 	var none S
 	if req == nil {
-		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
+		return Resolution{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
 	}
 	if string(req.Policy.Backend) != cfg.Name {
-		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
+		return Resolution{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
 	}
 	// A malformed request is refused before a daemon is asked anything.
 	if err := sandbox.Validate(req); err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	tgt, state, err := b.Resolve(ctx, req)
 	if err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	sc, err := sandbox.Prepare(req, tgt.ImageEnv, cfg.Getenv)
 	if err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	if err := sandbox.PreparePaths(req, sc, tgt.PathUID); err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Target{}, none, nil, notStarted(cfg, sc.ID, ctx)
+		return Resolution{}, none, nil, notStarted(cfg, sc.ID, ctx)
 	}
 	return tgt, state, sc, nil
 }
 
 // tearDown runs the call's cleanup stack on a context bounded by
 // TeardownTimeout, logs what it left behind and records how long it took.
-func tearDown(bg context.Context, cfg Config, call *Call, log *slog.Logger) {
+func tearDown(bg context.Context, cfg Profile, call *Running, log *slog.Logger) {
 	res := call.Result
 	t := time.Now()
 	tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
@@ -379,7 +381,7 @@ func tearDown(bg context.Context, cfg Config, call *Call, log *slog.Logger) {
 // takeSlot returns the call's slot: a prepared one of warm when it has
 // one that fits (its undo joins the call's cleanup stack), else one b
 // prepares. It records the pool's answer in the call's timings.
-func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call, state S) (Slot, error) {
+func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Running, state S) (Slot, error) {
 	var slot Slot
 	if warm != nil {
 		var undo *Cleanup
@@ -398,7 +400,7 @@ func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call
 // cancellation and kill grace: sandbox.Supervise), waits for it on bg
 // and fills the call's result with its output and how it ended; an
 // error is Process.Wait's.
-func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
+func await(ctx, bg context.Context, cfg Profile, call *Running, log *slog.Logger, p Process, stdout, stderr *sandbox.Capture) error {
 	res := call.Result
 	var lastSig syscall.Signal
 	timedOut, aborted := sandbox.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
@@ -426,6 +428,6 @@ func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p 
 
 // notStarted is the error of a call whose caller gave up before it
 // started.
-func notStarted(cfg Config, id string, ctx context.Context) error {
+func notStarted(cfg Profile, id string, ctx context.Context) error {
 	return sandbox.Errorf(sandbox.ErrUnavailable, "%s: call %s not started: %w", cfg.Name, id, context.Cause(ctx))
 }

@@ -291,8 +291,8 @@ type plan struct {
 	refill func()
 }
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
 		Name:      "oci",
 		StateDir:  r.opts.StateDir,
 		Getenv:    r.getenv,
@@ -304,33 +304,33 @@ func (r *runner) Config() driver.Config {
 
 // Resolve checks the policy against the runtime, resolves the call's
 // user, user namespace and image, and finds the image's shell.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *plan, error) {
 	e := (*Executor)(r)
 	if err := e.checkPolicy(req.Policy); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal != nil && !terminalCapable(e.rt.name) {
-		return driver.Target{}, nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
+		return driver.Resolution{}, nil, sandbox.NoTerminal("oci (" + e.rt.name + ")")
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	img, err := e.image(req.Policy.Image, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	ids, err := e.userNamespace(req.Policy, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
-			return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+			return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
 		if ids.Idmapped {
@@ -339,7 +339,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}
 	bash, hasSh := findShell(imageRoot(img))
 	if !hasSh {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
 	}
 	pl := &plan{img: img, bash: bash, opts: opts, ids: ids}
 	pl.poolKey, pl.late = e.poolKey(req, uid, gid)
@@ -347,7 +347,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if imageName == "" {
 		imageName = img.Name
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: img.Env,
 		PathUID:  ids.DiskUID,
 		Info: sandbox.Info{
@@ -364,7 +364,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // makes its bundle and, with runc and crun, starts the container with
 // the stub waiting for the call, handing the undo of each to the call's
 // cleanup stack.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	opts := pl.opts
 	if usesStub(e.rt.name) {
