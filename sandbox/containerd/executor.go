@@ -287,7 +287,7 @@ type runner Executor
 // plan is what Resolve found for one call.
 type plan struct {
 	opts []sandbox.SpecOpt
-	ids  idmap.Call
+	ids  idmap.IDs
 	img  containerd.Image
 }
 
@@ -456,7 +456,7 @@ func (e *Executor) callSpec(call *driver.Running, opts []sandbox.SpecOpt) (*spec
 // spec in it as a mount, pushing their removal onto the call's cleanup
 // stack, and returns the directory. In a user namespace, spec's rootfs
 // becomes the directory's, which mountCallRootfs mounts.
-func (e *Executor) stageCall(call *driver.Running, spec *specs.Spec, ids idmap.Call) (string, error) {
+func (e *Executor) stageCall(call *driver.Running, spec *specs.Spec, ids idmap.IDs) (string, error) {
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
 			return "", sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
@@ -542,7 +542,7 @@ func (e *Executor) createContainer(bg context.Context, call *driver.Running, pl 
 
 // mountCallRootfs mounts the call's id-mapped rootfs in its directory,
 // pushing its unmounting onto the call's cleanup stack.
-func (e *Executor) mountCallRootfs(bg context.Context, call *driver.Running, spec *specs.Spec, ids idmap.Call, callDir string) error {
+func (e *Executor) mountCallRootfs(bg context.Context, call *driver.Running, spec *specs.Spec, ids idmap.IDs, callDir string) error {
 	unmount, err := e.mountRootfs(bg, containerID(call.ID), callDir, spec, ids.RootUID, ids.RootGID)
 	if errors.Is(err, sandbox.ErrInvalid) {
 		return sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)

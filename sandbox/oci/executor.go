@@ -280,7 +280,7 @@ type plan struct {
 	img  *images.Image
 	bash string
 	opts []sandbox.SpecOpt
-	ids  idmap.Call
+	ids  idmap.IDs
 	// poolKey and late are the call's pool key and whether its session
 	// directory is mounted at Bind (Executor.poolKey), computed once.
 	poolKey string
@@ -450,7 +450,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (_ *bundle, _ *driver.Cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.IDs) (_ *bundle, _ *driver.Cleanup, err error) {
 	var cu driver.Cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
@@ -469,7 +469,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
 // The driver has checked the call's host paths (sandbox.PreparePaths)
 // already.
-func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.Call) (*bundle, error) {
+func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []sandbox.SpecOpt, ids idmap.IDs) (*bundle, error) {
 	b, err := e.makeBundle(cu, call.ID, img)
 	if err != nil {
 		return nil, err
@@ -621,7 +621,7 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 // not follow a link swapped in since PreparePaths), the rootfs is
 // checked, and then made ready for the container's root
 // (prepareMountPoints).
-func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.Call) error {
+func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.IDs) error {
 	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
 			return err
@@ -643,7 +643,7 @@ func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sa
 // rootfs, as root, for the host image and for any image in a user
 // namespace; in a user namespace it also gives the rootfs to the
 // container's root and, for runsc, prepares the gofer.
-func (e *Executor) prepareMountPoints(b *bundle, spec *specs.Spec, id string, img *images.Image, ids idmap.Call) error {
+func (e *Executor) prepareMountPoints(b *bundle, spec *specs.Spec, id string, img *images.Image, ids idmap.IDs) error {
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.
