@@ -274,7 +274,7 @@ func TestConformancePulledImage(t *testing.T) {
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	p.Image, p.VerifyKeys = ref, []string{signer.PublicKeyFile}
 	var inner *oci.Executor
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			var err error
 			inner, err = oci.New(oci.Options{Runtime: oci.RuntimeRunc, StateDir: stateDir, Images: st})

@@ -195,7 +195,7 @@ func conformance(t *testing.T, image string, env []string) {
 	p := testPolicy(t)
 	p.Image = image
 	var e *Executor
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
 			return e

@@ -136,7 +136,7 @@ func TestToyConformance(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skipf("bash is not installed: %v", err)
 	}
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			return toyExecutor{&toy{stateDir: t.TempDir()}}
 		},

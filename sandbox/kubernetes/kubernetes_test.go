@@ -180,7 +180,7 @@ func leftovers(e *Executor) []string {
 func TestConformance(t *testing.T) {
 	requireCluster(t)
 	var e *Executor
-	cfg := sandboxtest.Config{
+	cfg := sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t, 0)
 			return e

@@ -33,7 +33,7 @@ func requireBash(t *testing.T) {
 // baseline.
 func TestConformance(t *testing.T) {
 	requireBash(t)
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e, err := New(Options{StateDir: t.TempDir()})
 			if err != nil {

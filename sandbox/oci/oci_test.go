@@ -128,7 +128,7 @@ func TestConformance(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			var e *Executor
-			sandboxtest.Run(t, sandboxtest.Config{
+			sandboxtest.Run(t, sandboxtest.Subject{
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
@@ -173,7 +173,7 @@ func TestConformancePooled(t *testing.T) {
 			requireRuntime(t, rt)
 			var e *Executor
 			counter := &hitCounter{}
-			sandboxtest.Run(t, sandboxtest.Config{
+			sandboxtest.Run(t, sandboxtest.Subject{
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
