@@ -3,6 +3,8 @@ package hooks
 import (
 	"slices"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 )
 
 // Dispatch is what runs for one event: the payload every matching hook
@@ -36,7 +38,7 @@ type Invocation struct {
 // It does no I/O besides loc.Locate: it creates, reads and flushes
 // nothing. An event name the dialect does not fire, or a payload the
 // dialect cannot build, is an error wrapping sandbox.ErrInvalid.
-func NewDispatch(c *File, d Dialect, ev Event, loc Locator, pluginRoot string) (*Dispatch, error) {
+func NewDispatch(c *File, d Dialect, ev Event, loc persistence.Locator, pluginRoot string) (*Dispatch, error) {
 	syn := d.Syntax()
 	if !slices.Contains(syn.Fired, ev.Name) {
 		return nil, invalid("event: %q is not an event %s hooks run for (one of %s)", ev.Name, d.Name(), strings.Join(syn.Fired, ", "))

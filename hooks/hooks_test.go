@@ -34,7 +34,7 @@ func (testDialect) ToolName(s string) string {
 	}
 	return s
 }
-func (testDialect) Payload(ev Event, loc Locator) ([]byte, error) {
+func (testDialect) Payload(ev Event, loc persistence.Locator) ([]byte, error) {
 	path, _ := TranscriptPath(ev, loc)
 	return EncodeObject(Field{"event", ev.Name}, Field{"tool", ev.ToolName}, Field{"path", path})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
@@ -479,7 +480,7 @@ func BenchmarkServiceOverhead(b *testing.B) {
 	}
 	defer ex.Close()
 	reg := overlay.NewRegistry()
-	if _, err := contributors.Install(reg, func() contributors.Locator { return nil }); err != nil {
+	if _, err := contributors.Install(reg, func() persistence.Locator { return nil }); err != nil {
 		b.Fatal(err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
