@@ -29,6 +29,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -474,7 +475,7 @@ func BenchmarkServiceOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ex, err := oci.New(oci.Options{StateDir: filepath.Join(base, "state")})
+	ex, err := oci.New(oci.Options{Service: driver.Service{StateDir: filepath.Join(base, "state")}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"sandbox/daemon":          {"sandbox"},
 	"sandbox/docker":          {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub"},
 	"sandbox/containerd":      {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub"},
-	"sandbox/backend":         {"sandbox", "images", "sandbox/pool"},
+	"sandbox/backend":         {"sandbox", "images", "sandbox/pool", "sandbox/driver"},
 	"sandbox/driver":          {"sandbox", "sandbox/sandboxtest", "sandbox/stub"},
 	"sandbox/idmap":           {"sandbox", "policy"},
 	"sandbox/console":         {"sandbox"},

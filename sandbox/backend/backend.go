@@ -7,20 +7,21 @@
 // looks backends up by name for exec, serve, mcp, hooks, reap, doctor,
 // bench and images.
 //
-// It imports only sandbox and images. Backend packages import it for the
-// Descriptor type; only cmd and integration import the backends.
+// It imports only sandbox, images, driver (for Service) and pool (for its
+// Options). Backend packages import it for the Descriptor type; only cmd
+// and integration import the backends.
 package backend
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -28,10 +29,11 @@ import (
 // or its bench baseline. The caller fills what the Descriptor's Needs
 // ask for; a backend reads nothing else.
 type Config struct {
-	// StateDir is the service's state directory (instance locks,
-	// bundles, staging mounts); an absolute path, required by every
-	// backend.
-	StateDir string
+	// Service is what every backend takes from the service: the state
+	// directory (instance locks, bundles, staging mounts; required by
+	// every backend), the logger, the environment reader and the kill
+	// grace.
+	driver.Service
 	// Images is the local image store under the data directory; set only
 	// for a backend whose Needs.Images is true, nil otherwise.
 	Images *images.Store
@@ -40,11 +42,6 @@ type Config struct {
 	DockerHost string
 	// ContainerdAddress and ContainerdNamespace locate containerd.
 	ContainerdAddress, ContainerdNamespace string
-	// Getenv reads the environment of the process that runs calls, for
-	// Policy.EnvInherit; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// Logger receives the backend's events; nil logs nothing.
-	Logger *slog.Logger
 	// Pool, when set, turns on the warm pool of a backend that has one
 	// (oci with runc or crun); others ignore it. Nil means no pool.
 	Pool *pool.Options

@@ -47,33 +47,24 @@ const runtimeName = "io.containerd.runc.v2"
 // snapshots are made with.
 const snapshotter = "overlayfs"
 
-// Options configure an Executor. Address and StateDir are required; every
-// other zero field means the documented default.
+// Options configure an Executor. Address and Service.StateDir are
+// required; every other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace. The task FIFOs go to StateDir/containerd-fifo, the instance
+	// lock files to StateDir/containerd-instances, spill files of calls
+	// without a session directory to StateDir/spill. Executors that share
+	// a StateDir tell each other's leftovers apart by the lock files.
+	driver.Service
 	// Address is the daemon's socket path.
 	Address string
 	// Namespace is the containerd namespace of images, containers and
 	// snapshots; empty means DefaultNamespace.
 	Namespace string
-	// StateDir is an absolute directory owned by the service: the task
-	// FIFOs go to StateDir/containerd-fifo, the instance lock files to
-	// StateDir/containerd-instances, spill files of calls without a
-	// session directory to StateDir/spill. Executors that share a
-	// StateDir tell each other's leftovers apart by the lock files.
-	StateDir string
 	// InstanceID names this executor in labels; empty means a random
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Network is how the egress proxy of a call of network allowlist
 	// resolves names and dials; the zero value is the host's resolver
 	// and dialer. Tests point made-up names at local servers with it.
@@ -293,13 +284,10 @@ type plan struct {
 
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend containerd",
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend containerd",
 	}
 }
 

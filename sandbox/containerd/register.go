@@ -39,5 +39,5 @@ func Descriptor() backend.Descriptor {
 }
 
 func options(cfg backend.Config) Options {
-	return Options{Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}
+	return Options{Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, Service: cfg.Service}
 }

@@ -32,28 +32,20 @@ import (
 // Backend is the backend name in policies and results.
 const Backend = "docker"
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace; spill files of calls without a session directory go to
+	// StateDir/spill.
+	driver.Service
 	// Host is the engine's address ("unix:///var/run/docker.sock");
 	// empty means DOCKER_HOST, else the engine's default socket.
 	Host string
-	// StateDir is an absolute directory owned by the service; spill files
-	// of calls without a session directory go to StateDir/spill.
-	StateDir string
 	// InstanceID names this executor in labels; empty means a random
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Network is how the egress proxy of a call of network allowlist
 	// reaches the outside; the zero value is the host's resolver and
 	// dialer (egress.Network).
@@ -287,13 +279,10 @@ type plan struct {
 
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend docker",
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend docker",
 	}
 }
 

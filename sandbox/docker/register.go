@@ -40,5 +40,5 @@ func Descriptor() backend.Descriptor {
 }
 
 func options(cfg backend.Config) Options {
-	return Options{Host: cfg.DockerHost, StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}
+	return Options{Host: cfg.DockerHost, Service: cfg.Service}
 }

@@ -41,21 +41,13 @@ const TeardownTimeout = 30 * time.Second
 // Profile is what the driver needs to know about a backend; every
 // backend's Profile returns the same value for the executor's life.
 type Profile struct {
+	// Service is the executor's, with the backend's defaults applied
+	// (New sets Getenv and KillGrace; a nil Getenv here means an empty
+	// environment); Logger carries the backend's fields.
+	Service
 	// Name is the backend's name: the value of Policy.Backend it runs and
 	// the prefix of its errors ("oci", "docker", …). Required.
 	Name string
-	// StateDir is the executor's state directory: spill files of calls
-	// without a session directory go to StateDir/spill. Required.
-	StateDir string
-	// Getenv reads the service's environment for Policy.EnvInherit and
-	// Policy.RedactEnv, at call time; nil means empty.
-	Getenv func(string) (string, bool)
-	// KillGrace is the time between SIGTERM and SIGKILL when a call is
-	// stopped; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
-	// Logger receives a debug event per call and teardown errors; nil
-	// logs nothing.
-	Logger *slog.Logger
 	// Instance is the executor's instance id in the containers' labels.
 	Instance string
 	// Reap names the command that removes what a failed teardown left,

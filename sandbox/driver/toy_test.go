@@ -25,7 +25,7 @@ type toy struct{ stateDir string }
 var toyEnv = []string{"HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin"}
 
 func (b *toy) Profile() driver.Profile {
-	return driver.Profile{Name: "local", StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second}
+	return driver.Profile{Name: "local", Service: driver.Service{StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second}}
 }
 
 func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Resolution, struct{}, error) {

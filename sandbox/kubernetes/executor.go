@@ -55,15 +55,16 @@ const startTimeout = 60 * time.Second
 
 // Options configure an Executor.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace: instance lock files go to StateDir/kubernetes-instances,
+	// spill files of calls without a session directory to
+	// StateDir/spill. StateDir is required.
+	driver.Service
 	// Config is the API server's address and credentials. Required.
 	Config *rest.Config
 	// Namespace holds the pods; empty means DefaultNamespace. It must
 	// exist.
 	Namespace string
-	// StateDir is an absolute directory owned by the service: instance
-	// lock files go to StateDir/kubernetes-instances, spill files of
-	// calls without a session directory to StateDir/spill. Required.
-	StateDir string
 	// InstanceID names this executor in the pods' labels; empty means a
 	// random "i-<hex>".
 	InstanceID string
@@ -93,15 +94,6 @@ type Options struct {
 	// and an event (two API writes) per pod and its share of a cold
 	// start. The kubelet still refuses a pod that does not fit.
 	Node string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 }
 
 // Executor runs calls in pods of a Kubernetes cluster. It is safe for
@@ -316,13 +308,10 @@ type runner Executor
 
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend kubernetes",
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend kubernetes",
 	}
 }
 

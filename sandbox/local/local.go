@@ -30,23 +30,15 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
-	// StateDir is an absolute directory for the spill files of calls
-	// without a session directory (StateDir/spill).
-	StateDir string
+	// Service is the state directory (for the spill files of calls
+	// without a session directory, StateDir/spill), logger, environment
+	// and kill grace.
+	driver.Service
 	// Bash is the shell that runs commands; empty means "bash" on PATH.
 	Bash string
-	// Logger receives a debug event per call; nil logs nothing.
-	// Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 }
 
 // drainTimeout bounds how long output is still read after the command's
@@ -105,11 +97,8 @@ type runner Executor
 
 func (b *runner) Profile() driver.Profile {
 	return driver.Profile{
-		Name:      "local",
-		StateDir:  b.opts.StateDir,
-		Getenv:    b.opts.Getenv,
-		KillGrace: b.opts.KillGrace,
-		Logger:    b.log,
+		Name:    "local",
+		Service: driver.Service{StateDir: b.opts.StateDir, Getenv: b.opts.Getenv, KillGrace: b.opts.KillGrace, Logger: b.log},
 	}
 }
 

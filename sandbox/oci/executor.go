@@ -29,23 +29,23 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace. The executor keeps bundles in StateDir/bundles/<container>,
+	// the runtime's state root in StateDir/runtime/<runtime>, instance
+	// locks in StateDir/instances, the host image's generated /etc in
+	// StateDir/host and spill files of calls without a session directory
+	// in StateDir/spill. Several executors (also of other runtimes and
+	// other processes) may share it.
+	driver.Service
 	// Runtime is "runc" (the default when empty), "crun" or "runsc".
 	Runtime string
 	// RuntimePath is the runtime binary; empty means Runtime looked up
 	// on PATH. A missing binary makes New fail with an error wrapping
 	// sandbox.ErrUnavailable that names the runtime.
 	RuntimePath string
-	// StateDir is an absolute directory owned by the service. The
-	// executor keeps bundles in StateDir/bundles/<container>, the
-	// runtime's state root in StateDir/runtime/<runtime>, instance locks
-	// in StateDir/instances, the host image's generated /etc in
-	// StateDir/host and spill files of calls without a session directory
-	// in StateDir/spill. Several executors (also of other runtimes and
-	// other processes) may share it.
-	StateDir string
 	// Images is the local image store; nil means only the "host" image
 	// is available.
 	Images *images.Store
@@ -54,15 +54,6 @@ type Options struct {
 	// characters of [A-Za-z0-9_.-] starting with a letter or digit, and
 	// no other live executor on the same StateDir may use it.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Stub is the stub program (cmd/dsh-sandbox-stub), pid 1 of every
 	// container of runc and crun; empty means dsh-sandbox-stub next to
 	// the running executable, else on PATH (stub.Locate). Without it,
@@ -293,12 +284,9 @@ type plan struct {
 
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
-		Name:      "oci",
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.getenv,
-		KillGrace: r.grace,
-		Logger:    r.log,
-		Instance:  r.instance,
+		Name:     "oci",
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.getenv, KillGrace: r.grace, Logger: r.log},
+		Instance: r.instance,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
@@ -50,7 +51,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestExecutor(t testing.TB, rt string) *Executor {
 	t.Helper()
 	requireRuntime(t, rt)
-	e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
+	e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatalf("New(%s) = %v", rt, err)
 	}
@@ -132,7 +133,7 @@ func TestConformance(t *testing.T) {
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)
 					}
@@ -177,7 +178,7 @@ func TestConformancePooled(t *testing.T) {
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t),
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)},
 						Pool: &pool.Options{Observer: counter}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)
