@@ -30,11 +30,9 @@ func (s *settings) openImages() (*images.Store, error) {
 // image store is opened only when d needs it.
 func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) {
 	cfg := backend.Config{
-		Service:             driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: logbridge.New(s.log)},
-		DockerHost:          s.dockerHost,
-		ContainerdAddress:   s.containerdAddress,
-		ContainerdNamespace: s.containerdNamespace,
-		Pool:                s.pool,
+		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: logbridge.New(s.log)},
+		Options: s.backendOptions(d.Name),
+		Pool:    s.pool,
 	}
 	if d.Needs.Images {
 		imgs, err := s.openImages()

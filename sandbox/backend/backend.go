@@ -37,14 +37,32 @@ type Config struct {
 	// Images is the local image store under the data directory; set only
 	// for a backend whose Needs.Images is true, nil otherwise.
 	Images *images.Store
-	// DockerHost is the Docker engine's address ("" means $DOCKER_HOST,
-	// else the default socket).
-	DockerHost string
-	// ContainerdAddress and ContainerdNamespace locate containerd.
-	ContainerdAddress, ContainerdNamespace string
+	// Options are the backend's own settings that the program chooses
+	// (the docker backend's engine address, containerd's address and
+	// namespace): a value of the backend package's Options type, whose
+	// Service, Images and Pool the backend fills from this Config. Nil
+	// means the backend's defaults; a value of another type is a
+	// programming error, and the backend panics. The way containerd hands
+	// each plugin its own configuration.
+	Options any
 	// Pool, when set, turns on the warm pool of a backend that has one
 	// (oci with runc or crun); others ignore it. Nil means no pool.
 	Pool *pool.Options
+}
+
+// OwnOptions returns cfg.Options, the backend's own settings, as its
+// Options type O: the zero O when cfg.Options is nil. Another type is a
+// programming error: OwnOptions panics.
+func OwnOptions[O any](cfg Config) O {
+	if cfg.Options == nil {
+		var zero O
+		return zero
+	}
+	o, ok := cfg.Options.(O)
+	if !ok {
+		panic(fmt.Sprintf("backend: Config.Options is a %T, want a %T", cfg.Options, o))
+	}
+	return o
 }
 
 // Needs says what a backend needs besides Config.StateDir.
