@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
-	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
@@ -66,7 +65,7 @@ type Options struct {
 	// Locator returns the current persistence that answers Locate (for
 	// the session's transcript directory); nil, or a nil result, means
 	// no transcript.
-	Locator func() contributors.Locator
+	Locator func() persistence.Locator
 	// Home is the absolute dsh home of every execution. Required.
 	Home string
 	// SessionsRoot is the absolute JSONL sessions root the Locator's
@@ -506,7 +505,7 @@ func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (
 }
 
 // locator is the current persistence's Locate, or nil for none.
-func (s *Server) locator() request.Locator {
+func (s *Server) locator() persistence.Locator {
 	if s.opts.Locator == nil {
 		return nil
 	}

@@ -97,7 +97,7 @@ func newFixture(t testing.TB, exec *fakeExec, mutate func(*api.Options)) *fixtur
 	t.Helper()
 	dir := t.TempDir()
 	reg := overlay.NewRegistry()
-	if _, err := contributors.Install(reg, func() contributors.Locator { return fakeLocator{} }); err != nil {
+	if _, err := contributors.Install(reg, func() persistence.Locator { return fakeLocator{} }); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
@@ -114,7 +114,7 @@ func newFixture(t testing.TB, exec *fakeExec, mutate func(*api.Options)) *fixtur
 		Executor: exec,
 		Policies: map[string]sandbox.Policy{p.Name: p},
 		Registry: reg,
-		Locator:  func() contributors.Locator { return fakeLocator{} },
+		Locator:  func() persistence.Locator { return fakeLocator{} },
 		Home:     "/home/dsh",
 		Audit:    audit,
 	}

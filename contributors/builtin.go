@@ -29,7 +29,7 @@ const (
 // Install fails when r or current is nil, or when a built-in key is
 // already owned (for example when Install ran twice); it then leaves r as
 // it was.
-func Install(r *overlay.Registry, current func() Locator) (dispose func(), err error) {
+func Install(r *overlay.Registry, current func() persistence.Locator) (dispose func(), err error) {
 	if r == nil {
 		return nil, errors.New("contributors: Install: registry is nil")
 	}
@@ -92,7 +92,7 @@ func sessionContributor() overlay.Contributor {
 	}
 }
 
-func transcriptContributor(current func() Locator) overlay.Contributor {
+func transcriptContributor(current func() persistence.Locator) overlay.Contributor {
 	return overlay.Contributor{
 		Name: NameTranscript,
 		Keys: []overlay.KeyDecl{

@@ -45,7 +45,7 @@ func (f failingLocator) Locate(session.Header) (persistence.Location, bool) {
 	return persistence.Location{}, false
 }
 
-func installed(t *testing.T, l Locator) (*overlay.Registry, *LocatorHolder) {
+func installed(t *testing.T, l persistence.Locator) (*overlay.Registry, *LocatorHolder) {
 	t.Helper()
 	r := overlay.NewRegistry()
 	var holder LocatorHolder
@@ -70,7 +70,7 @@ func TestCollectBuiltInsCase(t *testing.T) {
 	h := &session.Header{ID: "session-1", CreatedAt: 1, Cwd: "/srv/project"}
 	cases := []struct {
 		name    string
-		locator Locator
+		locator persistence.Locator
 		session *session.Header
 		want    []string
 	}{
@@ -108,7 +108,7 @@ func TestCollectBuiltInsFailureCase(t *testing.T) {
 	cases := []struct {
 		name    string
 		x       overlay.Execution
-		locator Locator
+		locator persistence.Locator
 		wantBy  string
 	}{
 		{"empty home", overlay.Execution{}, nil, NameHome},
@@ -152,7 +152,7 @@ func TestSwapLocatorAffectsOnlyLaterSnapshots(t *testing.T) {
 func TestInstallTwiceFails(t *testing.T) {
 	r, _ := installed(t, nil)
 	before := r.List()
-	_, err := Install(r, func() Locator { return nil })
+	_, err := Install(r, func() persistence.Locator { return nil })
 	if !errors.Is(err, overlay.ErrDuplicateName) {
 		t.Fatalf("second Install() = %v, want %v", err, overlay.ErrDuplicateName)
 	}
@@ -173,7 +173,7 @@ func TestInstallUndoesPartialWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := r.List()
-	_, err := Install(r, func() Locator { return nil })
+	_, err := Install(r, func() persistence.Locator { return nil })
 	if !errors.Is(err, overlay.ErrKeyTaken) {
 		t.Fatalf("Install() = %v, want %v", err, overlay.ErrKeyTaken)
 	}
@@ -186,9 +186,9 @@ func TestInstallNilArgumentsCase(t *testing.T) {
 	cases := []struct {
 		name    string
 		r       *overlay.Registry
-		current func() Locator
+		current func() persistence.Locator
 	}{
-		{"nil registry", nil, func() Locator { return nil }},
+		{"nil registry", nil, func() persistence.Locator { return nil }},
 		{"nil provider", overlay.NewRegistry(), nil},
 	}
 	for _, c := range cases {
@@ -200,7 +200,7 @@ func TestInstallNilArgumentsCase(t *testing.T) {
 
 func TestInstallDispose(t *testing.T) {
 	r := overlay.NewRegistry()
-	dispose, err := Install(r, func() Locator { return fakeLocator{root: "/t", ok: true} })
+	dispose, err := Install(r, func() persistence.Locator { return fakeLocator{root: "/t", ok: true} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,14 +210,14 @@ func TestInstallDispose(t *testing.T) {
 	if snap.Len() != 0 {
 		t.Errorf("Collect() after dispose = %v, want empty", snap.Environ())
 	}
-	if _, err := Install(r, func() Locator { return nil }); err != nil {
+	if _, err := Install(r, func() persistence.Locator { return nil }); err != nil {
 		t.Errorf("Install() after dispose = %v, want nil", err)
 	}
 }
 
 func TestListAfterInstall(t *testing.T) {
 	r := overlay.NewRegistry()
-	if _, err := Install(r, func() Locator {
+	if _, err := Install(r, func() persistence.Locator {
 		t.Error("List asked for the current locator")
 		return failingLocator{t}
 	}); err != nil {

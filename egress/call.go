@@ -74,14 +74,14 @@ type Options struct {
 	headerTimeout time.Duration
 }
 
-// Call is the network of one call: a network namespace with only the
+// Gateway is the network of one call: a network namespace with only the
 // loopback interface up, the HTTP proxy listening on ProxyAddr, the
 // SOCKS5 server on SOCKSAddr and the DNS server on DNSAddr inside it
 // (UDP and TCP), served by goroutines of
 // this process that dial from the host's namespace. The call's container
-// joins the namespace at NamespacePath. Close ends everything. A Call is
+// joins the namespace at NamespacePath. Close ends everything. A Gateway is
 // safe for concurrent use.
-type Call struct {
+type Gateway struct {
 	ns    *os.File
 	p     *proxy
 	http  *http.Server
@@ -98,12 +98,12 @@ type Call struct {
 // runs in the namespace), brings
 // its loopback up, opens the listening sockets inside it and serves them.
 // It needs CAP_SYS_ADMIN and CAP_NET_ADMIN. On error nothing is left.
-func Start(opts Options) (_ *Call, err error) {
+func Start(opts Options) (_ *Gateway, err error) {
 	rules, err := ParseRules(opts.Allow, opts.Deny)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "egress: network.%v", err)
 	}
-	c := &Call{p: newProxy(rules, opts.Network, opts.Logger)}
+	c := &Gateway{p: newProxy(rules, opts.Network, opts.Logger)}
 	if opts.headerTimeout > 0 {
 		c.p.headerTimeout = opts.headerTimeout
 	}
@@ -154,7 +154,7 @@ type callListeners struct {
 // listen creates the call's namespace (or joins namespace, the path of
 // an existing one) on a thread of its own, brings its loopback up and
 // opens the listening sockets inside it; c.Close closes what it opened.
-func (c *Call) listen(namespace string) (callListeners, error) {
+func (c *Gateway) listen(namespace string) (callListeners, error) {
 	var ls callListeners
 	done := make(chan error, 1)
 	go func() {
@@ -193,7 +193,7 @@ func (c *Call) listen(namespace string) (callListeners, error) {
 	return ls, err
 }
 
-func (c *Call) serve(f func() error) {
+func (c *Gateway) serve(f func() error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -205,7 +205,7 @@ func (c *Call) serve(f func() error) {
 // certificates the proxy shows for the hosts of Options.Credentials:
 // the call must trust it. Nil without credentials. Its key existed only
 // inside Start.
-func (c *Call) CACertPEM() []byte {
+func (c *Gateway) CACertPEM() []byte {
 	if c.p.ca == nil {
 		return nil
 	}
@@ -214,7 +214,7 @@ func (c *Call) CACertPEM() []byte {
 
 // NamespacePath is the path a runtime opens to join the call's network
 // namespace (an OCI spec's network namespace path); valid until Close.
-func (c *Call) NamespacePath() string {
+func (c *Gateway) NamespacePath() string {
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), c.ns.Fd())
 }
 
@@ -252,7 +252,7 @@ func WithEnv(env, add []string) []string {
 // too), waits for the servers' goroutines and releases the namespace. It
 // returns the record of every connection, in the order they ended.
 // Close is idempotent; later calls return the same record.
-func (c *Call) Close() []sandbox.Connection {
+func (c *Gateway) Close() []sandbox.Connection {
 	c.once.Do(func() {
 		// First end the lookups and dials in flight, which the DNS
 		// servers' shutdown would otherwise wait for.

@@ -126,7 +126,7 @@ func testNetwork(upstream string) Network {
 
 // connect opens a CONNECT tunnel to target through the call's proxy,
 // from inside its namespace.
-func connect(t *testing.T, c *Call, target string) (net.Conn, *bufio.Reader, int) {
+func connect(t *testing.T, c *Gateway, target string) (net.Conn, *bufio.Reader, int) {
 	t.Helper()
 	var conn net.Conn
 	if err := inNamespace(t, c.NamespacePath(), func() (err error) {

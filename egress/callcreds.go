@@ -168,7 +168,7 @@ func (b *Binding) Remove() error {
 // policy (StartPolicy): the network, the variables the call gets and,
 // with credentials, the call's CA bundle on the host.
 type Setup struct {
-	Call *Call
+	Gateway *Gateway
 	// Env are the proxy's variables (ProxyEnv) and, with credentials,
 	// each credential's VARIABLE=placeholder and CAEnv(CABundlePath);
 	// apply them with WithEnv.
@@ -218,7 +218,7 @@ func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool)
 		_ = b.Remove()
 		return nil, err
 	}
-	s := &Setup{Call: c, Env: ProxyEnv(), binding: b}
+	s := &Setup{Gateway: c, Env: ProxyEnv(), binding: b}
 	if b != nil {
 		s.CABundle = b.CABundle
 		s.Env = WithEnv(s.Env, b.Env)
@@ -226,12 +226,12 @@ func StartPolicy(p sandbox.Policy, o Options, getenv func(string) (string, bool)
 	return s, nil
 }
 
-// Close ends the call's network (Call.Close) and removes its CA
+// Close ends the call's network (Gateway.Close) and removes its CA
 // bundle; it returns the record.
 func (s *Setup) Close() []sandbox.Connection {
-	recs := s.Call.Close()
+	recs := s.Gateway.Close()
 	if err := s.binding.Remove(); err != nil {
-		s.Call.p.log.Debug("egress: removing the call's CA bundle", "error", err)
+		s.Gateway.p.log.Debug("egress: removing the call's CA bundle", "error", err)
 	}
 	return recs
 }

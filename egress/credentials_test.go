@@ -88,7 +88,7 @@ func newUpstreams(t testing.TB, n *testNets) *upstreams {
 
 // callClient is an HTTP client inside the call's namespace, through its
 // proxy, trusting the call's CA and the upstreams' test CA.
-func callClient(t testing.TB, c *Call, extra *x509.CertPool) *http.Client {
+func callClient(t testing.TB, c *Gateway, extra *x509.CertPool) *http.Client {
 	roots := extra.Clone()
 	if !roots.AppendCertsFromPEM(c.CACertPEM()) {
 		t.Fatal("the call's CA certificate does not parse")
@@ -107,7 +107,7 @@ func callClient(t testing.TB, c *Call, extra *x509.CertPool) *http.Client {
 	}, Timeout: 20 * time.Second}
 }
 
-func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) *Call {
+func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) *Gateway {
 	t.Helper()
 	c, err := Start(Options{
 		Allow:   []string{boundHost, otherHost, aliasHost, public4},
@@ -125,7 +125,7 @@ func startCredCall(t testing.TB, n *testNets, u *upstreams, placeholder string) 
 // newCredTest makes the test networks, the upstreams and a call whose
 // credential "gh" is bound to boundHost with placeholder ph; the call
 // is closed when the test ends.
-func newCredTest(t testing.TB) (u *upstreams, ph string, c *Call) {
+func newCredTest(t testing.TB) (u *upstreams, ph string, c *Gateway) {
 	t.Helper()
 	n := newTestNets(t)
 	u = newUpstreams(t, n)
@@ -442,7 +442,7 @@ func TestCredentialBodilessAnswers(t *testing.T) {
 
 // boundTLS opens a CONNECT tunnel to the bound host and a TLS session
 // over it that offers protos by ALPN, trusting the call's CA.
-func boundTLS(t *testing.T, c *Call, u *upstreams, protos ...string) (*tls.Conn, error) {
+func boundTLS(t *testing.T, c *Gateway, u *upstreams, protos ...string) (*tls.Conn, error) {
 	t.Helper()
 	conn, br, code := connect(t, c, boundHost+":443")
 	if code != http.StatusOK {

@@ -3,7 +3,7 @@
 // (Rules, pure and testable without a network), and, per call, a network
 // namespace with only the loopback interface in which the service serves
 // an HTTP proxy (CONNECT and plain HTTP), a SOCKS5 server (CONNECT) and a
-// DNS server (Call). The call joins that namespace, or, on a runtime that
+// DNS server (Gateway). The call joins that namespace, or, on a runtime that
 // cannot join one, the service serves in the call's own
 // (Options.Namespace); its connections are served by goroutines of
 // the service, which dial out from the host's namespace only to the

@@ -25,9 +25,9 @@ const (
 	MaxConfigBytes = 4 << 20
 )
 
-// Config is a loaded hook configuration. Load or Parse makes it; it is
+// File is a loaded hook configuration. Load or Parse makes it; it is
 // read-only afterwards and safe for concurrent use.
-type Config struct {
+type File struct {
 	// Path is the absolute path of the file it was loaded from; "" for
 	// Parse.
 	Path string
@@ -72,7 +72,7 @@ type Hook struct {
 // without blocking, a regular file of at most MaxConfigBytes bytes. A
 // FIFO, a link, a directory or a device is an error at once. Errors wrap
 // sandbox.ErrInvalid and name the file and the place in it.
-func Load(path string, d Dialect) (*Config, error) {
+func Load(path string, d Dialect) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "hook configuration %q: %v", path, err)
@@ -105,7 +105,7 @@ func Load(path string, d Dialect) (*Config, error) {
 // that does not compile, any other type, an empty command, or a negative
 // or non-numeric timeout rejects the whole file
 // with an error wrapping sandbox.ErrInvalid that names the place.
-func Parse(data []byte, d Dialect) (*Config, error) {
+func Parse(data []byte, d Dialect) (*File, error) {
 	syn := d.Syntax()
 	var top map[string]json.RawMessage
 	if err := strictObject(data, &top); err != nil {
@@ -114,7 +114,7 @@ func Parse(data []byte, d Dialect) (*Config, error) {
 	if _, ok := top["policy"]; ok {
 		return nil, invalid(`policy: a hook configuration may not choose the policy its hooks run under (it lies in a workspace the agent can write); remove the key and have the operator pass "hooks run --policy NAME|FILE"`)
 	}
-	c := &Config{Dialect: d.Name(), Events: map[string][]Group{}}
+	c := &File{Dialect: d.Name(), Events: map[string][]Group{}}
 	events := top
 	prefix := ""
 	if raw, ok := top["hooks"]; ok {
@@ -169,7 +169,7 @@ type rawHook struct {
 	Async      *bool    `json:"async"`
 }
 
-func parseGroups(raw json.RawMessage, place, event string, syn Syntax, c *Config) ([]Group, error) {
+func parseGroups(raw json.RawMessage, place, event string, syn Syntax, c *File) ([]Group, error) {
 	var rgs []json.RawMessage
 	if err := json.Unmarshal(raw, &rgs); err != nil {
 		return nil, invalid("%s: want an array of matcher groups: %v", place, err)
@@ -286,7 +286,7 @@ func invalid(format string, args ...any) error {
 // directory cannot be mounted without exposing them (and other sessions)
 // and is an error wrapping sandbox.ErrInvalid that names it. p is not
 // modified; normalize the result before use.
-func (c *Config) WithMounts(p sandbox.Policy, s sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
+func (c *File) WithMounts(p sandbox.Policy, s sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
 	var dirs []string
 	if c.Path != "" {
 		dirs = append(dirs, filepath.Dir(c.Path))
@@ -332,7 +332,7 @@ func within(path, dir string) bool {
 
 // presentedTool returns the dialect's name of the harness tool name,
 // honouring the configuration's override.
-func (c *Config) presentedTool(d Dialect, internal string) string {
+func (c *File) presentedTool(d Dialect, internal string) string {
 	if v, ok := c.ToolNames[internal]; ok {
 		return v
 	}

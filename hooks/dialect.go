@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
@@ -27,7 +28,7 @@ type Dialect interface {
 	// ToolName is already the presented name. It does no I/O besides
 	// calling loc.Locate. An event the dialect does not know is an error
 	// wrapping sandbox.ErrInvalid.
-	Payload(ev Event, loc Locator) ([]byte, error)
+	Payload(ev Event, loc persistence.Locator) ([]byte, error)
 	// Env returns the ordinary environment (KEY=VALUE) of a hook for ev;
 	// pluginRoot is the plugin directory, "" for none. It never returns
 	// DSH_* names.

@@ -7,8 +7,8 @@
 //
 // The payloads themselves are built by the dialect subpackages claudecode
 // and codex, which implement Dialect. Both take the transcript location
-// from a Locator (the persistence seam's Locate), which reads, creates and
-// flushes nothing, so computing a payload never materializes a session.
+// from a persistence.Locator, which reads, creates and flushes nothing,
+// so computing a payload never materializes a session.
 //
 // A hook configuration usually lies in a workspace the agent can write, so
 // it is data (DESIGN §3.10): Load opens it without following links, as a

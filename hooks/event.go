@@ -88,17 +88,10 @@ func PayloadCwd(ev Event) string {
 	return ev.Cwd
 }
 
-// Locator answers where a session's transcript lives. It must do no I/O
-// (persistence.Store.Locate satisfies it): a payload names a file that may
-// not exist yet, and computing one never creates it.
-type Locator interface {
-	Locate(session.Header) (persistence.Location, bool)
-}
-
 // TranscriptPath returns the JSONL transcript path of ev's session, or
 // ok=false when the event has no agent, loc is nil, or the store has no
 // per-session local JSONL file (SQLite).
-func TranscriptPath(ev Event, loc Locator) (path string, ok bool) {
+func TranscriptPath(ev Event, loc persistence.Locator) (path string, ok bool) {
 	if ev.Session == nil || loc == nil {
 		return "", false
 	}

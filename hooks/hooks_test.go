@@ -34,7 +34,7 @@ func (testDialect) ToolName(s string) string {
 	}
 	return s
 }
-func (testDialect) Payload(ev Event, loc Locator) ([]byte, error) {
+func (testDialect) Payload(ev Event, loc persistence.Locator) ([]byte, error) {
 	path, _ := TranscriptPath(ev, loc)
 	return EncodeObject(Field{"event", ev.Name}, Field{"tool", ev.ToolName}, Field{"path", path})
 }
@@ -46,7 +46,7 @@ func (l fixedLocator) Locate(h session.Header) (persistence.Location, bool) {
 	return persistence.Location{Kind: persistence.KindJSONL, Path: filepath.Join(l.root, h.ID, "session.jsonl")}, true
 }
 
-func mustParse(t *testing.T, cfg string, d Dialect) *Config {
+func mustParse(t *testing.T, cfg string, d Dialect) *File {
 	t.Helper()
 	c, err := Parse([]byte(cfg), d)
 	if err != nil {
@@ -232,7 +232,7 @@ func TestMatcherCase(t *testing.T) {
 	}
 }
 
-func TestNewPlanMatchesAndKeepsPlaceholders(t *testing.T) {
+func TestNewDispatchMatchesAndKeepsPlaceholders(t *testing.T) {
 	cfg := mustParse(t, `{"hooks":{"PreToolUse":[
 		{"matcher":"Bash","hooks":[{"command":"one ${PROJECT}"},{"command":"dup"}]},
 		{"matcher":"Edit","hooks":[{"command":"never"}]},
@@ -240,7 +240,7 @@ func TestNewPlanMatchesAndKeepsPlaceholders(t *testing.T) {
 		"SessionStart":[{"matcher":"resume","hooks":[{"command":"on resume"}]}]}}`, testDialect{exact: true})
 	root := t.TempDir()
 	h := session.Header{ID: "s1", Cwd: "/w"}
-	p, err := NewPlan(cfg, testDialect{exact: true}, Event{Name: PreToolUse, Session: &h, Cwd: "/w", ToolName: "bash"}, fixedLocator{root}, "")
+	p, err := NewDispatch(cfg, testDialect{exact: true}, Event{Name: PreToolUse, Session: &h, Cwd: "/w", ToolName: "bash"}, fixedLocator{root}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,30 +249,30 @@ func TestNewPlanMatchesAndKeepsPlaceholders(t *testing.T) {
 		cmds = append(cmds, inv.Command)
 	}
 	if want := []string{"one ${PROJECT}", "dup", "all"}; !slices.Equal(cmds, want) {
-		t.Errorf("NewPlan commands = %q, want %q (placeholders are the shell's to expand)", cmds, want)
+		t.Errorf("NewDispatch commands = %q, want %q (placeholders are the shell's to expand)", cmds, want)
 	}
 	if !slices.Equal(p.Env, []string{"PROJECT=/w"}) {
-		t.Errorf("NewPlan env = %q, want the placeholder's value as PROJECT=/w", p.Env)
+		t.Errorf("NewDispatch env = %q, want the placeholder's value as PROJECT=/w", p.Env)
 	}
 	wantStdin := `{"event":"PreToolUse","tool":"Bash","path":"` + root + `/s1/session.jsonl"}`
 	if string(p.Stdin) != wantStdin {
-		t.Errorf("NewPlan stdin = %s, want %s", p.Stdin, wantStdin)
+		t.Errorf("NewDispatch stdin = %s, want %s", p.Stdin, wantStdin)
 	}
 	// Building the plan created nothing.
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
-		t.Errorf("NewPlan created %d entries under the sessions root, want none", len(entries))
+		t.Errorf("NewDispatch created %d entries under the sessions root, want none", len(entries))
 	}
-	p, err = NewPlan(cfg, testDialect{exact: true}, Event{Name: SessionStart, Source: "startup"}, nil, "")
+	p, err = NewDispatch(cfg, testDialect{exact: true}, Event{Name: SessionStart, Source: "startup"}, nil, "")
 	if err != nil || len(p.Invocations) != 0 {
-		t.Errorf("NewPlan(SessionStart startup) = %v, %v; want no hooks", p, err)
+		t.Errorf("NewDispatch(SessionStart startup) = %v, %v; want no hooks", p, err)
 	}
-	if _, err := NewPlan(cfg, testDialect{exact: true}, Event{Name: "Notification"}, nil, ""); !errors.Is(err, sandbox.ErrInvalid) {
-		t.Errorf("NewPlan(Notification) = %v, want ErrInvalid", err)
+	if _, err := NewDispatch(cfg, testDialect{exact: true}, Event{Name: "Notification"}, nil, ""); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("NewDispatch(Notification) = %v, want ErrInvalid", err)
 	}
 	cfg.ToolNames = map[string]string{"bash": "Shell"}
-	p, _ = NewPlan(cfg, testDialect{exact: true}, Event{Name: PreToolUse, ToolName: "bash"}, nil, "")
+	p, _ = NewDispatch(cfg, testDialect{exact: true}, Event{Name: PreToolUse, ToolName: "bash"}, nil, "")
 	if len(p.Invocations) != 2 || p.Event.ToolName != "Shell" {
-		t.Errorf("NewPlan with toolNames bash→Shell = %d hooks, tool %q; want 2 (only the catch-all group), Shell", len(p.Invocations), p.Event.ToolName)
+		t.Errorf("NewDispatch with toolNames bash→Shell = %d hooks, tool %q; want 2 (only the catch-all group), Shell", len(p.Invocations), p.Event.ToolName)
 	}
 }
 
@@ -403,7 +403,7 @@ func TestPlanRunConcurrentMerged(t *testing.T) {
 		{"command":"a","timeout":3},{"command":"b"},{"command":"c"}]}]}}`, testDialect{exact: true})
 	root := t.TempDir()
 	h := session.Header{ID: "s1", Cwd: "/w"}
-	p, err := NewPlan(cfg, testDialect{exact: true}, Event{Name: PreToolUse, Session: &h, Cwd: "/w", ToolName: "bash"}, fixedLocator{root}, "")
+	p, err := NewDispatch(cfg, testDialect{exact: true}, Event{Name: PreToolUse, Session: &h, Cwd: "/w", ToolName: "bash"}, fixedLocator{root}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestWithMountsCase(t *testing.T) {
 		{"relative plugin", "/etc/hooks/h.json", "plugin", nil, "CLAUDE_PLUGIN_ROOT"},
 	}
 	for _, tt := range tests {
-		c := &Config{Path: tt.path}
+		c := &File{Path: tt.path}
 		p, err := c.WithMounts(base, sess, tt.plugin)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {

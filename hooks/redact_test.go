@@ -17,7 +17,7 @@ func TestPlanRunRedactsPayload(t *testing.T) {
 	t.Setenv("HOOKTEST_API_TOKEN", secret)
 	zero := 0
 	r := &recordingRunner{answers: map[string]*sandbox.Result{"check": {ExitCode: &zero}}}
-	p := &Plan{
+	p := &Dispatch{
 		Event:       Event{Name: PreToolUse},
 		Stdin:       []byte(`{"tool_input":{"command":"echo ` + secret + `"}}`),
 		Invocations: []Invocation{{Hook: Hook{Command: "check", Timeout: time.Second, Place: "hooks.PreToolUse[0].hooks[0]"}}},

@@ -15,13 +15,13 @@ type Runner interface {
 	Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error)
 }
 
-// RunOptions configure Plan.Run. Runner and Policy are required.
+// RunOptions configure Dispatch.Run. Runner and Policy are required.
 type RunOptions struct {
 	// Runner runs each hook command.
 	Runner Runner
 	// Policy confines every hook command. It is the operator's (a flag or
 	// the service's configuration), never one a hook configuration names;
-	// the caller adds Config.WithMounts to it.
+	// the caller adds File.WithMounts to it.
 	Policy sandbox.Policy
 	// Session is the hooks' session as request.Build makes it for the
 	// event's: its id, its workspace (the hooks' working directory), its
@@ -44,7 +44,7 @@ type RunOptions struct {
 // exists already, so running hooks never creates a session. It waits for all of them and returns their merged outcome; a
 // hook that fails is a non-blocking error in its HookResult, never an
 // error of Run. Run returns an error only for a missing Runner.
-func (p *Plan) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
+func (p *Dispatch) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 	if o.Runner == nil {
 		return nil, invalid("hooks: RunOptions.Runner is nil")
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
@@ -331,14 +332,14 @@ func BenchmarkKubernetesCall(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	oex, err := oci.New(oci.Options{StateDir: filepath.Join(base, "oci")})
+	oex, err := oci.New(oci.Options{Service: driver.Service{StateDir: filepath.Join(base, "oci")}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer oex.Close()
 	stubPath := filepath.Join(filepath.Dir(binary), "dsh-sandbox-stub")
 	open := func(name string, warm int) *kubernetes.Executor {
-		ex, err := kubernetes.New(ctx, kubernetes.Options{Config: k.cfg, Namespace: k.namespace, StateDir: filepath.Join(base, name),
+		ex, err := kubernetes.New(ctx, kubernetes.Options{Config: k.cfg, Namespace: k.namespace, Service: driver.Service{StateDir: filepath.Join(base, name)},
 			Stub: stubPath, SeccompDir: k.seccomp, Warm: warm})
 		if err != nil {
 			b.Fatal(err)
@@ -365,7 +366,7 @@ func BenchmarkKubernetesCall(b *testing.B) {
 	if err != nil || len(nodes.Items) == 0 {
 		b.Fatalf("list nodes: %v", err)
 	}
-	pinned, err := kubernetes.New(ctx, kubernetes.Options{Config: k.cfg, Namespace: k.namespace, StateDir: filepath.Join(base, "pinned"),
+	pinned, err := kubernetes.New(ctx, kubernetes.Options{Config: k.cfg, Namespace: k.namespace, Service: driver.Service{StateDir: filepath.Join(base, "pinned")},
 		Stub: stubPath, SeccompDir: k.seccomp, Warm: 1, Node: nodes.Items[0].Name})
 	if err != nil {
 		b.Fatal(err)

@@ -25,9 +25,11 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -473,13 +475,13 @@ func BenchmarkServiceOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ex, err := oci.New(oci.Options{StateDir: filepath.Join(base, "state")})
+	ex, err := oci.New(oci.Options{Service: driver.Service{StateDir: filepath.Join(base, "state")}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ex.Close()
 	reg := overlay.NewRegistry()
-	if _, err := contributors.Install(reg, func() contributors.Locator { return nil }); err != nil {
+	if _, err := contributors.Install(reg, func() persistence.Locator { return nil }); err != nil {
 		b.Fatal(err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)

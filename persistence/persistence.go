@@ -76,13 +76,21 @@ type Info struct {
 	Location Location
 }
 
+// Locator answers where a session's transcript lives: the part of a Store
+// that the transcript contributor, requests and hook payloads use. Every
+// Store is a Locator.
+type Locator interface {
+	// Locate returns where h's transcript lives, or ok=false when the
+	// store has no honest per-session local file. It is synchronous and
+	// performs no I/O (DESIGN §3.3): it reads, creates and flushes
+	// nothing, so a payload may name a file that does not exist yet.
+	Locate(h session.Header) (loc Location, ok bool)
+}
+
 // Store is what a session store provides. Implementations are safe for
 // concurrent use by many sessions at once.
 type Store interface {
-	// Locate returns where h's transcript lives, or ok=false when the
-	// store has no honest per-session local file. It performs no I/O:
-	// it reads, creates and flushes nothing.
-	Locate(h session.Header) (loc Location, ok bool)
+	Locator
 	// Append queues events for h's log, creating the log lazily on the
 	// first append (a session that never appends leaves nothing behind).
 	// Each event's Seq must continue the log without a gap.

@@ -89,7 +89,7 @@ func explainNetwork(p sandbox.Policy, line func(string, ...any)) {
 }
 
 // WithNetworkNamespace makes the call join the network namespace at path
-// (an egress.Call's) instead of getting a new one; apply it after
+// (an egress.Gateway's) instead of getting a new one; apply it after
 // WithNamespaces. An empty path is an error: a call of network allowlist
 // must never get a namespace of its own choosing. The call's /sys becomes
 // an empty read-only tmpfs: sysfs can only be mounted by the owner of the
@@ -124,7 +124,7 @@ func WithNetworkNamespace(path string) SpecOpt {
 // credentials, the call's CA bundle (WithCABundle).
 func WithEgress(st *egress.Setup, hostImage bool) SpecOpt {
 	opts := []SpecOpt{
-		WithNetworkNamespace(st.Call.NamespacePath()),
+		WithNetworkNamespace(st.Gateway.NamespacePath()),
 		WithNetworkFiles(st.Files, hostImage),
 	}
 	if st.CABundle != "" {

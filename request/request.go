@@ -22,12 +22,6 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
 
-// Locator answers where a session's transcript lives, doing no I/O
-// (persistence.Store.Locate satisfies it).
-type Locator interface {
-	Locate(session.Header) (persistence.Location, bool)
-}
-
 // Input is what a front end knows of a call before it is a request.
 // Policy is required; every other zero field means "none".
 type Input struct {
@@ -49,7 +43,7 @@ type Input struct {
 	// Locator locates Header's transcript: when it gives a local JSONL
 	// file, the file's directory is the session's TranscriptDir. nil: no
 	// transcript.
-	Locator Locator
+	Locator persistence.Locator
 	// CheckTranscript, when set, vets the located transcript path before
 	// its directory is used; its error fails Build as it is.
 	CheckTranscript func(path string) error
@@ -103,7 +97,7 @@ func Narrow(p sandbox.Policy, n policy.Narrowing, protected map[string]string) (
 // Session is the sandbox view of a call's session: h's id, the
 // workspace, and the directory of the local JSONL transcript loc gives
 // for h (vetted by check, when set). h nil is a call with no agent.
-func Session(h *session.Header, workspace string, loc Locator, check func(path string) error) (sandbox.Session, error) {
+func Session(h *session.Header, workspace string, loc persistence.Locator, check func(path string) error) (sandbox.Session, error) {
 	sess := sandbox.Session{Cwd: workspace}
 	if h == nil {
 		return sess, nil

@@ -27,7 +27,7 @@ func TestSessionCase(t *testing.T) {
 	tests := []struct {
 		name    string
 		h       *session.Header
-		loc     Locator
+		loc     persistence.Locator
 		check   func(string) error
 		want    sandbox.Session
 		wantErr error

@@ -94,7 +94,7 @@ func (f *framer) report(r stub.Report) { f.write(stub.FrameReport, r.Encode()) }
 
 // readAttachedCall answers the executor's pings, each with a pong, until
 // its call message comes, and reads that.
-func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Call, error) {
+func readAttachedCall(in *bufio.Reader, out *framer) (*stub.Command, error) {
 	for {
 		b, err := in.Peek(1)
 		if err != nil {
@@ -199,7 +199,7 @@ type attachedCommand struct {
 // of its own, its stdio pipes to the stub. It returns the command and
 // the channel on which SIGCHLD arrives; or, when the command cannot
 // start, the nonzero exit status failAttached returned.
-func startAttachedCommand(in io.Reader, out *framer, c *stub.Call, path string) (*attachedCommand, <-chan os.Signal, int) {
+func startAttachedCommand(in io.Reader, out *framer, c *stub.Command, path string) (*attachedCommand, <-chan os.Signal, int) {
 	var ends [3][2]*os.File // stdin, stdout, stderr: read and write ends
 	for i := range ends {
 		r, w, err := os.Pipe()

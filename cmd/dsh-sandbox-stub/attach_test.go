@@ -22,7 +22,7 @@ type attached struct {
 	out io.Reader // the stub's stdout, unescaped
 }
 
-func startAttached(t *testing.T, c stub.Call, args ...string) *attached {
+func startAttached(t *testing.T, c stub.Command, args ...string) *attached {
 	t.Helper()
 	a := &attached{cmd: exec.Command(stubBin, append([]string{stub.AttachArg}, args...)...)}
 	a.cmd.Env = []string{}
@@ -128,8 +128,8 @@ func (a *attached) read(t *testing.T) outcome {
 	return outcome{}
 }
 
-func shCall(script string) stub.Call {
-	return stub.Call{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin", "ONLY=this"}, Dir: "/", Deadline: time.Minute}
+func shCall(script string) stub.Command {
+	return stub.Command{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin", "ONLY=this"}, Dir: "/", Deadline: time.Minute}
 }
 
 // TestAttachRunsCall: output of both streams in frames, the exit status
@@ -173,7 +173,7 @@ func TestAttachRaw(t *testing.T) {
 // TestAttachStdin: the stdin frames reach the command in order, and its
 // end is the command's end of file.
 func TestAttachStdin(t *testing.T) {
-	a := startAttached(t, stub.Call{Argv: []string{"cat"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Deadline: time.Minute})
+	a := startAttached(t, stub.Command{Argv: []string{"cat"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Deadline: time.Minute})
 	a.send(t, stub.FrameStdin, []byte("hello "))
 	a.send(t, stub.FrameStdin, []byte("world"))
 	a.send(t, stub.FrameStdinEnd, nil)
@@ -240,7 +240,7 @@ func commandGone(t *testing.T, pid int) {
 // TestAttachFailures: a command not found is a Failed report with 127
 // and a message on the stderr frames; a deadline that passes is Expired.
 func TestAttachFailures(t *testing.T) {
-	a := startAttached(t, stub.Call{Argv: []string{"no-such-command-here"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Deadline: time.Minute})
+	a := startAttached(t, stub.Command{Argv: []string{"no-such-command-here"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Deadline: time.Minute})
 	o := a.read(t)
 	if o.final.Kind != stub.Failed || o.final.Value != statusNotFound || o.stderr == "" {
 		t.Errorf("not found: final %+v stderr %q", o.final, o.stderr)

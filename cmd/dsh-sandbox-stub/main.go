@@ -123,7 +123,7 @@ func dropSignals(sigs ...os.Signal) {
 // the command's stdio descriptors, if it has its own. It returns a
 // nonzero exit status instead when no valid call comes: statusKilled if
 // the executor let the slot go, else statusProtocol.
-func receiveCall(ctl *os.File) (*stub.Call, []int, int) {
+func receiveCall(ctl *os.File) (*stub.Command, []int, int) {
 	head, stdio, err := readHeader(ctl)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -143,7 +143,7 @@ func receiveCall(ctl *os.File) (*stub.Call, []int, int) {
 // pid and the channel on which SIGCHLD arrives; or, when the command
 // cannot start, a nonzero exit status, after it said why on the
 // command's stderr and reported the failure.
-func startCommand(ctl *os.File, c *stub.Call, stdio []int) (int, <-chan os.Signal, int) {
+func startCommand(ctl *os.File, c *stub.Command, stdio []int) (int, <-chan os.Signal, int) {
 	// What the stub says about the command goes to the command's stderr.
 	errOut := os.Stderr
 	if c.Stdio {
@@ -213,7 +213,7 @@ func awaitCommand(ctl *os.File, pid int, chld <-chan os.Signal, expired <-chan s
 // resolveCommand finds the command of call c and enters its working
 // directory. It returns the command's path, or a shell's status and
 // message.
-func resolveCommand(c *stub.Call) (string, int, string) {
+func resolveCommand(c *stub.Command) (string, int, string) {
 	path, status, msg := lookPath(c.Argv[0], c.Env)
 	if status == 0 {
 		if err := unix.Chdir(c.Dir); err != nil {

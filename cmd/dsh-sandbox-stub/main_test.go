@@ -91,7 +91,7 @@ func startStub(t *testing.T) *started {
 	return s
 }
 
-func (s *started) send(t *testing.T, c *stub.Call) {
+func (s *started) send(t *testing.T, c *stub.Command) {
 	t.Helper()
 	b, err := c.Encode()
 	if err != nil {
@@ -130,8 +130,8 @@ func (s *started) wait(t *testing.T) int {
 	return s.cmd.ProcessState.ExitCode()
 }
 
-func call(argv ...string) *stub.Call {
-	return &stub.Call{Argv: argv, Env: []string{"PATH=/usr/bin:/bin", "ONLY=this"}, Dir: "/tmp", Deadline: 30 * time.Second}
+func call(argv ...string) *stub.Command {
+	return &stub.Command{Argv: argv, Env: []string{"PATH=/usr/bin:/bin", "ONLY=this"}, Dir: "/tmp", Deadline: 30 * time.Second}
 }
 
 func TestStubRunsOneCommand(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/logbridge"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
@@ -31,13 +32,9 @@ func (s *settings) openImages() (*images.Store, error) {
 // image store is opened only when d needs it.
 func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) {
 	cfg := backend.Config{
-		StateDir:            s.stateDir,
-		DockerHost:          s.dockerHost,
-		ContainerdAddress:   s.containerdAddress,
-		ContainerdNamespace: s.containerdNamespace,
-		Getenv:              os.LookupEnv,
-		Logger:              logbridge.New(s.log),
-		Pool:                s.pool,
+		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: logbridge.New(s.log)},
+		Options: s.backendOptions(d.Name),
+		Pool:    s.pool,
 	}
 	if d.Needs.Images {
 		imgs, err := s.openImages()

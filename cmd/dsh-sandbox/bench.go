@@ -24,6 +24,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/kubernetes"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
@@ -468,7 +469,7 @@ func benchStore(ctx context.Context, s *settings, t backend.Target, ex sandbox.E
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, StateDir: dir, Logger: logbridge.New(s.log)})
+	ce, err := containerd.New(ctx, containerd.Options{Address: addr, Namespace: kubernetes.CRINamespace, Service: driver.Service{StateDir: dir, Logger: logbridge.New(s.log)}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/backend"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/docker"
@@ -19,6 +20,19 @@ var backends = newBackends(
 	local.Descriptor(),
 	kubernetes.Descriptor(),
 )
+
+// backendOptions are the settings of the backend name that come from
+// global flags, as that backend's own Options (backend.Config.Options);
+// nil for a backend that has none.
+func (s *settings) backendOptions(name sandbox.Backend) any {
+	switch name {
+	case sandbox.BackendDocker:
+		return docker.Options{Host: s.dockerHost}
+	case sandbox.BackendContainerd:
+		return containerd.Options{Address: s.containerdAddress, Namespace: s.containerdNamespace}
+	}
+	return nil
+}
 
 func newBackends(ds ...backend.Descriptor) *backend.Registry {
 	r := &backend.Registry{}

@@ -113,12 +113,12 @@ func runHooks(c *cli.Context) error {
 			return usageError("CLAUDE_PLUGIN_ROOT: must be an absolute path")
 		}
 	}
-	plan, err := hooks.NewPlan(cfg, d, ev, s.locator(), pluginRoot)
+	disp, err := hooks.NewDispatch(cfg, d, ev, s.locator(), pluginRoot)
 	if err != nil {
 		return err
 	}
 	if c.Bool("dry-run") {
-		return printPlan(c, plan)
+		return printDispatch(c, disp)
 	}
 	// The hooks' calls: the session the global flags name, owned by the
 	// harness user, with no DSH_* snapshot (buildRequest), under the
@@ -134,7 +134,7 @@ func runHooks(c *cli.Context) error {
 	if err := s.checkCallPaths(pol); err != nil {
 		return err
 	}
-	if len(plan.Invocations) == 0 {
+	if len(disp.Invocations) == 0 {
 		s.log.Info().Str("event", ev.Name).Msg("no hook matches")
 		return printOutcome(c, hooks.Merge(nil))
 	}
@@ -143,7 +143,7 @@ func runHooks(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	out, err := plan.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol, Session: call.Session})
+	out, err := disp.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol, Session: call.Session})
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func hookEvent(c *cli.Context, s *settings) (hooks.Event, error) {
 
 // hooksPolicy adds to the operator's policy p (--policy) the read-only
 // mounts of the configuration's directory and the plugin root.
-func hooksPolicy(cfg *hooks.Config, p sandbox.Policy, sess sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
+func hooksPolicy(cfg *hooks.File, p sandbox.Policy, sess sandbox.Session, pluginRoot string) (sandbox.Policy, error) {
 	p, err := cfg.WithMounts(p, sess, pluginRoot)
 	if err != nil {
 		return sandbox.Policy{}, fmt.Errorf("hook configuration %s: %w", cfg.Path, err)
@@ -209,10 +209,10 @@ func hooksPolicy(cfg *hooks.Config, p sandbox.Policy, sess sandbox.Session, plug
 	return policy.Normalize(p)
 }
 
-// printPlan prints the payload bytes exactly on stdout (the same for every
-// hook) and the hooks that would get them on stderr; with --json, one
-// object with the payload, the env names and the hooks.
-func printPlan(c *cli.Context, p *hooks.Plan) error {
+// printDispatch prints the payload bytes exactly on stdout (the same for
+// every hook) and the hooks that would get them on stderr; with --json,
+// one object with the payload, the env names and the hooks.
+func printDispatch(c *cli.Context, p *hooks.Dispatch) error {
 	if c.Bool("json") {
 		type hook struct {
 			Place     string `json:"place"`

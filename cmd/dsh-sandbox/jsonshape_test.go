@@ -37,7 +37,7 @@ func (noLocator) Locate(session.Header) (persistence.Location, bool) {
 func serviceBody(t *testing.T, home, method, path, body string) any {
 	t.Helper()
 	reg := overlay.NewRegistry()
-	if _, err := contributors.Install(reg, func() contributors.Locator { return noLocator{} }); err != nil {
+	if _, err := contributors.Install(reg, func() persistence.Locator { return noLocator{} }); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := policy.Builtin(policy.WorkspaceWrite)

@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
-	"github.com/dsh-sandbox/dsh-sandbox/contributors"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
@@ -43,7 +42,7 @@ without it.`,
 
 // locator returns the persistence service that answers Locate for these
 // settings without opening or creating anything.
-func (s *settings) locator() contributors.Locator {
+func (s *settings) locator() persistence.Locator {
 	if s.persistence == "sqlite" {
 		return noLocation{}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/console"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/oci"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
@@ -274,10 +275,10 @@ func TestConformancePulledImage(t *testing.T) {
 	p, _ := policy.Builtin(policy.WorkspaceWrite)
 	p.Image, p.VerifyKeys = ref, []string{signer.PublicKeyFile}
 	var inner *oci.Executor
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			var err error
-			inner, err = oci.New(oci.Options{Runtime: oci.RuntimeRunc, StateDir: stateDir, Images: st})
+			inner, err = oci.New(oci.Options{Runtime: oci.RuntimeRunc, Service: driver.Service{StateDir: stateDir}, Images: st})
 			if err != nil {
 				t.Fatalf("oci.New = %v", err)
 			}

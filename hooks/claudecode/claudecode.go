@@ -24,6 +24,7 @@ package claudecode
 
 import (
 	"github.com/dsh-sandbox/dsh-sandbox/hooks"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -71,7 +72,7 @@ func (Dialect) ToolName(internal string) string {
 
 // Payload returns the stdin bytes of a Claude Code hook for ev, byte for
 // byte what dsh's Claude Code bridge writes.
-func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
+func (Dialect) Payload(ev hooks.Event, loc persistence.Locator) ([]byte, error) {
 	path, _ := hooks.TranscriptPath(ev, loc)
 	fields := []hooks.Field{
 		{Key: "session_id", Value: hooks.SessionID(ev)},

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 
 	"github.com/dsh-sandbox/dsh-sandbox/hooks"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -61,7 +62,7 @@ func (Dialect) ToolName(internal string) string {
 
 // Payload returns the stdin bytes of a Codex hook for ev, byte for byte
 // what dsh's Codex bridge writes.
-func (Dialect) Payload(ev hooks.Event, loc hooks.Locator) ([]byte, error) {
+func (Dialect) Payload(ev hooks.Event, loc persistence.Locator) ([]byte, error) {
 	var transcript any // null when unknown
 	if path, ok := hooks.TranscriptPath(ev, loc); ok {
 		transcript = path

@@ -68,7 +68,7 @@ func event(name string, agent bool) hooks.Event {
 func payloadGolden(t *testing.T, d hooks.Dialect, update bool) {
 	cases := []struct {
 		name  string
-		loc   hooks.Locator
+		loc   persistence.Locator
 		agent bool
 	}{
 		{"jsonl", jsonlLocator{"/home/u/.dsh/sessions"}, true},

@@ -49,7 +49,7 @@ var allowed = map[string][]string{
 	"sandbox/daemon":          {"sandbox"},
 	"sandbox/docker":          {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub", "sandbox/prepare", "sandbox/process", "sandbox/doctor"},
 	"sandbox/containerd":      {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub", "sandbox/process", "sandbox/doctor", "sandbox/cgroup"},
-	"sandbox/backend":         {"sandbox", "images", "sandbox/pool", "sandbox/reap", "sandbox/doctor"},
+	"sandbox/backend":         {"sandbox", "images", "sandbox/pool", "sandbox/reap", "sandbox/doctor", "sandbox/driver"},
 	"sandbox/driver":          {"sandbox", "sandbox/sandboxtest", "sandbox/stub", "sandbox/reap", "sandbox/capture", "sandbox/prepare", "sandbox/process"},
 	"sandbox/idmap":           {"sandbox", "policy", "sandbox/prepare", "sandbox/doctor"},
 	"sandbox/console":         {"sandbox"},

@@ -138,7 +138,7 @@ func TestShellEnvMatchesDsh(t *testing.T) {
 		c := map[string]any{"op": "shellEnv", "dshHome": dshHome, "root": root}
 		comp := []jsonl.Compression{jsonl.CompressionZstd, jsonl.CompressionNone}[r.IntN(2)]
 		c["compression"] = string(comp)
-		var loc contributors.Locator
+		var loc persistence.Locator
 		if r.IntN(5) == 0 {
 			c["sqlite"] = true
 			loc = noLocation{}
@@ -162,7 +162,7 @@ func TestShellEnvMatchesDsh(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := overlay.NewRegistry()
-		if _, err := contributors.Install(reg, func() contributors.Locator { return loc }); err != nil {
+		if _, err := contributors.Install(reg, func() persistence.Locator { return loc }); err != nil {
 			t.Fatal(err)
 		}
 		snap, err := reg.Collect(context.Background(), overlay.Execution{Home: home, Session: h})

@@ -15,6 +15,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/hooks"
 	"github.com/dsh-sandbox/dsh-sandbox/hooks/claudecode"
 	"github.com/dsh-sandbox/dsh-sandbox/hooks/codex"
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence/jsonl"
 	"github.com/dsh-sandbox/dsh-sandbox/session"
 )
@@ -115,7 +116,7 @@ func TestHookPayloadsMatchDsh(t *testing.T) {
 		c := map[string]any{"op": "hook", "dialect": dl.Name(), "event": name, "root": root, "cwd": procCwd, "turn": turn}
 		comp := []jsonl.Compression{jsonl.CompressionZstd, jsonl.CompressionNone}[r.IntN(2)]
 		c["compression"] = string(comp)
-		var loc hooks.Locator
+		var loc persistence.Locator
 		if r.IntN(5) == 0 {
 			c["sqlite"] = true
 			loc = noLocation{}

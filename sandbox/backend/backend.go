@@ -7,21 +7,22 @@
 // looks backends up by name for exec, serve, mcp, hooks, reap, doctor,
 // bench and images.
 //
-// It imports only sandbox and images. Backend packages import it for the
-// Descriptor type; only cmd and integration import the backends.
+// It imports only sandbox, images, driver (for Service) and pool (for its
+// Options). Backend packages import it for the Descriptor type; only cmd
+// and integration import the backends.
 package backend
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
@@ -30,26 +31,40 @@ import (
 // or its bench baseline. The caller fills what the Descriptor's Needs
 // ask for; a backend reads nothing else.
 type Config struct {
-	// StateDir is the service's state directory (instance locks,
-	// bundles, staging mounts); an absolute path, required by every
-	// backend.
-	StateDir string
+	// Service is what every backend takes from the service: the state
+	// directory (instance locks, bundles, staging mounts; required by
+	// every backend), the logger, the environment reader and the kill
+	// grace.
+	driver.Service
 	// Images is the local image store under the data directory; set only
 	// for a backend whose Needs.Images is true, nil otherwise.
 	Images *images.Store
-	// DockerHost is the Docker engine's address ("" means $DOCKER_HOST,
-	// else the default socket).
-	DockerHost string
-	// ContainerdAddress and ContainerdNamespace locate containerd.
-	ContainerdAddress, ContainerdNamespace string
-	// Getenv reads the environment of the process that runs calls, for
-	// Policy.EnvInherit; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// Logger receives the backend's events; nil logs nothing.
-	Logger *slog.Logger
+	// Options are the backend's own settings that the program chooses
+	// (the docker backend's engine address, containerd's address and
+	// namespace): a value of the backend package's Options type, whose
+	// Service, Images and Pool the backend fills from this Config. Nil
+	// means the backend's defaults; a value of another type is a
+	// programming error, and the backend panics. The way containerd hands
+	// each plugin its own configuration.
+	Options any
 	// Pool, when set, turns on the warm pool of a backend that has one
 	// (oci with runc or crun); others ignore it. Nil means no pool.
 	Pool *pool.Options
+}
+
+// OwnOptions returns cfg.Options, the backend's own settings, as its
+// Options type O: the zero O when cfg.Options is nil. Another type is a
+// programming error: OwnOptions panics.
+func OwnOptions[O any](cfg Config) O {
+	if cfg.Options == nil {
+		var zero O
+		return zero
+	}
+	o, ok := cfg.Options.(O)
+	if !ok {
+		panic(fmt.Sprintf("backend: Config.Options is a %T, want a %T", cfg.Options, o))
+	}
+	return o
 }
 
 // Needs says what a backend needs besides Config.StateDir.

@@ -20,6 +20,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -47,7 +48,7 @@ func testAddress(t testing.TB) string {
 		missing = "DSH_SANDBOX_TEST_CONTAINERD is not set (eval \"$(scripts/daemons.sh start containerd)\")"
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		e, err := New(ctx, Options{Address: addr, StateDir: t.TempDir(), Namespace: testNamespace})
+		e, err := New(ctx, Options{Address: addr, Service: driver.Service{StateDir: t.TempDir()}, Namespace: testNamespace})
 		cancel()
 		if err != nil {
 			missing = fmt.Sprintf("no containerd answers on %s: %v", addr, err)
@@ -83,7 +84,7 @@ func testStateDir(t testing.TB) string {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	addr := testAddress(t)
-	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, Service: driver.Service{StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -195,7 +196,7 @@ func conformance(t *testing.T, image string, env []string) {
 	p := testPolicy(t)
 	p.Image = image
 	var e *Executor
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
 			return e

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/doctor"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -21,7 +22,7 @@ func TestDoctorPassesCases(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Containers() = %v", err)
 	}
-	checks := Doctor(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: state})
+	checks := Doctor(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, Service: driver.Service{StateDir: state}})
 	want := append(append([]string{"daemon", "namespace", "snapshotter", "shim", "runtime"}, cveChecks...), "state", "image", "run")
 	if got := sandboxtest.CheckNames(checks); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Doctor() check names = %q, want %q", got, want)
@@ -51,13 +52,13 @@ func TestDoctorPassesCases(t *testing.T) {
 // command and does not run the test call.
 func TestDoctorFailsCases(t *testing.T) {
 	dir := t.TempDir()
-	checks := Doctor(context.Background(), Options{Address: filepath.Join(dir, "no.sock"), StateDir: dir})
+	checks := Doctor(context.Background(), Options{Address: filepath.Join(dir, "no.sock"), Service: driver.Service{StateDir: dir}})
 	if len(checks) != 1 || checks[0].Name != "daemon" || checks[0].OK {
 		t.Errorf("Doctor(no daemon) = %+v, want one failed %q check", checks, "daemon")
 	}
 
 	addr := testAddress(t)
-	checks = Doctor(t.Context(), Options{Address: addr, Namespace: "dsh-sandbox-test-empty", StateDir: dir})
+	checks = Doctor(t.Context(), Options{Address: addr, Namespace: "dsh-sandbox-test-empty", Service: driver.Service{StateDir: dir}})
 	byName := map[string]doctor.Check{}
 	for _, c := range checks {
 		byName[c.Name] = c

@@ -14,7 +14,7 @@ import (
 // cleanup stack, and returns opts with the spec option that joins it
 // (policy.WithEgress; the shim's runtime opens the namespace by its
 // /proc path in this process). Other calls get opts as they are.
-func (e *Executor) joinEgress(call *driver.Call, opts []policy.SpecOpt) ([]policy.SpecOpt, error) {
+func (e *Executor) joinEgress(call *driver.Running, opts []policy.SpecOpt) ([]policy.SpecOpt, error) {
 	if call.Request.Policy.Network != policy.NetworkAllowlist {
 		return opts, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // TestEgressAllowlist runs one call of network allowlist in the busybox
@@ -24,8 +25,7 @@ func TestEgressAllowlist(t *testing.T) {
 	addr := testAddress(t)
 	inet := fixtures.NewInternet(t)
 	e, err := New(t.Context(), Options{
-		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
-		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Address: addr, Namespace: testNamespace, Service: driver.Service{StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))},
 		Network: egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
 	})
 	if err != nil {
@@ -82,10 +82,8 @@ func TestEgressCredentials(t *testing.T) {
 	addr := testAddress(t)
 	bh := fixtures.NewBoundHost(t)
 	e, err := New(t.Context(), Options{
-		Address: addr, Namespace: testNamespace, StateDir: testStateDir(t),
-		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Address: addr, Namespace: testNamespace, Service: driver.Service{StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})), Getenv: fixtures.BoundGetenv},
 		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
-		Getenv:  fixtures.BoundGetenv,
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)

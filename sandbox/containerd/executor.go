@@ -50,33 +50,24 @@ const runtimeName = "io.containerd.runc.v2"
 // snapshots are made with.
 const snapshotter = "overlayfs"
 
-// Options configure an Executor. Address and StateDir are required; every
-// other zero field means the documented default.
+// Options configure an Executor. Address and Service.StateDir are
+// required; every other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace. The task FIFOs go to StateDir/containerd-fifo, the instance
+	// lock files to StateDir/containerd-instances, spill files of calls
+	// without a session directory to StateDir/spill. Executors that share
+	// a StateDir tell each other's leftovers apart by the lock files.
+	driver.Service
 	// Address is the daemon's socket path.
 	Address string
 	// Namespace is the containerd namespace of images, containers and
 	// snapshots; empty means DefaultNamespace.
 	Namespace string
-	// StateDir is an absolute directory owned by the service: the task
-	// FIFOs go to StateDir/containerd-fifo, the instance lock files to
-	// StateDir/containerd-instances, spill files of calls without a
-	// session directory to StateDir/spill. Executors that share a
-	// StateDir tell each other's leftovers apart by the lock files.
-	StateDir string
 	// InstanceID names this executor in labels; empty means a random
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Network is how the egress proxy of a call of network allowlist
 	// resolves names and dials; the zero value is the host's resolver
 	// and dialer. Tests point made-up names at local servers with it.
@@ -290,48 +281,45 @@ type runner Executor
 // plan is what Resolve found for one call.
 type plan struct {
 	opts []policy.SpecOpt
-	ids  idmap.Call
+	ids  idmap.IDs
 	img  containerd.Image
 }
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend containerd",
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend containerd",
 	}
 }
 
 // Resolve checks the policy's image and runtime, resolves the call's
 // user and user namespace and looks the image up in the daemon.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *plan, error) {
 	e := (*Executor)(r)
 	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if err := checkRuntime(string(req.Policy.Runtime)); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal == nil && e.stubErr != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: %v", e.stubErr)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: %v", e.stubErr)
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	// Every call runs in a user namespace unless its policy says
 	// user: host-root (docs/identity.md).
 	ids, err := idmap.ForCall(Backend, req.Policy, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if ids.Enabled {
 		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
@@ -340,23 +328,23 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "containerd: call not started: %w", context.Cause(ctx))
 	}
 	// A daemon that is gone fails the call at once; the client would
 	// wait for its socket until its dial timeout.
 	if err := probe(ctx, e.opts.Address); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	nctx := e.ctx(ctx)
 	img, err := e.policyImage(nctx, req.Policy.Image)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	ispec, err := img.Spec(nctx)
 	if err != nil {
-		return driver.Target{}, nil, classify(err, "policy.image %q: config", req.Policy.Image)
+		return driver.Resolution{}, nil, classify(err, "policy.image %q: config", req.Policy.Image)
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: ispec.Config.Env,
 		PathUID:  ids.DiskUID,
 		Info: sandbox.Info{
@@ -373,7 +361,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // of each onto the call's cleanup stack. The container runs the stub,
 // which Bind starts and binds the call to (stub.go), except on a
 // terminal: there the call is baked in, and Bind starts its task.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	opts, err := e.joinEgress(call, pl.opts)
 	if err != nil {
@@ -436,7 +424,7 @@ func (e *Executor) markLeftover(err error) error {
 // callSpec builds the call's spec (policy.CallSpec) from the policy's
 // options opts: its process, annotations, cgroup and terminal, on the
 // rootfs.
-func (e *Executor) callSpec(call *driver.Call, opts []policy.SpecOpt) (*specs.Spec, error) {
+func (e *Executor) callSpec(call *driver.Running, opts []policy.SpecOpt) (*specs.Spec, error) {
 	req := call.Request
 	parts := policy.SpecParts{
 		Root: "rootfs",
@@ -459,7 +447,7 @@ func (e *Executor) callSpec(call *driver.Call, opts []policy.SpecOpt) (*specs.Sp
 // spec in it as a mount, pushing their removal onto the call's cleanup
 // stack, and returns the directory. In a user namespace, spec's rootfs
 // becomes the directory's, which mountCallRootfs mounts.
-func (e *Executor) stageCall(call *driver.Call, spec *specs.Spec, ids idmap.Call) (string, error) {
+func (e *Executor) stageCall(call *driver.Running, spec *specs.Spec, ids idmap.IDs) (string, error) {
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
 			return "", sandbox.Errorf(sandbox.ErrUnavailable, "containerd: state directory: %v", err)
@@ -489,7 +477,7 @@ func (e *Executor) stageCall(call *driver.Call, spec *specs.Spec, ids idmap.Call
 // removal onto the call's cleanup stack, and makes the stub spec's
 // process. It returns the call message for the stub and the executor's
 // end of the lifeline.
-func (e *Executor) addStub(call *driver.Call, spec *specs.Spec, callDir string) ([]byte, *os.File, error) {
+func (e *Executor) addStub(call *driver.Running, spec *specs.Spec, callDir string) ([]byte, *os.File, error) {
 	lifeline, err := makeLifeline(callDir)
 	if err != nil {
 		return nil, nil, sandbox.Errorf(sandbox.ErrInternal, "containerd: call %s: %w", call.ID, err)
@@ -511,7 +499,7 @@ func (e *Executor) addStub(call *driver.Call, spec *specs.Spec, callDir string) 
 // removal of a snapshot the create may have left onto the call's cleanup
 // stack, unless the container or snapshot already existed (another
 // call's).
-func (e *Executor) createContainer(bg context.Context, call *driver.Call, pl *plan, spec *specs.Spec) (containerd.Container, error) {
+func (e *Executor) createContainer(bg context.Context, call *driver.Running, pl *plan, spec *specs.Spec) (containerd.Container, error) {
 	id := containerID(call.ID)
 	snapLabels := call.Labels
 	if pl.ids.Enabled {
@@ -545,7 +533,7 @@ func (e *Executor) createContainer(bg context.Context, call *driver.Call, pl *pl
 
 // mountCallRootfs mounts the call's id-mapped rootfs in its directory,
 // pushing its unmounting onto the call's cleanup stack.
-func (e *Executor) mountCallRootfs(bg context.Context, call *driver.Call, spec *specs.Spec, ids idmap.Call, callDir string) error {
+func (e *Executor) mountCallRootfs(bg context.Context, call *driver.Running, spec *specs.Spec, ids idmap.IDs, callDir string) error {
 	unmount, err := e.mountRootfs(bg, containerID(call.ID), callDir, spec, ids.RootUID, ids.RootGID)
 	if errors.Is(err, sandbox.ErrInvalid) {
 		return sandbox.Errorf(sandbox.ErrInvalid, "containerd: call %s: %w", call.ID, err)
@@ -635,7 +623,7 @@ func (e *Executor) removeSnapshot(ctx context.Context, key string) error {
 // created it.
 type callContainer struct {
 	e    *Executor
-	call *driver.Call
+	call *driver.Running
 	c    containerd.Container
 	bg   context.Context // the namespace's context, detached
 	task containerd.Task
@@ -652,7 +640,7 @@ func (ct *callContainer) ID() string { return ct.c.ID() }
 // failure the call's processes are killed through its cgroup: the
 // outcome is unknown, and whatever the daemon can no longer stop must
 // not keep running.
-func (ct *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (ct *callContainer) Bind(ctx context.Context, _ *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	start := ct.start
 	if ct.msg != nil {
 		start = ct.startStub

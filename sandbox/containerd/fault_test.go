@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
@@ -234,7 +235,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 	d := startPrivateDaemon(t)
 	stateDir := testStateDir(t)
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	e, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: stateDir, Logger: logger})
+	e, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, Service: driver.Service{StateDir: stateDir, Logger: logger}})
 	if err != nil {
 		t.Fatalf("New(private daemon) = %v", err)
 	}
@@ -287,7 +288,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 	if !errors.Is(err, sandbox.ErrUnavailable) || res != nil || sandbox.ExitCode(res, err) != 125 {
 		t.Errorf("Run(%q) with the daemon down = %+v, %v; want nil, an error wrapping %v (exit 125)", down.Command, res, err, sandbox.ErrUnavailable)
 	}
-	if e2, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: t.TempDir()}); !errors.Is(err, sandbox.ErrUnavailable) {
+	if e2, err := New(t.Context(), Options{Address: d.address, Namespace: testNamespace, Service: driver.Service{StateDir: t.TempDir()}}); !errors.Is(err, sandbox.ErrUnavailable) {
 		if e2 != nil {
 			e2.Close()
 		}
@@ -303,7 +304,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 			t.Errorf("Close() = %v", err)
 		}
 		closed = true
-		if reaper, err = New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: stateDir, Logger: logger}); err != nil {
+		if reaper, err = New(t.Context(), Options{Address: d.address, Namespace: testNamespace, Service: driver.Service{StateDir: stateDir, Logger: logger}}); err != nil {
 			t.Fatalf("New(same state directory) = %v", err)
 		}
 		defer reaper.Close()
@@ -332,7 +333,7 @@ func testRunDaemonStops(t *testing.T, sig syscall.Signal) {
 			t.Errorf("Close() = %v", err)
 		}
 		closed = true
-		if reaper, err = New(t.Context(), Options{Address: d.address, Namespace: testNamespace, StateDir: stateDir, Logger: logger}); err != nil {
+		if reaper, err = New(t.Context(), Options{Address: d.address, Namespace: testNamespace, Service: driver.Service{StateDir: stateDir, Logger: logger}}); err != nil {
 			t.Fatalf("New(same state directory) = %v", err)
 		}
 		defer reaper.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -17,10 +18,10 @@ func TestNewInvalidCases(t *testing.T) {
 		name string
 		opts Options
 	}{
-		{"relative-state-dir", Options{Address: "/nonexistent.sock", StateDir: "state"}},
-		{"empty-address", Options{StateDir: dir}},
-		{"bad-namespace", Options{Address: "/nonexistent.sock", StateDir: dir, Namespace: "bad ns"}},
-		{"bad-instance", Options{Address: "/nonexistent.sock", StateDir: dir, InstanceID: "-x"}},
+		{"relative-state-dir", Options{Address: "/nonexistent.sock", Service: driver.Service{StateDir: "state"}}},
+		{"empty-address", Options{Service: driver.Service{StateDir: dir}}},
+		{"bad-namespace", Options{Address: "/nonexistent.sock", Service: driver.Service{StateDir: dir}, Namespace: "bad ns"}},
+		{"bad-instance", Options{Address: "/nonexistent.sock", Service: driver.Service{StateDir: dir}, InstanceID: "-x"}},
 	} {
 		_, err := New(context.Background(), tc.opts)
 		if !errors.Is(err, sandbox.ErrInvalid) {
@@ -68,7 +69,7 @@ func TestSpecReadonlyRootCases(t *testing.T) {
 func TestNewUnavailableCases(t *testing.T) {
 	dir := t.TempDir()
 	addr := dir + "/no-daemon.sock"
-	_, err := New(context.Background(), Options{Address: addr, StateDir: dir})
+	_, err := New(context.Background(), Options{Address: addr, Service: driver.Service{StateDir: dir}})
 	if !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("New(Address %q) = %v, want sandbox.ErrUnavailable", "no-daemon.sock", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -170,7 +171,7 @@ func die(x *Executor) {
 // instance.
 func TestReapDeadInstanceCases(t *testing.T) {
 	e := newTestExecutor(t)
-	dead, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: e.opts.StateDir})
+	dead, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, Service: driver.Service{StateDir: e.opts.StateDir}})
 	if err != nil {
 		t.Fatalf("New(second instance) = %v", err)
 	}
@@ -215,7 +216,7 @@ func TestReapDeadInstanceCases(t *testing.T) {
 // only once it has been idle for the grace period.
 func TestReapLiveForeignInstanceCases(t *testing.T) {
 	e := newTestExecutor(t)
-	live, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: e.opts.StateDir})
+	live, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, Service: driver.Service{StateDir: e.opts.StateDir}})
 	if err != nil {
 		t.Fatalf("New(second instance) = %v", err)
 	}

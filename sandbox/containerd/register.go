@@ -15,8 +15,8 @@ var (
 )
 
 // Descriptor describes the containerd backend to the registry: containerd
-// at Config.ContainerdAddress and ContainerdNamespace, its images,
-// reaping, a doctor and the `ctr run --rm` bench baseline.
+// at Options.Address and Options.Namespace, its images, reaping, a doctor
+// and the `ctr run --rm` bench baseline.
 func Descriptor() backend.Descriptor {
 	return backend.Descriptor{
 		Name:  sandbox.BackendContainerd,
@@ -33,12 +33,16 @@ func Descriptor() backend.Descriptor {
 			Baseline: "ctr run --rm",
 			Image:    true,
 			Run: func(ctx context.Context, cfg backend.Config, image string) (time.Duration, error) {
-				return BenchCtrRun(ctx, cfg.ContainerdAddress, cfg.ContainerdNamespace, image)
+				o := options(cfg)
+				return BenchCtrRun(ctx, o.Address, o.Namespace, image)
 			},
 		},
 	}
 }
 
+// options are the backend's own Options in cfg with cfg's Service.
 func options(cfg backend.Config) Options {
-	return Options{Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}
+	o := backend.OwnOptions[Options](cfg)
+	o.Service = cfg.Service
+	return o
 }

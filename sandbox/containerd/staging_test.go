@@ -19,7 +19,7 @@ type swapRunner struct {
 	swap func() error
 }
 
-func (r swapRunner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r swapRunner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	c, err := r.runner.Prepare(ctx, call, pl)
 	if err != nil {
 		return c, err

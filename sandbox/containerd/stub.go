@@ -48,7 +48,7 @@ const stubSlack = 2 * time.Second
 // line, environment and working directory, and the call's deadline.
 func withStub(spec *specs.Spec, host, fifo string, deadline time.Duration) ([]byte, error) {
 	p := spec.Process
-	msg := stub.Call{Argv: p.Args, Env: p.Env, Dir: p.Cwd, Deadline: deadline}
+	msg := stub.Command{Argv: p.Args, Env: p.Env, Dir: p.Cwd, Deadline: deadline}
 	b, err := msg.Encode()
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // usernsScript prints the call's uid map, its uid, and whether a plain
@@ -122,7 +123,7 @@ func TestReapCallMountsCases(t *testing.T) {
 	var insts [2]*Executor
 	var dirs [2]string
 	for i := range insts {
-		x, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, StateDir: e.opts.StateDir})
+		x, err := New(t.Context(), Options{Address: e.opts.Address, Namespace: e.opts.Namespace, Service: driver.Service{StateDir: e.opts.StateDir}})
 		if err != nil {
 			t.Fatalf("New(instance %d) = %v", i, err)
 		}

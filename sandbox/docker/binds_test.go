@@ -8,6 +8,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
@@ -45,7 +46,7 @@ func TestStageBindsFlags(t *testing.T) {
 }
 
 func testStageBindsFlags(t *testing.T, usernsFD int) {
-	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}, instance: "i-test"}
 	rw, ro, file := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func testStageBindsFlags(t *testing.T, usernsFD int) {
 // is refused, and what was staged before it is undone.
 func TestStageBindsRefusesSymlink(t *testing.T) {
 	requireRoot(t)
-	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}, instance: "i-test"}
 	dir := t.TempDir()
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink("/etc", link); err != nil {
@@ -162,7 +163,7 @@ func TestStageBindsRefusesSymlink(t *testing.T) {
 // staging mounts and leaves those of a call still running.
 func TestReapBinds(t *testing.T) {
 	requireRoot(t)
-	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}, instance: "i-test"}
 	src := t.TempDir()
 	ms := []specs.Mount{{Destination: "/ws", Type: "bind", Source: src, Options: []string{"bind", "rw"}}}
 	dead, _, err := e.stageBinds("dead", ms, -1, sessionBind{})

@@ -20,6 +20,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -62,7 +63,7 @@ func requireEngine(t testing.TB) {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	requireEngine(t)
-	e, err := New(t.Context(), Options{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e, err := New(t.Context(), Options{Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -155,7 +156,7 @@ func conformance(t *testing.T, image string, env []string) {
 	p := testPolicy(t)
 	p.Image = image
 	var e *Executor
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t)
 			return e

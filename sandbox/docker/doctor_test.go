@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
@@ -21,7 +22,7 @@ import (
 func TestDoctor(t *testing.T) {
 	newTestExecutor(t) // the engine answers and the test image is imported
 	state := t.TempDir()
-	checks := Doctor(t.Context(), Options{StateDir: state})
+	checks := Doctor(t.Context(), Options{Service: driver.Service{StateDir: state}})
 	for _, c := range checks {
 		t.Logf("%s ok=%v: %s", c.Name, c.OK, c.Detail)
 	}
@@ -68,7 +69,7 @@ func TestDoctor(t *testing.T) {
 // one failed "daemon" check naming the host, and nothing else.
 func TestDoctorNoEngine(t *testing.T) {
 	host := "unix://" + filepath.Join(t.TempDir(), "none.sock")
-	checks := Doctor(context.Background(), Options{Host: host, StateDir: t.TempDir()})
+	checks := Doctor(context.Background(), Options{Host: host, Service: driver.Service{StateDir: t.TempDir()}})
 	if len(checks) != 1 || checks[0].Name != "daemon" || checks[0].OK || !strings.Contains(checks[0].Detail, host) {
 		t.Errorf("Doctor(Host %q) = %+v, want one failed daemon check naming the host", host, checks)
 	}
@@ -83,7 +84,7 @@ func TestDoctorStateUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{"relative/state", filepath.Join(file, "state")} {
-		checks := Doctor(t.Context(), Options{StateDir: dir})
+		checks := Doctor(t.Context(), Options{Service: driver.Service{StateDir: dir}})
 		want := []string{"daemon", "runtimes", "userns", "state", "image"}
 		if got := sandboxtest.CheckNames(checks); !slices.Equal(got, want) {
 			t.Errorf("Doctor(StateDir %q) checks = %q, want %q: %+v", dir, got, want, checks)

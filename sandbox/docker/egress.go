@@ -68,7 +68,7 @@ type callEgress struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	binding *egress.Binding // the call's credentials; nil without
-	nc      *egress.Call    // nil until served
+	nc      *egress.Gateway // nil until served
 	failed  error           // why the network could not be served
 }
 

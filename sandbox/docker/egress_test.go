@@ -22,6 +22,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // newEgressExecutor is newTestExecutor whose egress proxies reach the
@@ -30,9 +31,8 @@ func newEgressExecutor(t *testing.T, inet *fixtures.Internet) *Executor {
 	t.Helper()
 	requireEngine(t)
 	e, err := New(t.Context(), Options{
-		StateDir: t.TempDir(),
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Network:  egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
+		Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))},
+		Network: egress.Network{LookupNetIP: inet.LookupNetIP, DialContext: inet.DialContext},
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -137,7 +137,7 @@ func TestEgressHeldConnectionClosed(t *testing.T) {
 // so a call of network allowlist on runtime runsc is refused before
 // anything is created.
 func TestEgressRefusedOnRunsc(t *testing.T) {
-	e := &Executor{opts: Options{StateDir: t.TempDir()}}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}}
 	p := egressPolicy(t)
 	p.Runtime = runtimeRunsc
 	_, err := e.startEgress(slog.New(slog.DiscardHandler), p, &sandbox.Call{ID: "c"}, "n", nil, nil)
@@ -154,9 +154,9 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 // container's configuration.
 func TestEgressCredentialsConfig(t *testing.T) {
 	requireRoot(t)
-	e := &Executor{opts: Options{StateDir: t.TempDir(), Getenv: func(name string) (string, bool) {
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir(), Getenv: func(name string) (string, bool) {
 		return fixtures.BoundSecret, name == "GH_TOKEN"
-	}}, instance: "i1"}
+	}}}, instance: "i1"}
 	p := egressPolicy(t)
 	p.NetworkAllow = append(p.NetworkAllow, fixtures.BoundHostName)
 	p.Credentials = []sandbox.Credential{{Name: "gh", Host: fixtures.BoundHostName, Port: 443, Header: "Authorization", Format: "Bearer {}", Variable: "GITHUB_TOKEN", ValueEnv: "GH_TOKEN"}}
@@ -227,10 +227,8 @@ func TestEgressCredentials(t *testing.T) {
 	requireEngine(t)
 	bh := fixtures.NewBoundHost(t)
 	e, err := New(t.Context(), Options{
-		StateDir: t.TempDir(),
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Network:  egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
-		Getenv:   fixtures.BoundGetenv,
+		Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})), Getenv: fixtures.BoundGetenv},
+		Network: egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext},
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -265,7 +263,7 @@ func TestEgressCredentials(t *testing.T) {
 // error of its own.
 func TestEgressConfigAndEnd(t *testing.T) {
 	requireRoot(t)
-	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i1"}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}, instance: "i1"}
 	call := &sandbox.Call{ID: "c1", Env: []string{"A=1", "HTTP_PROXY=http://elsewhere:1"}}
 	cfg := &container.Config{Cmd: []string{"/bin/sh", "-c", "init", "sh", "cmd"}}
 	hc := &container.HostConfig{}
@@ -403,7 +401,7 @@ func egressRootfsTar(t *testing.T) *bytes.Buffer {
 // of other instances (also one whose id extends this one's with "-"),
 // and removes a dead instance's emptied directory.
 func TestReapEgressFIFOs(t *testing.T) {
-	e := &Executor{opts: Options{StateDir: t.TempDir()}, instance: "i-test"}
+	e := &Executor{opts: Options{Service: driver.Service{StateDir: t.TempDir()}}, instance: "i-test"}
 	dir := filepath.Join(e.opts.StateDir, "egress")
 	for _, name := range []string{"i-test/ready-dead", "i-test/ready-live", "i-test-2/ready-x", "i-gone/ready-y"} {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o711); err != nil {

@@ -34,28 +34,20 @@ import (
 // Backend is the backend name in policies and results.
 const Backend = "docker"
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace; spill files of calls without a session directory go to
+	// StateDir/spill.
+	driver.Service
 	// Host is the engine's address ("unix:///var/run/docker.sock");
 	// empty means DOCKER_HOST, else the engine's default socket.
 	Host string
-	// StateDir is an absolute directory owned by the service; spill files
-	// of calls without a session directory go to StateDir/spill.
-	StateDir string
 	// InstanceID names this executor in labels; empty means a random
 	// "i-<hex>". It must be 1–64 characters of [A-Za-z0-9_.-] starting
 	// with a letter or digit.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Network is how the egress proxy of a call of network allowlist
 	// reaches the outside; the zero value is the host's resolver and
 	// dialer (egress.Network).
@@ -287,51 +279,48 @@ type plan struct {
 	mounts   []specs.Mount
 }
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend docker",
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend docker",
 	}
 }
 
 // Resolve checks the policy's image and runtime against the engine,
 // resolves the call's user and mounts and reads the image's environment.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *plan, error) {
 	e := (*Executor)(r)
 	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal == nil && e.stubErr != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: %v", e.stubErr)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: %v", e.stubErr)
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	user, err := e.remap.forCall(req.Policy, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	mounts, err := policy.Mounts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "docker: call not started: %w", context.Cause(ctx))
 	}
 	if err := e.checkRuntime(ctx, string(req.Policy.Runtime)); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	imgEnv, err := e.imageEnv(ctx, req.Policy.Image)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: imgEnv,
 		PathUID:  uid,
 		Info: sandbox.Info{
@@ -347,7 +336,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // removal of each onto the call's cleanup stack. The container runs the
 // stub, which Bind starts and binds the call to (stub.go), except on a
 // terminal: there the call is baked in, and Bind starts it.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	req, log, cu := call.Request, call.Log, call.Cleanup
 	// The container and the staging mounts are made on a context the
@@ -545,7 +534,7 @@ var procPaths = sync.OnceValues(func() (masked, readonly []string) {
 // callContainer is a call's created container.
 type callContainer struct {
 	e    *Executor
-	call *driver.Call
+	call *driver.Running
 	id   string
 	msg  []byte // the call message for the stub; nil on a terminal
 }
@@ -556,7 +545,7 @@ func (c *callContainer) ID() string { return c.id }
 // (bindStub), or, on a terminal, with the call baked in. It attaches
 // before the start so that no output is lost, and waits for the next
 // exit before the start so that the exit is not missed either.
-func (c *callContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (c *callContainer) Bind(ctx context.Context, _ *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	if c.msg != nil {
 		return c.bindStub(ctx, stdio)
 	}

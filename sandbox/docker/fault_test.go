@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/signals"
@@ -202,7 +203,7 @@ func TestRunEngineStopsUnavailable(t *testing.T) {
 }
 
 func testRunEngineStops(t *testing.T, d *privateEngine, sig syscall.Signal) {
-	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e, err := New(t.Context(), Options{Host: d.host, Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New(private engine) = %v", err)
 	}
@@ -279,7 +280,7 @@ func testRunEngineStops(t *testing.T, d *privateEngine, sig syscall.Signal) {
 // call's container.
 func TestRunCallIDTakenByOtherExecutor(t *testing.T) {
 	first := newTestExecutor(t)
-	second, err := New(t.Context(), Options{StateDir: t.TempDir()})
+	second, err := New(t.Context(), Options{Service: driver.Service{StateDir: t.TempDir()}})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // runLifelineHelper is the helper process of
 // TestLifelineKilledSupervisor (fixtures.KillSupervisor): it supervises
 // one call, which the test kills it in the middle of.
 func runLifelineHelper(s fixtures.Supervisor) int {
-	e, err := New(context.Background(), Options{StateDir: s.State, InstanceID: s.Instance, Logger: slog.New(slog.DiscardHandler)})
+	e, err := New(context.Background(), Options{Service: driver.Service{StateDir: s.State, Logger: slog.New(slog.DiscardHandler)}, InstanceID: s.Instance})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -48,7 +49,7 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	}
 	t.Logf("the call ended %v after its supervisor was killed", took)
 
-	reaper, err := New(t.Context(), Options{StateDir: state, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	reaper, err := New(t.Context(), Options{Service: driver.Service{StateDir: state, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestLifelineKilledSupervisor(t *testing.T) {
 	t.Logf("reaped after the helper: %+v", rep)
 	// The dead instance's name is free again: an executor of that name
 	// sees what is left of it.
-	again, err := New(t.Context(), Options{StateDir: state, InstanceID: dead, Logger: slog.New(slog.DiscardHandler)})
+	again, err := New(t.Context(), Options{Service: driver.Service{StateDir: state, Logger: slog.New(slog.DiscardHandler)}, InstanceID: dead})
 	if err != nil {
 		t.Fatal(err)
 	}

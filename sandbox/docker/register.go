@@ -15,7 +15,7 @@ var (
 )
 
 // Descriptor describes the docker backend to the registry: the Docker
-// engine at Config.DockerHost (the engine picks the OCI runtime a policy
+// engine at Options.Host (the engine picks the OCI runtime a policy
 // names), its images, reaping, a doctor and the `docker run --rm` bench
 // baseline.
 func Descriptor() backend.Descriptor {
@@ -34,12 +34,15 @@ func Descriptor() backend.Descriptor {
 			Baseline: "docker run --rm",
 			Image:    true,
 			Run: func(ctx context.Context, cfg backend.Config, image string) (time.Duration, error) {
-				return BenchDockerRun(ctx, cfg.DockerHost, image)
+				return BenchDockerRun(ctx, options(cfg).Host, image)
 			},
 		},
 	}
 }
 
+// options are the backend's own Options in cfg with cfg's Service.
 func options(cfg backend.Config) Options {
-	return Options{Host: cfg.DockerHost, StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}
+	o := backend.OwnOptions[Options](cfg)
+	o.Service = cfg.Service
+	return o
 }

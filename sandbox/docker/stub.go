@@ -37,7 +37,7 @@ const stubSlack = 2 * time.Second
 // returns the call message that binds the command: cfg's command line,
 // environment and working directory, and the call's deadline.
 func withStub(cfg *container.Config, hc *container.HostConfig, host string, deadline time.Duration) ([]byte, error) {
-	msg := stub.Call{Argv: cfg.Cmd, Env: cfg.Env, Dir: cfg.WorkingDir, Deadline: deadline}
+	msg := stub.Command{Argv: cfg.Cmd, Env: cfg.Env, Dir: cfg.WorkingDir, Deadline: deadline}
 	b, err := msg.Encode()
 	if err != nil {
 		return nil, err

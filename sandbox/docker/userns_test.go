@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // fakeAliases knows the user dockremap as uid 102.
@@ -252,7 +253,7 @@ func TestRunUserNamespace(t *testing.T) {
 // before, and so does user: host-root, as host uid 0.
 func TestRunRefusesRootWithoutRemap(t *testing.T) {
 	d := startPrivateEngine(t, "DSH_SANDBOX_DOCKER_USERNS_REMAP=none")
-	e, err := New(t.Context(), Options{Host: d.host, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e, err := New(t.Context(), Options{Host: d.host, Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New(private engine) = %v", err)
 	}

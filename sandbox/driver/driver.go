@@ -43,24 +43,16 @@ import (
 // detached from the caller's, so it happens even when the caller gave up.
 const TeardownTimeout = 30 * time.Second
 
-// Config is what the driver needs to know about a backend; every
-// backend's Config returns the same value for the executor's life.
-type Config struct {
+// Profile is what the driver needs to know about a backend; every
+// backend's Profile returns the same value for the executor's life.
+type Profile struct {
+	// Service is the executor's, with the backend's defaults applied
+	// (New sets Getenv and KillGrace; a nil Getenv here means an empty
+	// environment); Logger carries the backend's fields.
+	Service
 	// Name is the backend's name: the value of Policy.Backend it runs and
 	// the prefix of its errors ("oci", "docker", …). Required.
 	Name string
-	// StateDir is the executor's state directory: spill files of calls
-	// without a session directory go to StateDir/spill. Required.
-	StateDir string
-	// Getenv reads the service's environment for Policy.EnvInherit and
-	// Policy.RedactEnv, at call time; nil means empty.
-	Getenv func(string) (string, bool)
-	// KillGrace is the time between SIGTERM and SIGKILL when a call is
-	// stopped; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
-	// Logger receives a debug event per call and teardown errors; nil
-	// logs nothing.
-	Logger *slog.Logger
 	// Instance is the executor's instance id in the containers' labels.
 	Instance string
 	// Reap names the command that removes what a failed teardown left,
@@ -69,9 +61,9 @@ type Config struct {
 	Reap string
 }
 
-// Target is what a backend resolved for one request before the call is
-// prepared.
-type Target struct {
+// Resolution is what a backend resolved for one request before the call
+// is prepared.
+type Resolution struct {
 	// ImageEnv is the base environment of the call's image (layer 1 of
 	// DESIGN §3.6); nil means none.
 	ImageEnv []string
@@ -87,14 +79,14 @@ type Target struct {
 // backend's own per-call state, handed from Resolve to Prepare.
 // Implementations are safe for concurrent use.
 type Backend[S any] interface {
-	// Config says how the driver runs the backend's calls.
-	Config() Config
+	// Profile says how the driver runs the backend's calls.
+	Profile() Profile
 	// Resolve checks that the backend can run req (policy fields only it
 	// knows: image, runtime, network, terminal) and resolves what the
 	// call needs: the image's environment, the call's identity. It runs
 	// after prepare.Validate and before prepare.Call; it creates
 	// nothing that needs undoing.
-	Resolve(ctx context.Context, req *sandbox.Request) (Target, S, error)
+	Resolve(ctx context.Context, req *sandbox.Request) (Resolution, S, error)
 	// Prepare makes the call's slot: as much of the container as can
 	// exist before the call is bound to it (the oci backend: created and
 	// started, its stub waiting; a backend that cannot run a stub:
@@ -102,7 +94,7 @@ type Backend[S any] interface {
 	// every step it finished onto call.Cleanup (deleting the container
 	// last of all is the backend's "delete"), which the driver runs on
 	// every path, also when Prepare fails.
-	Prepare(ctx context.Context, call *Call, state S) (Slot, error)
+	Prepare(ctx context.Context, call *Running, state S) (Slot, error)
 }
 
 // Warm is what a Backend that keeps prepared slots (PrepareSlot) adds:
@@ -115,22 +107,22 @@ type Warm[S any] interface {
 	// sandbox.PoolMiss, or "" when call is not one the pool serves. It
 	// may wait, within ctx, for a slot already being prepared. The slot
 	// is the caller's alone.
-	Take(ctx context.Context, call *Call, state S) (slot Slot, undo *Cleanup, pool string)
+	Take(ctx context.Context, call *Running, state S) (slot Slot, undo *Cleanup, pool string)
 	// Started says call was bound and runs: the backend may prepare a
 	// slot for the session's next call.
-	Started(call *Call, state S)
+	Started(call *Running, state S)
 	// Release may take over the teardown of a finished call (its
 	// cleanup stack), to run it after Run returned, off the caller's
 	// path; it reports whether it did. It must not for a call whose
-	// teardown can still change its result (Call.Fail, Result.Egress).
-	Release(call *Call, state S, teardown *Cleanup) bool
+	// teardown can still change its result (Running.Fail, Result.Egress).
+	Release(call *Running, state S, teardown *Cleanup) bool
 }
 
 // PrepareSlot prepares, ahead of its call, a slot for a call like req:
 // everything Run does before Bind, with a call id of its own. The
 // returned stack undoes the slot; on error nothing is left.
 func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (Slot, *Cleanup, error) {
-	cfg := b.Config()
+	cfg := b.Profile()
 	tgt, state, err := b.Resolve(ctx, req)
 	if err != nil {
 		return nil, nil, err
@@ -155,9 +147,9 @@ func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request)
 	return slot, call.Cleanup.Release(), nil
 }
 
-// newCall is the driver's Call of sc.
-func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Result) *Call {
-	return &Call{
+// newCall is the driver's Running of sc.
+func newCall(cfg Profile, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Result) *Running {
+	return &Running{
 		Call:    sc,
 		Request: req,
 		Labels:  reap.Labels(cfg.Instance, sc.ID, req.Session.ID, req.Labels),
@@ -167,9 +159,11 @@ func newCall(cfg Config, req *sandbox.Request, sc *sandbox.Call, res *sandbox.Re
 	}
 }
 
-// Call is one prepared call as a backend sees it. The driver owns it;
-// a backend keeps it until the call ends.
-type Call struct {
+// Running is one call the driver runs, as a backend sees it: the
+// prepared sandbox.Call with its request, labels, logger, cleanup stack
+// and result in the making. The driver owns it; a backend keeps it until
+// the call ends.
+type Running struct {
 	*sandbox.Call
 	// Request is the call's request.
 	Request *sandbox.Request
@@ -189,7 +183,7 @@ type Call struct {
 // Fail makes Run return err instead of the call's result, unless Run
 // fails anyway: a cleanup step calls it when it finds that the outcome
 // of the call is unknown after all (its egress network broke down).
-func (c *Call) Fail(err error) {
+func (c *Running) Fail(err error) {
 	if c.failed == nil {
 		c.failed = err
 	}
@@ -215,7 +209,7 @@ type Slot interface {
 	// Bind runs call in the slot with stdio: the command line, the
 	// environment and the working directory are call's. Undo steps for
 	// what it starts go onto call.Cleanup. A slot is bound at most once.
-	Bind(ctx context.Context, call *Call, stdio Stdio) (Process, error)
+	Bind(ctx context.Context, call *Running, stdio Stdio) (Process, error)
 }
 
 // Process is a started container process.
@@ -279,7 +273,7 @@ func (x Exit) decode() (*int, string) {
 // created is gone, whatever happened: this is every backend's
 // Executor.Run. Errors follow sandbox.Executor.
 func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result *sandbox.Result, err error) {
-	cfg := b.Config()
+	cfg := b.Profile()
 	t0 := time.Now()
 	tgt, state, sc, err := prepareCall(ctx, b, cfg, req)
 	if err != nil {
@@ -336,38 +330,38 @@ func Run[S any](ctx context.Context, b Backend[S], req *sandbox.Request) (result
 // prepare.Call) and prepares its host paths (prepare.Paths):
 // everything Run does before it creates anything that needs undoing. It
 // fails with notStarted when ctx is done by then.
-func prepareCall[S any](ctx context.Context, b Backend[S], cfg Config, req *sandbox.Request) (Target, S, *sandbox.Call, error) {
+func prepareCall[S any](ctx context.Context, b Backend[S], cfg Profile, req *sandbox.Request) (Resolution, S, *sandbox.Call, error) {
 	var none S
 	if req == nil {
-		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
+		return Resolution{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: request is nil", cfg.Name)
 	}
 	if string(req.Policy.Backend) != cfg.Name {
-		return Target{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
+		return Resolution{}, none, nil, sandbox.Errorf(sandbox.ErrInvalid, "%s: policy.backend %q: this executor runs only %q", cfg.Name, req.Policy.Backend, cfg.Name)
 	}
 	// A malformed request is refused before a daemon is asked anything.
 	if err := prepare.Validate(req); err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	tgt, state, err := b.Resolve(ctx, req)
 	if err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv)
 	if err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	if err := prepare.Paths(req, sc, tgt.PathUID); err != nil {
-		return Target{}, none, nil, err
+		return Resolution{}, none, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Target{}, none, nil, notStarted(cfg, sc.ID, ctx)
+		return Resolution{}, none, nil, notStarted(cfg, sc.ID, ctx)
 	}
 	return tgt, state, sc, nil
 }
 
 // tearDown runs the call's cleanup stack on a context bounded by
 // TeardownTimeout, logs what it left behind and records how long it took.
-func tearDown(bg context.Context, cfg Config, call *Call, log *slog.Logger) {
+func tearDown(bg context.Context, cfg Profile, call *Running, log *slog.Logger) {
 	res := call.Result
 	t := time.Now()
 	tctx, cancel := context.WithTimeout(bg, TeardownTimeout)
@@ -384,7 +378,7 @@ func tearDown(bg context.Context, cfg Config, call *Call, log *slog.Logger) {
 // takeSlot returns the call's slot: a prepared one of warm when it has
 // one that fits (its undo joins the call's cleanup stack), else one b
 // prepares. It records the pool's answer in the call's timings.
-func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call, state S) (Slot, error) {
+func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Running, state S) (Slot, error) {
 	var slot Slot
 	if warm != nil {
 		var undo *Cleanup
@@ -403,7 +397,7 @@ func takeSlot[S any](ctx context.Context, b Backend[S], warm Warm[S], call *Call
 // cancellation and kill grace: process.Supervise), waits for it on bg
 // and fills the call's result with its output and how it ended; an
 // error is Process.Wait's.
-func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p Process, stdout, stderr *capture.Writer) error {
+func await(ctx, bg context.Context, cfg Profile, call *Running, log *slog.Logger, p Process, stdout, stderr *capture.Writer) error {
 	res := call.Result
 	var lastSig syscall.Signal
 	timedOut, aborted := process.Supervise(ctx, call.Timeout, cfg.KillGrace, p.Done(), func(sig syscall.Signal) error {
@@ -431,6 +425,6 @@ func await(ctx, bg context.Context, cfg Config, call *Call, log *slog.Logger, p 
 
 // notStarted is the error of a call whose caller gave up before it
 // started.
-func notStarted(cfg Config, id string, ctx context.Context) error {
+func notStarted(cfg Profile, id string, ctx context.Context) error {
 	return sandbox.Errorf(sandbox.ErrUnavailable, "%s: call %s not started: %w", cfg.Name, id, context.Cause(ctx))
 }

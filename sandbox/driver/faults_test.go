@@ -37,7 +37,7 @@ func (b *faulty) record(step string) func(context.Context) error {
 	}
 }
 
-func (b *faulty) Prepare(ctx context.Context, call *driver.Call, s struct{}) (driver.Slot, error) {
+func (b *faulty) Prepare(ctx context.Context, call *driver.Running, s struct{}) (driver.Slot, error) {
 	call.Cleanup.Add("created", b.record("created"))
 	if b.fail == "create" {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "faulty: injected create failure")
@@ -56,10 +56,10 @@ func (b *faulty) Prepare(ctx context.Context, call *driver.Call, s struct{}) (dr
 type faultyContainer struct {
 	*toyProcess
 	b    *faulty
-	call *driver.Call
+	call *driver.Running
 }
 
-func (c *faultyContainer) Bind(ctx context.Context, call *driver.Call, s driver.Stdio) (driver.Process, error) {
+func (c *faultyContainer) Bind(ctx context.Context, call *driver.Running, s driver.Stdio) (driver.Process, error) {
 	if c.b.fail == "start" {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "faulty: injected start failure")
 	}

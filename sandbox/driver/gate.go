@@ -23,7 +23,7 @@ func RunGated[S any](ctx context.Context, g *Gate, b Backend[S], req *sandbox.Re
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	if g.closed {
-		return nil, closedError(b.Config().Name)
+		return nil, closedError(b.Profile().Name)
 	}
 	return Run(ctx, b, req)
 }

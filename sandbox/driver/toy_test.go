@@ -24,22 +24,22 @@ type toy struct{ stateDir string }
 // toyEnv is the toy's image environment (layer 1 of DESIGN §3.6).
 var toyEnv = []string{"HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin"}
 
-func (b *toy) Config() driver.Config {
-	return driver.Config{Name: "local", StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second}
+func (b *toy) Profile() driver.Profile {
+	return driver.Profile{Name: "local", Service: driver.Service{StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second}}
 }
 
-func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Target, struct{}, error) {
+func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Resolution, struct{}, error) {
 	if req.Terminal != nil {
-		return driver.Target{}, struct{}{}, driver.NoTerminal("toy")
+		return driver.Resolution{}, struct{}{}, driver.NoTerminal("toy")
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: toyEnv,
 		PathUID:  uint32(os.Geteuid()),
 		Info:     sandbox.Info{Backend: "local", Image: "host", Policy: req.Policy.Name},
 	}, struct{}{}, nil
 }
 
-func (b *toy) Prepare(_ context.Context, call *driver.Call, _ struct{}) (driver.Slot, error) {
+func (b *toy) Prepare(_ context.Context, call *driver.Running, _ struct{}) (driver.Slot, error) {
 	args := []string{"-c", call.Request.Command}
 	if call.Request.Argv != nil {
 		args = append([]string{"-c", `exec "$@"`, "bash"}, call.Request.Argv...)
@@ -61,7 +61,7 @@ type toyProcess struct {
 
 func (p *toyProcess) ID() string { return "" }
 
-func (p *toyProcess) Bind(_ context.Context, _ *driver.Call, s driver.Stdio) (driver.Process, error) {
+func (p *toyProcess) Bind(_ context.Context, _ *driver.Running, s driver.Stdio) (driver.Process, error) {
 	p.cmd.Stdout, p.cmd.Stderr = s.Stdout, s.Stderr
 	var in *os.File
 	if s.Stdin != nil {
@@ -136,7 +136,7 @@ func TestToyConformance(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skipf("bash is not installed: %v", err)
 	}
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			return toyExecutor{&toy{stateDir: t.TempDir()}}
 		},

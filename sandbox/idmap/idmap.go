@@ -174,8 +174,8 @@ func CloneFD(fd, usernsFD int, attrs uint64) (int, error) {
 	return tfd, nil
 }
 
-// Call is how a call's identity is mapped to the host.
-type Call struct {
+// IDs is how a call's identity is mapped to the host.
+type IDs struct {
 	// Enabled: the call gets a user namespace with Mapping.
 	Enabled bool
 	Mapping policy.IDMapping
@@ -198,21 +198,21 @@ type Call struct {
 // ForCall decides the user namespace of a call of policy p running as
 // container uid:gid on a runtime that can run one: always, unless the
 // policy says user: host-root. backend prefixes errors.
-func ForCall(backend string, p sandbox.Policy, uid, gid uint32) (Call, error) {
+func ForCall(backend string, p sandbox.Policy, uid, gid uint32) (IDs, error) {
 	if policy.HostRoot(p) {
-		return Call{HostUID: uid, DiskUID: uid}, nil
+		return IDs{HostUID: uid, DiskUID: uid}, nil
 	}
 	m, err := policy.CallIDMapping(uid, gid)
 	if err != nil {
-		return Call{}, err
+		return IDs{}, err
 	}
 	host, ok := policy.HostID(m.UIDs, uid)
 	if !ok || host == 0 {
-		return Call{}, sandbox.Errorf(sandbox.ErrInternal, "%s: user %d:%d: no unprivileged host uid in the map", backend, uid, gid)
+		return IDs{}, sandbox.Errorf(sandbox.ErrInternal, "%s: user %d:%d: no unprivileged host uid in the map", backend, uid, gid)
 	}
 	rootUID, _ := policy.HostID(m.UIDs, 0)
 	rootGID, _ := policy.HostID(m.GIDs, 0)
-	c := Call{Enabled: true, Mapping: m, Idmapped: uid == 0, HostUID: host, DiskUID: host, RootUID: rootUID, RootGID: rootGID}
+	c := IDs{Enabled: true, Mapping: m, Idmapped: uid == 0, HostUID: host, DiskUID: host, RootUID: rootUID, RootGID: rootGID}
 	if c.Idmapped {
 		c.DiskUID = uid
 	}
@@ -236,7 +236,7 @@ type Staging struct {
 
 // StagingFor is the Staging of req's call with user namespace ids: the
 // session directory's bind always, the other binds when ids.Idmapped.
-func StagingFor(req *sandbox.Request, ids Call) Staging {
+func StagingFor(req *sandbox.Request, ids IDs) Staging {
 	var st Staging
 	if ids.Idmapped {
 		st.Mapped = Dests(req)

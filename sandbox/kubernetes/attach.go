@@ -33,7 +33,7 @@ const (
 // podContainer is a call's running pod, attached and answering, before
 // the call is bound.
 type podContainer struct {
-	call *driver.Call
+	call *driver.Running
 	p    *podProcess
 }
 
@@ -109,9 +109,9 @@ func (e *Executor) attach(ctx context.Context, name string) (*podProcess, error)
 // environment, working directory, deadline) on the attached stream, then
 // the stdin as frames; the output frames go to the captures as they
 // come.
-func (c *podContainer) Bind(ctx context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (c *podContainer) Bind(ctx context.Context, _ *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	call, req, p := c.call, c.call.Request, c.p
-	msg := stub.Call{
+	msg := stub.Command{
 		Argv:     process.InitArgs(req, call.Env),
 		Env:      call.Env,
 		Dir:      call.Workdir,
@@ -165,7 +165,7 @@ type podProcess struct {
 	readyOnce sync.Once
 
 	// Set by Bind before bound is closed.
-	call  *driver.Call
+	call  *driver.Running
 	stdio driver.Stdio
 
 	done     chan struct{} // closed once the outcome is known or lost

@@ -56,15 +56,16 @@ const startTimeout = 60 * time.Second
 
 // Options configure an Executor.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace: instance lock files go to StateDir/kubernetes-instances,
+	// spill files of calls without a session directory to
+	// StateDir/spill. StateDir is required.
+	driver.Service
 	// Config is the API server's address and credentials. Required.
 	Config *rest.Config
 	// Namespace holds the pods; empty means DefaultNamespace. It must
 	// exist.
 	Namespace string
-	// StateDir is an absolute directory owned by the service: instance
-	// lock files go to StateDir/kubernetes-instances, spill files of
-	// calls without a session directory to StateDir/spill. Required.
-	StateDir string
 	// InstanceID names this executor in the pods' labels; empty means a
 	// random "i-<hex>".
 	InstanceID string
@@ -94,15 +95,6 @@ type Options struct {
 	// and an event (two API writes) per pod and its share of a cold
 	// start. The kubelet still refuses a pod that does not fit.
 	Node string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 }
 
 // Executor runs calls in pods of a Kubernetes cluster. It is safe for
@@ -315,59 +307,56 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 // runner is the Executor as driver.Run sees it.
 type runner Executor
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
-		Name:      Backend,
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.opts.Getenv,
-		KillGrace: r.opts.KillGrace,
-		Logger:    r.log,
-		Instance:  r.instance,
-		Reap:      "dsh-sandbox reap --backend kubernetes",
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
+		Name:     Backend,
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Instance: r.instance,
+		Reap:     "dsh-sandbox reap --backend kubernetes",
 	}
 }
 
 // Resolve checks what the cluster can run of req's policy and builds the
 // pod's shape.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *podShape, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *podShape, error) {
 	e := (*Executor)(r)
 	if err := driver.ImportedImage(Backend, req.Policy.Image); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal != nil {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: a terminal (exec -t) is not supported on this backend")
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: a terminal (exec -t) is not supported on this backend")
 	}
 	if req.Policy.Network == policy.NetworkAllowlist {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.network %q is not supported on this backend: its egress proxy runs in the call's network namespace, which a pod does not share with the service; use network none", req.Policy.Network)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.network %q is not supported on this backend: its egress proxy runs in the call's network namespace, which a pod does not share with the service; use network none", req.Policy.Network)
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if uid == 0 && req.Policy.User.Auto() {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.user auto resolves to uid 0 (the workspace's owner), and pods run without a user namespace here (hostUsers: false needs a container runtime that supports it): name a non-root user, e.g. user: \"1000:1000\", or uid 0 explicitly (\"0:0\")")
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: policy.user auto resolves to uid 0 (the workspace's owner), and pods run without a user namespace here (hostUsers: false needs a container runtime that supports it): name a non-root user, e.g. user: \"1000:1000\", or uid 0 explicitly (\"0:0\")")
 	}
 	plan, err := policy.Plan(req.Policy, req.Session, policy.Identity{UID: uid, GID: gid})
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	seccomp, err := e.seccompFor(req.Policy)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	runtimeClass, err := e.runtimeClass(ctx, req.Policy.Runtime)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	image, digest, err := e.podImage(ctx, req.Policy.Image)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	shape, err := newPodShape(req.Policy, image, plan, uid, gid, e.opts.Stub, seccomp, runtimeClass)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: e.opts.ImageEnv,
 		PathUID:  uid,
 		Info: sandbox.Info{
@@ -399,7 +388,7 @@ func (e *Executor) runtimeClass(ctx context.Context, rt sandbox.Runtime) (string
 
 // Prepare takes a warm pod of the call's shape, or creates one and waits
 // until it runs; the pod's deletion goes onto the call's cleanup stack.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, shape *podShape) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, shape *podShape) (driver.Slot, error) {
 	e := (*Executor)(r)
 	if !e.active.Add(call.ID) {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "kubernetes: callId %q is already running on this executor", call.ID)

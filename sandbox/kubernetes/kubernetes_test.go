@@ -25,6 +25,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -92,7 +93,7 @@ func importTestImage(t testing.TB) {
 		}
 		defer os.RemoveAll(state)
 		ctx := context.Background()
-		ce, err := containerd.New(ctx, containerd.Options{Address: sock, Namespace: "k8s.io", StateDir: state})
+		ce, err := containerd.New(ctx, containerd.Options{Address: sock, Namespace: "k8s.io", Service: driver.Service{StateDir: state}})
 		if err != nil {
 			imageErr = err
 			return
@@ -125,11 +126,10 @@ func newTestExecutorWith(t testing.TB, set func(*Options)) *Executor {
 	opts := Options{
 		Config:     cfg,
 		Namespace:  os.Getenv(envNamespace),
-		StateDir:   t.TempDir(),
+		Service:    driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))},
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(envSeccompDir),
 		ImageEnv:   testImageEnv,
-		Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	set(&opts)
 	e, err := New(t.Context(), opts)
@@ -180,7 +180,7 @@ func leftovers(e *Executor) []string {
 func TestConformance(t *testing.T) {
 	requireCluster(t)
 	var e *Executor
-	cfg := sandboxtest.Config{
+	cfg := sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			e = newTestExecutor(t, 0)
 			return e
@@ -261,7 +261,7 @@ func TestNodePinned(t *testing.T) {
 		t.Fatalf("list nodes = %v, %v", nodes, err)
 	}
 	node := nodes.Items[0].Name
-	if _, err := New(t.Context(), Options{Config: cfg, Namespace: os.Getenv(envNamespace), StateDir: t.TempDir(), Stub: stubPath, Node: "no-such-node"}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no-such-node") {
+	if _, err := New(t.Context(), Options{Config: cfg, Namespace: os.Getenv(envNamespace), Service: driver.Service{StateDir: t.TempDir()}, Stub: stubPath, Node: "no-such-node"}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no-such-node") {
 		t.Errorf("New(Node: no-such-node) = %v, want ErrInvalid naming it", err)
 	}
 	e := newTestExecutorWith(t, func(o *Options) { o.Node = node })

@@ -98,12 +98,10 @@ func options(cfg backend.Config) (Options, error) {
 	opts := Options{
 		Config:     rc,
 		Namespace:  os.Getenv(EnvNamespace),
-		StateDir:   cfg.StateDir,
+		Service:    cfg.Service,
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(EnvSeccompDir),
 		Node:       os.Getenv(EnvNode),
-		Getenv:     cfg.Getenv,
-		Logger:     cfg.Logger,
 	}
 	if cfg.Pool != nil {
 		// The warm pool asked for (serve --pool, bench's warm series):

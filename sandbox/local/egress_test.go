@@ -8,12 +8,13 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // TestAllowlistRefused: the local backend has no network to confine, so
 // a policy of network allowlist runs nothing and says why.
 func TestAllowlistRefused(t *testing.T) {
-	e, err := New(Options{StateDir: t.TempDir()})
+	e, err := New(Options{Service: driver.Service{StateDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

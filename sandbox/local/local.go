@@ -30,23 +30,15 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
-	// StateDir is an absolute directory for the spill files of calls
-	// without a session directory (StateDir/spill).
-	StateDir string
+	// Service is the state directory (for the spill files of calls
+	// without a session directory, StateDir/spill), logger, environment
+	// and kill grace.
+	driver.Service
 	// Bash is the shell that runs commands; empty means "bash" on PATH.
 	Bash string
-	// Logger receives a debug event per call; nil logs nothing.
-	// Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 }
 
 // drainTimeout bounds how long output is still read after the command's
@@ -103,26 +95,23 @@ func (e *Executor) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resu
 // runner is the Executor as the driver sees it.
 type runner Executor
 
-func (b *runner) Config() driver.Config {
-	return driver.Config{
-		Name:      "local",
-		StateDir:  b.opts.StateDir,
-		Getenv:    b.opts.Getenv,
-		KillGrace: b.opts.KillGrace,
-		Logger:    b.log,
+func (b *runner) Profile() driver.Profile {
+	return driver.Profile{
+		Name:    "local",
+		Service: driver.Service{StateDir: b.opts.StateDir, Getenv: b.opts.Getenv, KillGrace: b.opts.KillGrace, Logger: b.log},
 	}
 }
 
 // Resolve refuses what the local backend cannot enforce or give. The
 // call runs on the host as this process.
-func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Target, struct{}, error) {
+func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Resolution, struct{}, error) {
 	if req.Policy.Network == policy.NetworkAllowlist {
-		return driver.Target{}, struct{}{}, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
+		return driver.Resolution{}, struct{}{}, sandbox.Errorf(sandbox.ErrInvalid, "local: policy.network %q: the local backend has no network isolation to enforce it with; use backend oci or containerd", req.Policy.Network)
 	}
 	if req.Terminal != nil {
-		return driver.Target{}, struct{}{}, driver.NoTerminal("local")
+		return driver.Resolution{}, struct{}{}, driver.NoTerminal("local")
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: BaseEnv(),
 		PathUID:  uint32(os.Geteuid()),
 		Info:     sandbox.Info{Backend: "local", Image: images.HostName, Policy: req.Policy.Name},
@@ -131,14 +120,14 @@ func (b *runner) Resolve(_ context.Context, req *sandbox.Request) (driver.Target
 
 // Prepare has nothing to prepare: the call's process is its
 // container, started by Bind.
-func (b *runner) Prepare(_ context.Context, call *driver.Call, _ struct{}) (driver.Slot, error) {
+func (b *runner) Prepare(_ context.Context, call *driver.Running, _ struct{}) (driver.Slot, error) {
 	return &container{bash: b.bash, call: call}, nil
 }
 
 // container is a call not yet started.
 type container struct {
 	bash string
-	call *driver.Call
+	call *driver.Running
 }
 
 func (c *container) ID() string { return "" }
@@ -156,7 +145,7 @@ type process struct {
 // Bind starts bash in a new process group with the call's exact
 // environment, its stdin fed from a pipe and its output copied into the
 // captures.
-func (c *container) Bind(_ context.Context, _ *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (c *container) Bind(_ context.Context, _ *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	req, call := c.call.Request, c.call
 	stdout, stderr := stdio.Stdout, stdio.Stderr
 	internal := func(err error) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
 
@@ -33,9 +34,9 @@ func requireBash(t *testing.T) {
 // baseline.
 func TestConformance(t *testing.T) {
 	requireBash(t)
-	sandboxtest.Run(t, sandboxtest.Config{
+	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
-			e, err := New(Options{StateDir: t.TempDir()})
+			e, err := New(Options{Service: driver.Service{StateDir: t.TempDir()}})
 			if err != nil {
 				t.Fatalf("New = %v", err)
 			}
@@ -49,7 +50,7 @@ func TestConformance(t *testing.T) {
 
 func TestRefusesOtherBackends(t *testing.T) {
 	requireBash(t)
-	e, err := New(Options{StateDir: t.TempDir()})
+	e, err := New(Options{Service: driver.Service{StateDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func TestNewCases(t *testing.T) {
 		opts Options
 		want error
 	}{
-		{"relative-state", Options{StateDir: "state"}, sandbox.ErrInvalid},
-		{"missing-bash", Options{StateDir: t.TempDir(), Bash: "/nonexistent/bash"}, sandbox.ErrUnavailable},
+		{"relative-state", Options{Service: driver.Service{StateDir: "state"}}, sandbox.ErrInvalid},
+		{"missing-bash", Options{Service: driver.Service{StateDir: t.TempDir()}, Bash: "/nonexistent/bash"}, sandbox.ErrUnavailable},
 	} {
 		if _, err := New(tc.opts); !errors.Is(err, tc.want) {
 			t.Errorf("New(%s) = %v, want %v", tc.name, err, tc.want)
@@ -84,7 +85,7 @@ func TestExactEnvNotServiceEnv(t *testing.T) {
 	requireBash(t)
 	t.Setenv("LOCAL_TEST_LEAK", "leaked")
 	t.Setenv("LANG", "C.UTF-8")
-	e, err := New(Options{StateDir: t.TempDir()})
+	e, err := New(Options{Service: driver.Service{StateDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

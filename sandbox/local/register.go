@@ -15,7 +15,7 @@ func Descriptor() backend.Descriptor {
 		Name:     sandbox.BackendLocal,
 		Explicit: true,
 		Open: func(_ context.Context, cfg backend.Config, _ sandbox.Runtime) (sandbox.Executor, error) {
-			return backend.Opened(New(Options{StateDir: cfg.StateDir, Getenv: cfg.Getenv, Logger: cfg.Logger}))
+			return backend.Opened(New(Options{Service: cfg.Service}))
 		},
 	}
 }

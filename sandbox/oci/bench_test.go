@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -80,7 +81,7 @@ func TestBenchRawLeavesNothing(t *testing.T) {
 			if err != nil || d <= 0 {
 				t.Fatalf("BenchRaw(%s) = %v, %v", rt, d, err)
 			}
-			e, err := New(Options{Runtime: rt, StateDir: state})
+			e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: state}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func BenchmarkWarmRun(b *testing.B) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		b.Run(rt, func(b *testing.B) {
 			requireRuntime(b, rt)
-			e, err := New(Options{Runtime: rt, StateDir: testStateDir(b), Logger: testLogger(b), Pool: &pool.Options{}})
+			e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(b), Logger: testLogger(b)}, Pool: &pool.Options{}})
 			if err != nil {
 				b.Fatal(err)
 			}

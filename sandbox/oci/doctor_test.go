@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 func TestDoctorUsable(t *testing.T) {
@@ -13,7 +15,7 @@ func TestDoctorUsable(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			state := testStateDir(t)
-			checks := Doctor(context.Background(), Options{Runtime: rt, StateDir: state})
+			checks := Doctor(context.Background(), Options{Runtime: rt, Service: driver.Service{StateDir: state}})
 			var names []string
 			for _, c := range checks {
 				names = append(names, c.Name)
@@ -44,11 +46,11 @@ func TestDoctorUnusable(t *testing.T) {
 		check string
 		want  string
 	}{
-		{"missing-binary", Options{Runtime: RuntimeRunc, RuntimePath: "/nonexistent/runc", StateDir: t.TempDir()}, "binary", "/nonexistent/runc"},
-		{"unknown-runtime", Options{Runtime: "kata", StateDir: t.TempDir()}, "binary", "kata"},
-		{"relative-state", Options{Runtime: RuntimeRunc, StateDir: "state"}, "state", "not an absolute path"},
-		{"missing-stub", Options{Runtime: RuntimeRunc, StateDir: t.TempDir(), Stub: "/nonexistent/dsh-sandbox-stub"}, "stub", "/nonexistent/dsh-sandbox-stub"},
-		{"dynamic-stub", Options{Runtime: RuntimeCrun, StateDir: t.TempDir(), Stub: "/bin/true"}, "stub", "dynamically linked"},
+		{"missing-binary", Options{Runtime: RuntimeRunc, RuntimePath: "/nonexistent/runc", Service: driver.Service{StateDir: t.TempDir()}}, "binary", "/nonexistent/runc"},
+		{"unknown-runtime", Options{Runtime: "kata", Service: driver.Service{StateDir: t.TempDir()}}, "binary", "kata"},
+		{"relative-state", Options{Runtime: RuntimeRunc, Service: driver.Service{StateDir: "state"}}, "state", "not an absolute path"},
+		{"missing-stub", Options{Runtime: RuntimeRunc, Service: driver.Service{StateDir: t.TempDir()}, Stub: "/nonexistent/dsh-sandbox-stub"}, "stub", "/nonexistent/dsh-sandbox-stub"},
+		{"dynamic-stub", Options{Runtime: RuntimeCrun, Service: driver.Service{StateDir: t.TempDir()}, Stub: "/bin/true"}, "stub", "dynamically linked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.check == "state" || tc.check == "stub" {
@@ -75,7 +77,7 @@ func TestDoctorUnusable(t *testing.T) {
 }
 
 func TestNewUnavailableRuntime(t *testing.T) {
-	_, err := New(Options{Runtime: RuntimeRunsc, RuntimePath: "/nonexistent/runsc", StateDir: t.TempDir()})
+	_, err := New(Options{Runtime: RuntimeRunsc, RuntimePath: "/nonexistent/runsc", Service: driver.Service{StateDir: t.TempDir()}})
 	if err == nil || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("New with a missing runtime = %v, want an error naming runsc", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // internet is the made-up outside world of the tests, as an
@@ -143,7 +144,7 @@ func BenchmarkEgressCall(b *testing.B) {
 	for _, rt := range []string{RuntimeRunc, RuntimeCrun} {
 		b.Run(rt, func(b *testing.B) {
 			requireRuntime(b, rt)
-			e, err := New(Options{Runtime: rt, StateDir: testStateDir(b)})
+			e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(b)}})
 			if err != nil {
 				b.Fatal(err)
 			}

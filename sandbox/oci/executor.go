@@ -31,23 +31,23 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/stub"
 )
 
-// Options configure an Executor. StateDir is required; every other zero
-// field means the documented default.
+// Options configure an Executor. Service.StateDir is required; every
+// other zero field means the documented default.
 type Options struct {
+	// Service is the state directory, logger, environment and kill
+	// grace. The executor keeps bundles in StateDir/bundles/<container>,
+	// the runtime's state root in StateDir/runtime/<runtime>, instance
+	// locks in StateDir/instances, the host image's generated /etc in
+	// StateDir/host and spill files of calls without a session directory
+	// in StateDir/spill. Several executors (also of other runtimes and
+	// other processes) may share it.
+	driver.Service
 	// Runtime is "runc" (the default when empty), "crun" or "runsc".
 	Runtime string
 	// RuntimePath is the runtime binary; empty means Runtime looked up
 	// on PATH. A missing binary makes New fail with an error wrapping
 	// sandbox.ErrUnavailable that names the runtime.
 	RuntimePath string
-	// StateDir is an absolute directory owned by the service. The
-	// executor keeps bundles in StateDir/bundles/<container>, the
-	// runtime's state root in StateDir/runtime/<runtime>, instance locks
-	// in StateDir/instances, the host image's generated /etc in
-	// StateDir/host and spill files of calls without a session directory
-	// in StateDir/spill. Several executors (also of other runtimes and
-	// other processes) may share it.
-	StateDir string
 	// Images is the local image store; nil means only the "host" image
 	// is available.
 	Images *images.Store
@@ -56,15 +56,6 @@ type Options struct {
 	// characters of [A-Za-z0-9_.-] starting with a letter or digit, and
 	// no other live executor on the same StateDir may use it.
 	InstanceID string
-	// Logger receives debug events per call and errors of teardown; nil
-	// logs nothing. Env values are never logged.
-	Logger *slog.Logger
-	// Getenv reads the service's environment for Policy.EnvInherit, at
-	// call time; nil means os.LookupEnv.
-	Getenv func(string) (string, bool)
-	// KillGrace is how long a timed-out or cancelled call has between
-	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Stub is the stub program (cmd/dsh-sandbox-stub), pid 1 of every
 	// container of runc and crun; empty means dsh-sandbox-stub next to
 	// the running executable, else on PATH (stub.Locate). Without it,
@@ -282,7 +273,7 @@ type plan struct {
 	img  *images.Image
 	bash string
 	opts []policy.SpecOpt
-	ids  idmap.Call
+	ids  idmap.IDs
 	// poolKey and late are the call's pool key and whether its session
 	// directory is mounted at Bind (Executor.poolKey), computed once.
 	poolKey string
@@ -293,46 +284,43 @@ type plan struct {
 	refill func()
 }
 
-func (r *runner) Config() driver.Config {
-	return driver.Config{
-		Name:      "oci",
-		StateDir:  r.opts.StateDir,
-		Getenv:    r.getenv,
-		KillGrace: r.grace,
-		Logger:    r.log,
-		Instance:  r.instance,
+func (r *runner) Profile() driver.Profile {
+	return driver.Profile{
+		Name:     "oci",
+		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.getenv, KillGrace: r.grace, Logger: r.log},
+		Instance: r.instance,
 	}
 }
 
 // Resolve checks the policy against the runtime, resolves the call's
 // user, user namespace and image, and finds the image's shell.
-func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Target, *plan, error) {
+func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Resolution, *plan, error) {
 	e := (*Executor)(r)
 	if err := e.checkPolicy(req.Policy); err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if req.Terminal != nil && !terminalCapable(e.rt.name) {
-		return driver.Target{}, nil, driver.NoTerminal("oci (" + e.rt.name + ")")
+		return driver.Resolution{}, nil, driver.NoTerminal("oci (" + e.rt.name + ")")
 	}
 	uid, gid, err := policy.ResolveUser(req.Policy, req.Session)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	img, err := e.image(req.Policy.Image, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	opts, err := policy.SpecOpts(req.Policy, req.Session, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	ids, err := e.userNamespace(req.Policy, uid, gid)
 	if err != nil {
-		return driver.Target{}, nil, err
+		return driver.Resolution{}, nil, err
 	}
 	if ids.Enabled {
 		if err := idmap.Searchable(e.opts.StateDir); err != nil {
-			return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
+			return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: state directory: %v", err)
 		}
 		opts = append(opts, policy.WithUserNamespace(ids.Mapping))
 		if ids.Idmapped {
@@ -341,7 +329,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	}
 	bash, hasSh := findShell(imageRoot(img))
 	if !hasSh {
-		return driver.Target{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
+		return driver.Resolution{}, nil, sandbox.Errorf(sandbox.ErrInvalid, "oci: policy.image %q has no /bin/sh", img.Name)
 	}
 	pl := &plan{img: img, bash: bash, opts: opts, ids: ids}
 	pl.poolKey, pl.late = e.poolKey(req, uid, gid)
@@ -349,7 +337,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 	if imageName == "" {
 		imageName = img.Name
 	}
-	return driver.Target{
+	return driver.Resolution{
 		ImageEnv: img.Env,
 		PathUID:  ids.DiskUID,
 		Info: sandbox.Info{
@@ -366,7 +354,7 @@ func (r *runner) Resolve(ctx context.Context, req *sandbox.Request) (driver.Targ
 // makes its bundle and, with runc and crun, starts the container with
 // the stub waiting for the call, handing the undo of each to the call's
 // cleanup stack.
-func (r *runner) Prepare(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, error) {
+func (r *runner) Prepare(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, error) {
 	e := (*Executor)(r)
 	opts := pl.opts
 	if usesStub(e.rt.name) {
@@ -452,7 +440,7 @@ func imageRoot(img *images.Image) string {
 // panic) createBundle undoes its own work before it returns, on success
 // it hands the stack — whose last steps delete the container and its
 // cgroups, then the bundle — to the caller.
-func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.Call) (_ *bundle, _ *driver.Cleanup, err error) {
+func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.IDs) (_ *bundle, _ *driver.Cleanup, err error) {
 	var cu driver.Cleanup
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
@@ -471,7 +459,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 // buildBundle does the work of createBundle, pushing undo steps onto cu.
 // The driver has checked the call's host paths (prepare.Paths)
 // already.
-func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.Call) (*bundle, error) {
+func (e *Executor) buildBundle(ctx context.Context, cu *driver.Cleanup, call *sandbox.Call, req *sandbox.Request, img *images.Image, bash string, opts []policy.SpecOpt, ids idmap.IDs) (*bundle, error) {
 	b, err := e.makeBundle(cu, call.ID, img)
 	if err != nil {
 		return nil, err
@@ -623,7 +611,7 @@ func (e *Executor) callSpec(call *sandbox.Call, req *sandbox.Request, bash strin
 // not follow a link swapped in since prepare.Paths), the rootfs is
 // checked, and then made ready for the container's root
 // (prepareMountPoints).
-func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.Call) error {
+func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sandbox.Request, img *images.Image, ids idmap.IDs) error {
 	if ids.Idmapped {
 		if err := e.step("idmap"); err != nil {
 			return err
@@ -645,7 +633,7 @@ func (e *Executor) prepareMounts(b *bundle, spec *specs.Spec, id string, req *sa
 // rootfs, as root, for the host image and for any image in a user
 // namespace; in a user namespace it also gives the rootfs to the
 // container's root and, for runsc, prepares the gofer.
-func (e *Executor) prepareMountPoints(b *bundle, spec *specs.Spec, id string, img *images.Image, ids idmap.Call) error {
+func (e *Executor) prepareMountPoints(b *bundle, spec *specs.Spec, id string, img *images.Image, ids idmap.IDs) error {
 	if img.Host || ids.Enabled {
 		// In a user namespace the runtime cannot create mount points
 		// in an image it does not own: make them as root here.

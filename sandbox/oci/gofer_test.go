@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // runscProc is a host process of a gVisor sandbox: its argv[0] (runsc
@@ -294,7 +295,7 @@ func TestRunscNosuidStateDir(t *testing.T) {
 			t.Errorf("unmount %s: %v", run, err)
 		}
 	})
-	e, err := New(Options{Runtime: RuntimeRunsc, StateDir: filepath.Join(run, "dsh-sandbox"), Images: store, Logger: testLogger(t)})
+	e, err := New(Options{Runtime: RuntimeRunsc, Service: driver.Service{StateDir: filepath.Join(run, "dsh-sandbox"), Logger: testLogger(t)}, Images: store})
 	if err != nil {
 		t.Fatal(err)
 	}

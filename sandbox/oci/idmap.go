@@ -13,7 +13,7 @@ import (
 // the policy says user: host-root. Under runsc the spec's namespace is
 // the one gVisor's gofer runs in (the Sentry runs as host nobody in a
 // namespace of its own); see prepareGofer and docs/identity.md.
-func (e *Executor) userNamespace(p sandbox.Policy, uid, gid uint32) (idmap.Call, error) {
+func (e *Executor) userNamespace(p sandbox.Policy, uid, gid uint32) (idmap.IDs, error) {
 	return idmap.ForCall("oci", p, uid, gid)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // busyboxStore returns a store holding a busybox image named "busybox".
@@ -73,7 +74,7 @@ func TestStoredImageOverlay(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
-			e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Images: store, Logger: testLogger(t)})
+			e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}, Images: store})
 			if err != nil {
 				t.Fatal(err)
 			}

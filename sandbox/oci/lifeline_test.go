@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 )
 
 // stubRuntimes are the runtimes whose containers run the stub.
@@ -50,7 +51,7 @@ func visible(marker string, within time.Duration) bool {
 // reapDead removes what a dead helper instance left on state.
 func reapDead(t *testing.T, rt, state string) {
 	t.Helper()
-	reaper, err := New(Options{Runtime: rt, StateDir: state, Logger: testLogger(t)})
+	reaper, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

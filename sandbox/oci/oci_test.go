@@ -14,6 +14,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
 )
@@ -50,7 +51,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestExecutor(t testing.TB, rt string) *Executor {
 	t.Helper()
 	requireRuntime(t, rt)
-	e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
+	e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatalf("New(%s) = %v", rt, err)
 	}
@@ -128,11 +129,11 @@ func TestConformance(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			var e *Executor
-			sandboxtest.Run(t, sandboxtest.Config{
+			sandboxtest.Run(t, sandboxtest.Subject{
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t)})
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)
 					}
@@ -173,11 +174,11 @@ func TestConformancePooled(t *testing.T) {
 			requireRuntime(t, rt)
 			var e *Executor
 			counter := &hitCounter{}
-			sandboxtest.Run(t, sandboxtest.Config{
+			sandboxtest.Run(t, sandboxtest.Subject{
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t),
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)},
 						Pool: &pool.Options{Observer: counter}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)

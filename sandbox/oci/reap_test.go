@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 
 func crashHelper() {
 	rt, state, inst, marker := os.Getenv("OCI_TEST_RUNTIME"), os.Getenv("OCI_TEST_STATE"), os.Getenv("OCI_TEST_INSTANCE"), os.Getenv("OCI_TEST_MARKER")
-	e, err := New(Options{Runtime: rt, StateDir: state, InstanceID: inst})
+	e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: state}, InstanceID: inst})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(3)
@@ -117,14 +118,14 @@ func TestReapAfterCrash(t *testing.T) {
 			if _, err := os.Stat(lock); err != nil {
 				t.Fatalf("the crashed instance left no lock file: %v", err)
 			}
-			reaper, err := New(Options{Runtime: rt, StateDir: state, Logger: testLogger(t)})
+			reaper, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer reaper.Close()
 
 			// A live instance with a running call, which Reap must spare.
-			live, err := New(Options{Runtime: rt, StateDir: state, Logger: testLogger(t)})
+			live, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,7 +271,7 @@ func TestReapDeadOnlyWhenDead(t *testing.T) {
 		return string(data)
 	}
 	state := testStateDir(t)
-	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, StateDir: state, Logger: testLogger(t)})
+	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ exec ` + real + ` "$@"
 		t.Fatal(err)
 	}
 	state := testStateDir(t)
-	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, StateDir: state, Logger: testLogger(t)})
+	e, err := New(Options{Runtime: RuntimeRunc, RuntimePath: wrapper, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +526,7 @@ const fsImmutableFlag = 0x10
 // caller closes it.
 func newRuncExecutor(t *testing.T, state string) *Executor {
 	t.Helper()
-	e, err := New(Options{Runtime: RuntimeRunc, StateDir: state, Logger: testLogger(t)})
+	e, err := New(Options{Runtime: RuntimeRunc, Service: driver.Service{StateDir: state, Logger: testLogger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

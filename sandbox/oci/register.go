@@ -24,12 +24,12 @@ func Descriptor() backend.Descriptor {
 		Runtimes: []sandbox.Runtime{sandbox.RuntimeRunc, sandbox.RuntimeCrun, sandbox.RuntimeRunsc},
 		Needs:    backend.Needs{Images: true},
 		Open: func(_ context.Context, cfg backend.Config, rt sandbox.Runtime) (sandbox.Executor, error) {
-			return backend.Opened(New(Options{Runtime: string(rt), StateDir: cfg.StateDir, Images: cfg.Images, Getenv: cfg.Getenv, Logger: cfg.Logger, Pool: cfg.Pool}))
+			return backend.Opened(New(Options{Runtime: string(rt), Service: cfg.Service, Images: cfg.Images, Pool: cfg.Pool}))
 		},
 		Reaps:  true,
 		Images: backend.ImagesLocal,
 		Doctor: func(ctx context.Context, cfg backend.Config, rt sandbox.Runtime) []doctor.Check {
-			return Doctor(ctx, Options{Runtime: string(rt), StateDir: cfg.StateDir, Logger: cfg.Logger})
+			return Doctor(ctx, Options{Runtime: string(rt), Service: cfg.Service})
 		},
 		Bench: &backend.Bench{
 			Baseline: "raw runc run",

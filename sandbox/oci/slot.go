@@ -72,7 +72,7 @@ func withStub(host string) policy.SpecOpt {
 // the call on ctl; without (runsc), the runtime starts at Bind.
 type slot struct {
 	e    *Executor
-	call *driver.Call // the call the slot was prepared for
+	call *driver.Running // the call the slot was prepared for
 	b    *bundle
 	bash string // the image's shell for Request.Command; "" means /bin/sh
 
@@ -101,7 +101,7 @@ func (s *slot) ID() string { return s.call.ID }
 
 // newSlot prepares the runtime command of the slot and its stdio; their
 // undo goes onto the call's cleanup stack.
-func (e *Executor) newSlot(call *driver.Call, b *bundle, bash string) (_ *slot, err error) {
+func (e *Executor) newSlot(call *driver.Running, b *bundle, bash string) (_ *slot, err error) {
 	s := &slot{
 		e: e, call: call, b: b, bash: bash,
 		pidFile: b.path(bundlePid),
@@ -306,7 +306,7 @@ func (s *slot) alive() bool {
 // Bind hands call to the slot: over the control channel to the stub, or
 // (runsc) by starting the runtime with the call baked in; then the
 // call's stdio is connected to the container's.
-func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) (driver.Process, error) {
+func (s *slot) Bind(ctx context.Context, call *driver.Running, stdio driver.Stdio) (driver.Process, error) {
 	if !s.bound.CompareAndSwap(false, true) {
 		return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: slot %s is bound already", call.ID, s.call.ID)
 	}
@@ -333,7 +333,7 @@ func (s *slot) Bind(ctx context.Context, call *driver.Call, stdio driver.Stdio) 
 				return nil, sandbox.Errorf(sandbox.ErrInternal, "oci: call %s: task limit: %v", call.ID, err)
 			}
 		}
-		msg, err := (&stub.Call{
+		msg, err := (&stub.Command{
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,
 			Dir:      call.Workdir,
@@ -463,7 +463,7 @@ func commandLine(req *sandbox.Request, bash string) []string {
 // runtimeProcess is a bound slot's runtime process.
 type runtimeProcess struct {
 	s      *slot
-	call   *driver.Call
+	call   *driver.Running
 	ctx    context.Context // the call's
 	stderr *capture.Writer
 	copies sync.WaitGroup

@@ -112,7 +112,7 @@ func template(req *sandbox.Request, late bool) *sandbox.Request {
 
 // Take hands out a slot prepared for calls like call's, waiting for one
 // whose prepare already runs (pool.Pool.Await).
-func (r *runner) Take(ctx context.Context, call *driver.Call, pl *plan) (driver.Slot, *driver.Cleanup, string) {
+func (r *runner) Take(ctx context.Context, call *driver.Running, pl *plan) (driver.Slot, *driver.Cleanup, string) {
 	e := (*Executor)(r)
 	key := pl.poolKey
 	if key == "" {
@@ -128,7 +128,7 @@ func (r *runner) Take(ctx context.Context, call *driver.Call, pl *plan) (driver.
 // Started prepares the slot of the session's next call while this one
 // runs, once it has run for the pool's RefillDelay; Release starts it
 // at once when the call ends sooner.
-func (r *runner) Started(call *driver.Call, pl *plan) {
+func (r *runner) Started(call *driver.Running, pl *plan) {
 	e := (*Executor)(r)
 	key := pl.poolKey
 	if key == "" {
@@ -146,7 +146,7 @@ func (r *runner) Started(call *driver.Call, pl *plan) {
 
 // Release tears the call down after Run returned, in the pool's
 // background, unless its egress record may still change its result.
-func (r *runner) Release(call *driver.Call, pl *plan, teardown *driver.Cleanup) bool {
+func (r *runner) Release(call *driver.Running, pl *plan, teardown *driver.Cleanup) bool {
 	e := (*Executor)(r)
 	if pl.refill != nil {
 		pl.refill()

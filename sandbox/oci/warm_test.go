@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 )
 
@@ -19,7 +20,7 @@ import (
 func newPooledExecutor(t *testing.T, rt string, opts pool.Options) *Executor {
 	t.Helper()
 	requireRuntime(t, rt)
-	e, err := New(Options{Runtime: rt, StateDir: testStateDir(t), Logger: testLogger(t), Pool: &opts})
+	e, err := New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}, Pool: &opts})
 	if err != nil {
 		t.Fatalf("New(%s) = %v", rt, err)
 	}

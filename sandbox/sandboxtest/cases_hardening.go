@@ -15,7 +15,7 @@ import (
 // system calls outside the seccomp profile (io_uring, AF_VSOCK sockets),
 // host-identifying kernel files, the host's cgroup paths, and bind
 // mounts without nosuid, nodev or noexec. Every backend must pass them
-// unchanged; where a runtime differs by nature (gVisor), Config.OwnKernel
+// unchanged; where a runtime differs by nature (gVisor), Subject.OwnKernel
 // says so.
 func hardeningCases() []testCase {
 	return []testCase{

@@ -27,7 +27,7 @@ func leftoverCases() []testCase {
 func (s *suite) checkLeftovers(t *testing.T) {
 	t.Helper()
 	if s.cfg.Leftovers == nil {
-		t.Logf("Config.Leftovers is nil: leftovers not checked")
+		t.Logf("Subject.Leftovers is nil: leftovers not checked")
 		return
 	}
 	if left := s.cfg.Leftovers(t); len(left) > 0 {

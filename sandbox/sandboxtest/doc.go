@@ -2,7 +2,7 @@
 // passes unchanged, the way containerd runs one suite over every
 // snapshotter. A backend's test calls
 //
-//	sandboxtest.Run(t, sandboxtest.Config{New: …, Policy: …, ImageEnv: …, Leftovers: …, Isolated: true})
+//	sandboxtest.Run(t, sandboxtest.Subject{New: …, Policy: …, ImageEnv: …, Leftovers: …, Isolated: true})
 //
 // and the suite runs each case of Cases as a subtest with a stable name:
 // the child's exact environment (DESIGN §3.6), exit codes and signals,

@@ -28,7 +28,7 @@ const (
 type testCase struct {
 	name string
 	// isolated cases need a container and are skipped for the local
-	// baseline (Config.Isolated false).
+	// baseline (Subject.Isolated false).
 	isolated bool
 	run      func(t *testing.T, s *suite)
 }
@@ -70,7 +70,7 @@ func Cases() []string {
 
 // suite is the state shared by the cases of one Run.
 type suite struct {
-	cfg  Config
+	cfg  Subject
 	exec sandbox.Executor
 }
 
@@ -78,19 +78,19 @@ type suite struct {
 // as a subtest of t. It runs the cases one after another (several change
 // the process environment with t.Setenv); cases that need isolation are
 // skipped with a message when cfg.Isolated is false.
-func Run(t *testing.T, cfg Config) {
+func Run(t *testing.T, cfg Subject) {
 	t.Helper()
 	switch {
 	case cfg.New == nil:
-		t.Fatal("sandboxtest: Config.New is nil")
+		t.Fatal("sandboxtest: Subject.New is nil")
 	case cfg.Policy.Name == "":
-		t.Fatal("sandboxtest: Config.Policy.Name is empty")
+		t.Fatal("sandboxtest: Subject.Policy.Name is empty")
 	case cfg.Policy.Backend == "":
-		t.Fatal("sandboxtest: Config.Policy.Backend is empty")
+		t.Fatal("sandboxtest: Subject.Policy.Backend is empty")
 	}
 	e := cfg.New(t)
 	if e == nil {
-		t.Fatal("sandboxtest: Config.New returned a nil executor")
+		t.Fatal("sandboxtest: Subject.New returned a nil executor")
 	}
 	if c, ok := e.(io.Closer); ok {
 		t.Cleanup(func() {
@@ -102,7 +102,7 @@ func Run(t *testing.T, cfg Config) {
 	s := &suite{cfg: cfg, exec: e}
 	for name := range cfg.NotApplicable {
 		if !slices.Contains(Cases(), name) {
-			t.Fatalf("sandboxtest: Config.NotApplicable names %q, which is not a case", name)
+			t.Fatalf("sandboxtest: Subject.NotApplicable names %q, which is not a case", name)
 		}
 	}
 	var notApplicable []string
@@ -120,7 +120,7 @@ func Run(t *testing.T, cfg Config) {
 		t.Run(c.name, func(t *testing.T) { c.run(t, s) })
 	}
 	if len(notApplicable) > 0 {
-		t.Logf("backend %q is not isolated (Config.Isolated is false): %d isolation cases do not apply: %s",
+		t.Logf("backend %q is not isolated (Subject.Isolated is false): %d isolation cases do not apply: %s",
 			cfg.Policy.Backend, len(notApplicable), strings.Join(notApplicable, ", "))
 	}
 }

@@ -13,7 +13,7 @@ import (
 // fakeStub plays the stub's side of attach mode over in (the executor's
 // frames) and out (the stub's stdout, raw): it answers pings, reads the
 // call, then runs script with the call and the frames that follow.
-func fakeStub(t *testing.T, in io.Reader, out io.WriteCloser, script func(c *Call, in *bufio.Reader, out io.Writer)) {
+func fakeStub(t *testing.T, in io.Reader, out io.WriteCloser, script func(c *Command, in *bufio.Reader, out io.Writer)) {
 	t.Helper()
 	r := bufio.NewReader(in)
 	go func() {
@@ -40,12 +40,12 @@ func fakeStub(t *testing.T, in io.Reader, out io.WriteCloser, script func(c *Cal
 }
 
 // attachPair binds call to a fake stub running script.
-func attachPair(t *testing.T, stdin io.Reader, script func(c *Call, in *bufio.Reader, out io.Writer)) (*Attached, *bytes.Buffer, *bytes.Buffer) {
+func attachPair(t *testing.T, stdin io.Reader, script func(c *Command, in *bufio.Reader, out io.Writer)) (*Attached, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	fakeStub(t, inR, outW, script)
-	msg, err := (&Call{Argv: []string{"cat"}, Env: []string{"A=1"}, Dir: "/", Deadline: time.Minute}).Encode()
+	msg, err := (&Command{Argv: []string{"cat"}, Env: []string{"A=1"}, Dir: "/", Deadline: time.Minute}).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func waitDone(t *testing.T, a *Attached) {
 // pong, then the stdin and its end; the output frames reach the
 // writers, the final report is the outcome.
 func TestAttachClientRunsCall(t *testing.T) {
-	a, stdout, stderr := attachPair(t, strings.NewReader("hello"), func(c *Call, in *bufio.Reader, out io.Writer) {
+	a, stdout, stderr := attachPair(t, strings.NewReader("hello"), func(c *Command, in *bufio.Reader, out io.Writer) {
 		var got []byte
 		for {
 			f, err := ReadFrame(in)
@@ -95,12 +95,12 @@ func TestAttachClientRunsCall(t *testing.T) {
 // TestAttachClientLostStream: a stream that ends without the final
 // report is ErrNoReport; a malformed one is ErrMalformed.
 func TestAttachClientLostStream(t *testing.T) {
-	a, _, _ := attachPair(t, nil, func(*Call, *bufio.Reader, io.Writer) {})
+	a, _, _ := attachPair(t, nil, func(*Command, *bufio.Reader, io.Writer) {})
 	waitDone(t, a)
 	if _, _, err := a.Outcome(); !errors.Is(err, ErrNoReport) {
 		t.Errorf("Outcome() of a lost stream = %v, want ErrNoReport", err)
 	}
-	a, _, _ = attachPair(t, nil, func(_ *Call, _ *bufio.Reader, out io.Writer) {
+	a, _, _ = attachPair(t, nil, func(_ *Command, _ *bufio.Reader, out io.Writer) {
 		_, _ = out.Write([]byte("garbage!"))
 	})
 	waitDone(t, a)
@@ -116,7 +116,7 @@ func TestAttachClientSignalAndHangup(t *testing.T) {
 	hungUp := make(chan struct{})
 	stdin, stdinW := io.Pipe() // never ends: the signal comes first
 	defer stdinW.Close()
-	a, _, _ := attachPair(t, stdin, func(_ *Call, in *bufio.Reader, out io.Writer) {
+	a, _, _ := attachPair(t, stdin, func(_ *Command, in *bufio.Reader, out io.Writer) {
 		for {
 			f, err := ReadFrame(in)
 			if err != nil {

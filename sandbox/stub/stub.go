@@ -2,7 +2,7 @@
 // tiny program (cmd/dsh-sandbox-stub) that is pid 1 of every prepared
 // container: the executor holds one end of a control channel, the stub
 // the other (inherited as descriptor 3). The stub reports that it is
-// ready; the executor writes exactly one call message (Call: argv,
+// ready; the executor writes exactly one call message (Command: argv,
 // environment, working directory, deadline); the stub starts the command
 // with the container's stdio and writes reports back (Report: started,
 // exited, failed, deadline). When the
@@ -59,7 +59,7 @@ const (
 	flagStdio = 2
 )
 
-// HeaderSize is the size of a call message's header; with Call.Stdio,
+// HeaderSize is the size of a call message's header; with Command.Stdio,
 // the three descriptors of the command's stdin, stdout and stderr come
 // attached (SCM_RIGHTS) to these bytes.
 const HeaderSize = 8
@@ -68,8 +68,9 @@ const HeaderSize = 8
 // message that breaks the protocol.
 var ErrMalformed = errors.New("malformed call message")
 
-// Call is what a stub runs: one command.
-type Call struct {
+// Command is what a stub runs, the content of a call message: one
+// command.
+type Command struct {
 	// Argv is the command line; Argv[0] without a slash is looked up in
 	// the PATH of Env, as a shell's exec does. Required.
 	Argv []string
@@ -91,7 +92,7 @@ type Call struct {
 }
 
 // check validates c as a call message must be.
-func (c *Call) check() error {
+func (c *Command) check() error {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return fmt.Errorf("%w: argv is empty", ErrMalformed)
 	}
@@ -118,7 +119,7 @@ func (c *Call) check() error {
 }
 
 // Encode returns c as one call message.
-func (c *Call) Encode() ([]byte, error) {
+func (c *Command) Encode() ([]byte, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func appendString(b []byte, s string) []byte {
 // ReadCall reads exactly one call message from r. An r that ends before
 // the first byte is io.EOF; any other broken message is an error
 // wrapping ErrMalformed (or the read error).
-func ReadCall(r io.Reader) (*Call, error) {
+func ReadCall(r io.Reader) (*Command, error) {
 	var head [HeaderSize]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -188,7 +189,7 @@ func ReadCall(r io.Reader) (*Call, error) {
 
 // DecodeCall decodes the body of a call message (the bytes after the
 // header).
-func DecodeCall(body []byte) (*Call, error) {
+func DecodeCall(body []byte) (*Command, error) {
 	d := decoder{b: body}
 	v, flags := d.byte(), d.byte()
 	if d.err == nil && v != version {
@@ -197,7 +198,7 @@ func DecodeCall(body []byte) (*Call, error) {
 	if flags&^(flagTerminal|flagStdio) != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrMalformed, flags)
 	}
-	c := &Call{Terminal: flags&flagTerminal != 0, Stdio: flags&flagStdio != 0}
+	c := &Command{Terminal: flags&flagTerminal != 0, Stdio: flags&flagStdio != 0}
 	dl := d.uint64()
 	if dl > uint64(1<<63-1) {
 		return nil, fmt.Errorf("%w: deadline out of range", ErrMalformed)

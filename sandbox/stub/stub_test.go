@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-func sample() *Call {
-	return &Call{
+func sample() *Command {
+	return &Command{
 		Argv:     []string{"/bin/bash", "-c", "echo 'hi'"},
 		Env:      []string{"PATH=/usr/bin:/bin", "EMPTY=", "X=a=b"},
 		Dir:      "/work space",
@@ -20,7 +20,7 @@ func sample() *Call {
 }
 
 func TestCallRoundTrip(t *testing.T) {
-	for _, c := range []*Call{sample(), {Argv: []string{"true"}, Dir: "/", Deadline: 1}} {
+	for _, c := range []*Command{sample(), {Argv: []string{"true"}, Dir: "/", Deadline: 1}} {
 		b, err := c.Encode()
 		if err != nil {
 			t.Fatalf("Encode(%+v): %v", c, err)
@@ -56,7 +56,7 @@ func TestReadCallEOF(t *testing.T) {
 }
 
 func TestEncodeRefuses(t *testing.T) {
-	for name, c := range map[string]*Call{
+	for name, c := range map[string]*Command{
 		"no argv":       {Dir: "/", Deadline: 1},
 		"empty argv0":   {Argv: []string{""}, Dir: "/", Deadline: 1},
 		"relative dir":  {Argv: []string{"x"}, Dir: "tmp", Deadline: 1},
@@ -71,7 +71,7 @@ func TestEncodeRefuses(t *testing.T) {
 		}
 	}
 	// The legitimate variant of each passes.
-	if _, err := (&Call{Argv: []string{"x", "a b"}, Env: []string{"A="}, Dir: "/", Deadline: 1}).Encode(); err != nil {
+	if _, err := (&Command{Argv: []string{"x", "a b"}, Env: []string{"A="}, Dir: "/", Deadline: 1}).Encode(); err != nil {
 		t.Errorf("Encode(valid) = %v", err)
 	}
 }

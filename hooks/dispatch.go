@@ -3,12 +3,15 @@ package hooks
 import (
 	"slices"
 	"strings"
+
+	"github.com/dsh-sandbox/dsh-sandbox/persistence"
 )
 
-// Plan is what runs for one event: the payload every matching hook gets on
-// stdin, their environment and session, and the hooks themselves. NewPlan
-// makes it; it is read-only afterwards and safe for concurrent use.
-type Plan struct {
+// Dispatch is what runs for one event: the payload every matching hook
+// gets on stdin, their environment and session, and the hooks themselves.
+// NewDispatch makes it; it is read-only afterwards and safe for concurrent
+// use.
+type Dispatch struct {
 	// Event is the event with its tool name as the dialect presents it.
 	Event Event
 	// Stdin is the exact payload bytes each hook reads.
@@ -31,11 +34,11 @@ type Invocation struct {
 	Matcher string
 }
 
-// NewPlan matches ev against c and builds the payload in dialect d. It does
-// no I/O besides loc.Locate: it creates, reads and flushes nothing. An
-// event name the dialect does not fire, or a payload the dialect cannot
-// build, is an error wrapping sandbox.ErrInvalid.
-func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*Plan, error) {
+// NewDispatch matches ev against c and builds the payload in dialect d.
+// It does no I/O besides loc.Locate: it creates, reads and flushes
+// nothing. An event name the dialect does not fire, or a payload the
+// dialect cannot build, is an error wrapping sandbox.ErrInvalid.
+func NewDispatch(c *File, d Dialect, ev Event, loc persistence.Locator, pluginRoot string) (*Dispatch, error) {
 	syn := d.Syntax()
 	if !slices.Contains(syn.Fired, ev.Name) {
 		return nil, invalid("event: %q is not an event %s hooks run for (one of %s)", ev.Name, d.Name(), strings.Join(syn.Fired, ", "))
@@ -47,7 +50,7 @@ func NewPlan(c *Config, d Dialect, ev Event, loc Locator, pluginRoot string) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Event: ev, Stdin: stdin, Env: d.Env(ev, pluginRoot)}
+	p := &Dispatch{Event: ev, Stdin: stdin, Env: d.Env(ev, pluginRoot)}
 	seen := map[string]bool{}
 	for _, g := range c.Events[ev.Name] {
 		if !g.Matches(ev) {

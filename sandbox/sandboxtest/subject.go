@@ -6,14 +6,14 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
-// Config says how to exercise one backend. The zero value is not valid:
-// New and Policy are required.
+// Subject is the backend under test: how the suite exercises it. The
+// zero value is not valid: New and Policy are required.
 //
 // Executors under test must read the service environment (for
 // Policy.EnvInherit) at call time, not when they are constructed: the
 // suite changes the process environment with t.Setenv to plant stale
 // DSH_* values and secret-shaped variables.
-type Config struct {
+type Subject struct {
 	// New returns a fresh executor. Run calls it once per top-level run
 	// and shares the executor between cases; when the executor implements
 	// io.Closer, Run closes it in a t.Cleanup after the last case.

@@ -1,0 +1,29 @@
+package driver
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Service is what every backend's executor takes from the service that
+// runs it, whatever the backend: its state directory, logger, environment
+// and kill grace. Each backend's Options embed it, as do backend.Config
+// (what a program opens a backend with) and Profile (what the driver runs
+// a backend's calls with). It is a plain value, safe to copy.
+type Service struct {
+	// StateDir is an absolute directory owned by the service: spill files
+	// of calls without a session directory go to StateDir/spill, and a
+	// backend keeps its own state under it (its Options say where).
+	// Executors, also of other backends and other processes, may share
+	// it. Required.
+	StateDir string
+	// Logger receives debug events per call and errors of teardown; nil
+	// logs nothing. Env values are never logged.
+	Logger *slog.Logger
+	// Getenv reads the service's environment for Policy.EnvInherit and
+	// Policy.RedactEnv, at call time; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// KillGrace is how long a timed-out or cancelled call has between
+	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
+	KillGrace time.Duration
+}
