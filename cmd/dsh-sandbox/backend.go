@@ -31,10 +31,16 @@ func (s *settings) openImages() (*images.Store, error) {
 // backendConfig is what the backend d reads of the settings; the local
 // image store is opened only when d needs it.
 func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) {
+	log := logbridge.New(s.log)
 	cfg := backend.Config{
-		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: logbridge.New(s.log)},
+		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: log},
 		Options: s.backendOptions(d.Name),
-		Pool:    s.pool,
+	}
+	if s.pool != nil {
+		// The pool logs its failed prepares and teardowns too.
+		opts := *s.pool
+		opts.Logger = log
+		cfg.Pool = &opts
 	}
 	if d.Needs.Images {
 		imgs, err := s.openImages()
