@@ -6,21 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
-
-// mapEnv is a fake service environment for Getenv.
-func mapEnv(kv ...string) func(string) (string, bool) {
-	m := make(map[string]string, len(kv))
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	return func(k string) (string, bool) {
-		v, ok := m[k]
-		return v, ok
-	}
-}
 
 var terminalOnly = []string{"GIT_PAGER=cat", "NO_COLOR=1", "PAGER=cat", "TERM=dumb"}
 
@@ -35,7 +23,7 @@ func withTerminal(entries ...string) []string {
 }
 
 func TestBuildEnvLayers(t *testing.T) {
-	hostile := mapEnv(
+	hostile := fixtures.MapEnv(
 		"DSH_STALE=stale-from-outer-harness",
 		"DSH_SESSION_ID=fake-session",
 		"dsh_x=lower",
@@ -103,7 +91,7 @@ func TestBuildEnvLayers(t *testing.T) {
 			in: Input{
 				Base:     []string{"DSH_SESSION_JSONL=/old/session.jsonl"},
 				Inherit:  []string{"DSH_SESSION_JSONL"},
-				Getenv:   mapEnv("DSH_SESSION_JSONL=/stale.jsonl"),
+				Getenv:   fixtures.MapEnv("DSH_SESSION_JSONL=/stale.jsonl"),
 				Ordinary: []string{"DSH_SESSION_JSONL=/other.jsonl"},
 			},
 			want: terminalOnly,
@@ -172,7 +160,7 @@ func TestBuildEnvInvalid(t *testing.T) {
 		{"NUL in base value", Input{Base: []string{"PATH=/bin\x00/evil"}}, `"PATH"`, "/evil"},
 		{"NUL in snapshot value", Input{Snapshot: []string{"DSH_HOME=/h\x00x"}}, `"DSH_HOME"`, "/h"},
 		{"NUL in name", Input{Ordinary: []string{"A\x00B=v"}}, `"A\x00B"`, "=v"},
-		{"NUL in inherited value", Input{Inherit: []string{"LANG"}, Getenv: mapEnv("LANG=C\x00x")}, `"LANG"`, "C\x00x"},
+		{"NUL in inherited value", Input{Inherit: []string{"LANG"}, Getenv: fixtures.MapEnv("LANG=C\x00x")}, `"LANG"`, "C\x00x"},
 		{"empty name", Input{Ordinary: []string{"=value"}}, "empty variable name", "value"},
 		{"no = in entry", Input{Ordinary: []string{"sk-live-secret"}}, "env[0]", "sk-live-secret"},
 		{"no = in base entry", Input{Base: []string{"PATH=/bin", "oops"}}, "image env[1]", "oops"},
@@ -294,7 +282,7 @@ func benchEnvInput() Input {
 	return Input{
 		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
 		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
-		Getenv:   mapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
+		Getenv:   fixtures.MapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
 		Ordinary: []string{"GOFLAGS=-mod=mod", "CI=1", "DSH_SESSION_ID=fake"},
 		Snapshot: []string{
 			"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",

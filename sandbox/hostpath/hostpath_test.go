@@ -8,40 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
-
-// pathTree builds, in a fresh directory, a workspace with the links an
-// agent could plant: ws/{sub/, file, link-root -> /, link-sub -> sub,
-// dangling -> missing}, and linkdir -> ws beside it. It returns the
-// directory, with its own links resolved.
-func pathTree(t *testing.T) string {
-	t.Helper()
-	base, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(base, "ws")
-	for _, d := range []string{ws, filepath.Join(ws, "sub")} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, "file"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for link, target := range map[string]string{
-		filepath.Join(ws, "link-root"): "/",
-		filepath.Join(ws, "link-sub"):  "sub",
-		filepath.Join(ws, "dangling"):  filepath.Join(base, "missing"),
-		filepath.Join(base, "linkdir"): ws,
-	} {
-		if err := os.Symlink(target, link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return base
-}
 
 // bothResolvers runs f with openat2 and with the fallback walk.
 func bothResolvers(t *testing.T, f func(t *testing.T)) {
@@ -54,7 +23,7 @@ func bothResolvers(t *testing.T, f func(t *testing.T)) {
 }
 
 func TestResolveDir(t *testing.T) {
-	base := pathTree(t)
+	base := fixtures.PathTree(t)
 	ws := filepath.Join(base, "ws")
 	tests := []struct {
 		name    string
@@ -107,7 +76,7 @@ func TestResolveDir(t *testing.T) {
 }
 
 func TestResolvePath(t *testing.T) {
-	base := pathTree(t)
+	base := fixtures.PathTree(t)
 	ws := filepath.Join(base, "ws")
 	bothResolvers(t, func(t *testing.T) {
 		if got, err := ResolvePath("policy.mounts[0].source", ws+"/file"); err != nil || got != ws+"/file" {
@@ -161,7 +130,7 @@ func TestWithin(t *testing.T) {
 }
 
 func TestMkdirNoFollow(t *testing.T) {
-	base := pathTree(t)
+	base := fixtures.PathTree(t)
 	ws := filepath.Join(base, "ws")
 	// The legitimate variant: missing parents are created, mode 0700.
 	target := filepath.Join(base, "sessions", "proj", "s1", "spill")
@@ -240,7 +209,7 @@ func TestMkdirNoFollow(t *testing.T) {
 }
 
 func TestCheckDeployment(t *testing.T) {
-	base := pathTree(t)
+	base := fixtures.PathTree(t)
 	ws := filepath.Join(base, "ws")
 	tests := []struct {
 		name      string

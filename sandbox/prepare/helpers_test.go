@@ -4,27 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 )
-
-// mapEnv is a fake service environment for Getenv.
-func mapEnv(kv ...string) func(string) (string, bool) {
-	m := make(map[string]string, len(kv))
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	return func(k string) (string, bool) {
-		v, ok := m[k]
-		return v, ok
-	}
-}
 
 // benchEnvInput is a realistic call: an image env, a few inherited names,
 // policy env and a full snapshot.
@@ -32,7 +18,7 @@ func benchEnvInput() childenv.Input {
 	return childenv.Input{
 		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
 		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
-		Getenv:   mapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
+		Getenv:   fixtures.MapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
 		Ordinary: []string{"GOFLAGS=-mod=mod", "CI=1", "DSH_SESSION_ID=fake"},
 		Snapshot: []string{
 			"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
@@ -92,36 +78,4 @@ func requireRootACL(t *testing.T) {
 		}
 		t.Skip(missing)
 	}
-}
-
-// pathTree builds, in a fresh directory, a workspace with the links an
-// agent could plant: ws/{sub/, file, link-root -> /, link-sub -> sub,
-// dangling -> missing}, and linkdir -> ws beside it. It returns the
-// directory, with its own links resolved.
-func pathTree(t *testing.T) string {
-	t.Helper()
-	base, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(base, "ws")
-	for _, d := range []string{ws, filepath.Join(ws, "sub")} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, "file"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for link, target := range map[string]string{
-		filepath.Join(ws, "link-root"): "/",
-		filepath.Join(ws, "link-sub"):  "sub",
-		filepath.Join(ws, "dangling"):  filepath.Join(base, "missing"),
-		filepath.Join(base, "linkdir"): ws,
-	} {
-		if err := os.Symlink(target, link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return base
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
@@ -15,7 +16,7 @@ import (
 )
 
 func TestPreparePaths(t *testing.T) {
-	base := pathTree(t)
+	base := fixtures.PathTree(t)
 	ws := filepath.Join(base, "ws")
 	sessions := filepath.Join(base, "sessions")
 	good := func() *sandbox.Request {

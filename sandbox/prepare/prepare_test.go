@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -191,7 +192,7 @@ func TestPrepareResolve(t *testing.T) {
 			req := testRequest()
 			tt.mutate(req)
 			c, err := Call(req, []string{"PATH=/bin", "HOME=/tmp"},
-				mapEnv("LANG=C.UTF-8", "OPENAI_API_KEY=sk", "DSH_STALE=1"))
+				fixtures.MapEnv("LANG=C.UTF-8", "OPENAI_API_KEY=sk", "DSH_STALE=1"))
 			if err != nil {
 				t.Fatalf("Call(%s) error: %v", tt.name, err)
 			}
