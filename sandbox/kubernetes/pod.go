@@ -108,10 +108,12 @@ func newPodShape(p sandbox.Policy, image string, plan sandbox.Plan, uid, gid uin
 	return &podShape{spec: spec, maxTimeout: maxTimeout, key: hex.EncodeToString(sum[:])}, nil
 }
 
-// podResources returns the limits l of a call's container and its
-// requests: requestCPU and requestMemory, or the limit where that is
-// lower.
+// podResources returns the limits l of a call's container (a zero limit
+// takes its default, policy.LimitsOrDefault, as on every other backend:
+// never none) and its requests: requestCPU and requestMemory, or the
+// limit where that is lower.
 func podResources(l sandbox.Limits) corev1.ResourceRequirements {
+	l = policy.LimitsOrDefault(l)
 	limits := corev1.ResourceList{}
 	if l.MemoryBytes > 0 {
 		limits[corev1.ResourceMemory] = *resource.NewQuantity(l.MemoryBytes, resource.BinarySI)

@@ -200,3 +200,26 @@ func TestNodeDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestPodResourcesDefaults: a policy that leaves the memory and CPU
+// limits at zero gets the defaults every other backend applies, not a pod
+// without limits; a policy's own limits stay as they are.
+func TestPodResourcesDefaults(t *testing.T) {
+	r := podResources(sandbox.Limits{})
+	if m := r.Limits.Memory().Value(); m != policy.DefaultMemoryBytes {
+		t.Errorf("memory limit of zero limits = %d, want the default %d", m, policy.DefaultMemoryBytes)
+	}
+	if c := r.Limits.Cpu().MilliValue(); c != int64(policy.DefaultCPUs*1000) {
+		t.Errorf("cpu limit of zero limits = %dm, want the default %vm", c, policy.DefaultCPUs*1000)
+	}
+	r = podResources(sandbox.Limits{MemoryBytes: 64 << 20, CPUs: 0.5})
+	if m := r.Limits.Memory().Value(); m != 64<<20 {
+		t.Errorf("memory limit = %d, want %d", m, 64<<20)
+	}
+	if c := r.Limits.Cpu().MilliValue(); c != 500 {
+		t.Errorf("cpu limit = %dm, want 500m", c)
+	}
+	if req := r.Requests.Memory().Value(); req > 64<<20 {
+		t.Errorf("memory request %d above the limit", req)
+	}
+}
