@@ -41,9 +41,6 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: "workspace-roots", Usage: "`DIRS` (colon-separated, absolute) a call's workspace must lie in; empty means any directory that is not a system directory", EnvVars: envVar("workspace-roots")},
 		&cli.StringFlag{Name: "state-dir", Value: "/run/dsh-sandbox", Usage: "`DIR` for bundles, runtime state and locks of running calls", EnvVars: envVar("state-dir")},
 		&cli.StringFlag{Name: "data-dir", Value: "/var/lib/dsh-sandbox", Usage: "`DIR` for local images", EnvVars: envVar("data-dir")},
-		&cli.StringFlag{Name: "docker-host", Usage: "Docker engine `ADDR` for the docker backend (default: $DOCKER_HOST, else unix:///var/run/docker.sock)", EnvVars: envVar("docker-host")},
-		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", Usage: "containerd socket `PATH` for the containerd backend", EnvVars: envVar("containerd-address")},
-		&cli.StringFlag{Name: "containerd-namespace", Value: "dsh-sandbox", Usage: "containerd `NAMESPACE` of the containerd backend's images, containers and snapshots", EnvVars: envVar("containerd-namespace")},
 		&cli.StringFlag{Name: "log-format", Value: "json", Usage: "log format on stderr: json or console", EnvVars: envVar("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "log level: debug, info, warn or error", EnvVars: envVar("log-level")},
 	}, registryFlags()...)
@@ -84,7 +81,7 @@ Examples:
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // main maps errors to exit codes
 	}
-	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	app.OnUsageError = func(c *cli.Context, err error, _ bool) error { return usageError("%s", flagHint(c.App, err)) }
 	app.Action = unknownCommand(func() []*cli.Command { return app.Commands })
 	owned := ownedFlags{}
 	app.Metadata = map[string]any{ownedFlagsKey: owned}
@@ -159,7 +156,7 @@ func requireFlags(c *cli.Command) {
 }
 
 func setUsageErrors(c *cli.Command) {
-	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+	c.OnUsageError = func(ctx *cli.Context, err error, _ bool) error { return usageError("%s", flagHint(ctx.App, err)) }
 	if len(c.Subcommands) > 0 && c.Action == nil {
 		c.Action = unknownCommand(func() []*cli.Command { return c.Subcommands })
 	}
@@ -168,7 +165,8 @@ func setUsageErrors(c *cli.Command) {
 	}
 }
 
-// settings are the resolved global flags.
+// settings are the resolved global flags, and the daemon flags of a
+// command that takes them.
 type settings struct {
 	home         string
 	sessionsRoot string
@@ -189,9 +187,11 @@ type settings struct {
 	// means any directory
 	// that is not a system directory.
 	workspaceRoots []string
-	// The daemon backends: the Docker engine's address ("" means
-	// $DOCKER_HOST, else the default socket) and containerd's socket and
-	// namespace.
+	// The daemon backends, from the command's daemonFlags: the Docker
+	// engine's address ("" means $DOCKER_HOST, else the default socket)
+	// and containerd's socket and namespace. daemons reports whether the
+	// command takes those flags; without them it opens no daemon backend.
+	daemons             bool
 	dockerHost          string
 	containerdAddress   string
 	containerdNamespace string
@@ -249,11 +249,9 @@ func loadSettings(c *cli.Context) (*settings, error) {
 	if s.workspaceRoots, err = workspaceRootsFlag(f.String("workspace-roots")); err != nil {
 		return nil, err
 	}
-	s.dockerHost = f.String("docker-host")
-	if s.containerdAddress, err = absFlag("containerd-address", f.String("containerd-address")); err != nil {
+	if err := s.readDaemons(c); err != nil {
 		return nil, err
 	}
-	s.containerdNamespace = f.String("containerd-namespace")
 	if err := s.readCwd(f); err != nil {
 		return nil, err
 	}

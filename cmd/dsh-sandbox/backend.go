@@ -29,12 +29,18 @@ func (s *settings) openImages() (*images.Store, error) {
 }
 
 // backendConfig is what the backend d reads of the settings; the local
-// image store is opened only when d needs it.
+// image store is opened only when d needs it. A backend whose options
+// come from the daemon flags is refused to a command without them: it
+// would reach the default daemon, not the one the operator named.
 func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) {
+	opts := s.backendOptions(d.Name)
+	if opts != nil && !s.daemons {
+		return backend.Config{}, sandbox.Errorf(sandbox.ErrInternal, "backend %s: this command takes no --docker-host, --containerd-address or --containerd-namespace", d.Name)
+	}
 	log := logbridge.New(s.log)
 	cfg := backend.Config{
 		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: log},
-		Options: s.backendOptions(d.Name),
+		Options: opts,
 	}
 	if s.pool != nil {
 		// The pool logs its failed prepares and teardowns too.

@@ -50,13 +50,13 @@ Prints medians and each series' ratio to its baseline; never fails on a slow res
 
 Example:
    dsh-sandbox bench --n 30 --json`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "n", Value: 20, Usage: "calls per backend"},
 			&cli.Int64Flag{Name: "stream-bytes", Value: 200_000_000, Usage: "bytes of output for the RSS measurement (0 skips it)"},
 			&cli.BoolFlag{Name: "no-daemons", Usage: "measure the OCI runtimes only, not docker, containerd and kubernetes"},
 			&cli.StringSliceFlag{Name: "backend", Usage: "measure only this backend (repeatable; default: every one that answers)"},
 			jsonFlag,
-		},
+		}, daemonFlags()...),
 		Action:      runBench,
 		Subcommands: []*cli.Command{benchServiceCommand()},
 	}

@@ -26,12 +26,14 @@ const maxConfigBytes = 1 << 20
 // The --config file holds flag values for every command: the global flags
 // at the top level and each command's own flags in a section named after
 // it, nested for subcommands (hooks: {run: {policy: ci}}); a section may
-// also set global flags for that command alone. Keys are flag names
-// (without dashes). The values reach the flags through the CLI library's
-// own file source (altsrc), applied before the command's action, so every
-// command reads them as it reads its flags. Precedence: the command line,
-// then the environment (the DSH_SANDBOX_* variables of the global flags),
-// then the file, then the flag's default. The whole file is checked on
+// also set global flags for that command alone. The daemon flags
+// (daemonFlags) may be set at the top level too, for every command that
+// takes them. Keys are flag names (without dashes). The values reach the
+// flags through the CLI library's own file source (altsrc), applied
+// before the command's action, so every command reads them as it reads
+// its flags. Precedence: the command line, then the environment (the
+// DSH_SANDBOX_* variables of the global and the daemon flags), then the
+// file, then the flag's default. The whole file is checked on
 // every run: an unknown key or a value of the wrong type anywhere is a
 // usage error naming the file and the key.
 
@@ -329,8 +331,10 @@ func parseConfig(path string, data []byte, app *cli.App) (map[string]any, error)
 		return nil, usageError("--config: %s: not valid YAML or JSON: %v", path, err)
 	}
 	var problems []string
+	// The top level holds the global flags, and the daemon flags for
+	// every command that takes them.
 	var globals []cli.Flag
-	for _, f := range globalFlags() {
+	for _, f := range append(globalFlags(), daemonFlags()...) {
 		globals = append(globals, configFlag(f))
 	}
 	checkSection(tree, "", globals, app.Commands, nil, ownedFlagsOf(app), &problems)

@@ -64,10 +64,10 @@ Exits 125 when the default runtime (runc) is unusable.
 
 Example:
    dsh-sandbox doctor --json`,
-		Flags: []cli.Flag{jsonFlag,
+		Flags: append([]cli.Flag{jsonFlag,
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "also check the credential sources of policy `FILE` (repeatable)"},
 			&cli.StringFlag{Name: "policy-dir", Usage: "also check the credential sources of the policies in `DIR`"},
-		},
+		}, daemonFlags()...),
 		Action: runDoctor,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -83,7 +84,7 @@ Examples:
 			&cli.StringFlag{Name: "server", Usage: "send the call to a running service at `ADDR` (unix:///PATH or tcp://HOST:PORT)"},
 			&cli.StringFlag{Name: "token-file", Usage: "bearer token `FILE` (mode 0600) for --server over TCP"},
 			jsonFlag,
-		}, append(overrideFlags(), narrowFlags()...)...),
+		}, slices.Concat(overrideFlags(), narrowFlags(), daemonFlags())...),
 		Action: runExec,
 	}
 }

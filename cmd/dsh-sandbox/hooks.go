@@ -54,7 +54,7 @@ Examples:
    dsh-sandbox hooks run --dialect codex --config hooks.json --event Stop --dry-run
    dsh-sandbox hooks run --dialect claude-code --config .claude/settings.json \
        --policy /etc/dsh-sandbox/hooks.yaml --event Stop --session-id s1`,
-			Flags: []cli.Flag{
+			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "dialect", Required: true, Usage: "hook dialect: claude-code or codex"},
 				&cli.StringFlag{Name: "config", Required: true, Usage: "hook configuration `FILE` ({\"hooks\": {…}} or a bare event map); read as data, it never names a policy"},
 				&cli.StringFlag{Name: "policy", Value: hooks.DefaultPolicy, Usage: "the operator's policy `NAME|FILE` hooks run under (read-only, workspace-write, ci, or an operator-owned .yaml/.json outside the workspace)"},
@@ -71,7 +71,7 @@ Examples:
 				&cli.StringFlag{Name: "turn-id", Usage: "the turn `ID` (Codex)"},
 				&cli.BoolFlag{Name: "dry-run", Usage: "print the exact stdin bytes each hook would get; run nothing"},
 				jsonFlag,
-			},
+			}, daemonFlags()...),
 			Action: runHooks,
 		}},
 	}

@@ -45,11 +45,11 @@ Examples:
    dsh-sandbox images import --name busybox:1 --backend docker busybox.tar
    dsh-sandbox images import --name registry.example:5000/myorg/tools:1 tools.tar
    dsh-sandbox exec --backend docker --image busybox:1 -- id`,
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					nameFlag,
 					backendFlag("backend to import into"),
 					jsonFlag,
-				},
+				}, daemonFlags()...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("images import takes one FILE, got %d arguments", c.NArg())
@@ -70,10 +70,10 @@ containerd's namespace (--backend docker, containerd).
 Examples:
    dsh-sandbox images list
    dsh-sandbox images list --backend containerd --json`,
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					backendFlag("backend whose images to list"),
 					jsonFlag,
-				},
+				}, daemonFlags()...),
 				Action: runImagesList,
 			},
 		},
@@ -241,14 +241,14 @@ Examples:
    dsh-sandbox images import --name tools:1 --backend docker tools.tar
    dsh-sandbox images build --name tools:1 --add bash --backend containerd
    dsh-sandbox exec --image tools:1 -- 'jq --version'`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "image `NAME[:TAG]` to import as ([REGISTRY/][NAMESPACE/]REPOSITORY[:TAG]); required unless --output"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the root-filesystem tarball to `FILE` (a new file) instead of importing it"},
 			&cli.StringSliceFlag{Name: "add", Usage: "host `PROGRAM` to add (a command name looked up in PATH; repeatable)"},
 			&cli.StringFlag{Name: "busybox", Value: images.DefaultBusyboxPath, Usage: "`PATH` of a statically linked busybox"},
 			backendFlag("backend to import into"),
 			jsonFlag,
-		},
+		}, daemonFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
 				return usageError("images build takes no arguments, got %d", c.NArg())
@@ -366,10 +366,10 @@ root filesystem a container has mounted; on docker and containerd, one a contain
 Examples:
    dsh-sandbox images rm bb2
    dsh-sandbox images rm --backend containerd --json myorg/tools:1`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			backendFlag("backend to remove the image from"),
 			jsonFlag,
-		},
+		}, daemonFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError("images rm takes one NAME, got %d arguments", c.NArg())

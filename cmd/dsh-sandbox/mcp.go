@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
+	"os"
+	"slices"
 
 	"github.com/urfave/cli/v2"
-	"os"
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/mcpserver"
@@ -38,7 +39,7 @@ Examples:
 			&cli.StringFlag{Name: "image", Usage: "override the policy's image: host or a name from `images list`"},
 			&cli.IntFlag{Name: "max-jobs", Value: api.DefaultMaxJobsPerSession, Usage: "background jobs that have not ended before bash refuses another (0: no limit)"},
 			&cli.DurationFlag{Name: "job-ttl", Value: api.DefaultJobTTL, Usage: "how long an ended background job stays readable (0: until the server ends)"},
-		}, append(overrideFlags(), poolFlags()...)...),
+		}, slices.Concat(overrideFlags(), poolFlags(), daemonFlags())...),
 		Action: runMCP,
 	}
 }

@@ -371,11 +371,11 @@ Examples:
    dsh-sandbox images pull --verify-key /etc/dsh-sandbox/cosign.pub registry.example/ci/tools@sha256:…
    dsh-sandbox images pull --backend docker --insecure-registries 127.0.0.1:5000 127.0.0.1:5000/tools:1
    dsh-sandbox images list`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "backend", Value: "oci", Usage: "backend to pull into: oci (the local image store), docker (through the engine) or containerd"},
 			&cli.StringSliceFlag{Name: "verify-key", Usage: "PEM public key `FILE` of which one must have signed the image (repeatable)"},
 			jsonFlag,
-		},
+		}, daemonFlags()...),
 		Action: runImagesPull,
 	}
 }

@@ -41,10 +41,10 @@ it starts, and serve for every backend its policies name.
 Examples:
    dsh-sandbox reap
    dsh-sandbox reap --backend docker --json`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "backend", Usage: "reap only this backend: " + sandbox.JoinModes(backends.Names(reapers), ", ")},
 			jsonFlag,
-		},
+		}, daemonFlags()...),
 		Action: runReap,
 	}
 }

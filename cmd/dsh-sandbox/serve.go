@@ -77,7 +77,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "policy-file", Usage: "extra policy `FILE` requests may name (repeatable; the built-ins are always known)"},
 			&cli.StringFlag{Name: "policy-dir", Usage: "`DIR` whose *.yaml, *.yml and *.json files are policies requests may name, as with --policy-file (listed again on SIGHUP)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 30 * time.Second, Usage: "how long running calls may finish on shutdown"},
-		}, poolFlags()...),
+		}, append(poolFlags(), daemonFlags()...)...),
 		Action: runServe,
 	}
 }
