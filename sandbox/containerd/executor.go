@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,7 +93,6 @@ const outputDrain = 10 * time.Second
 type Executor struct {
 	opts     Options
 	cli      *containerd.Client
-	log      *slog.Logger
 	instance string
 	lock     *os.File
 
@@ -136,12 +134,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if err := identifiers.Validate(opts.Namespace); err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "containerd: Namespace %q: %v", opts.Namespace, err)
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.LookupEnv
-	}
-	if opts.KillGrace <= 0 {
-		opts.KillGrace = sandbox.DefaultKillGrace
-	}
+	opts.Service = opts.Service.WithDefaults("backend", Backend, "instance", opts.InstanceID)
 	// A missing socket or a dead daemon is answered at once; the client
 	// would retry the dial until its timeout.
 	if err := probe(ctx, opts.Address); err != nil {
@@ -178,7 +171,6 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	e := &Executor{
 		opts:     opts,
 		cli:      cli,
-		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		instance: opts.InstanceID,
 
 		foreignGrace: reap.ForeignLeftoverGrace,
@@ -288,7 +280,7 @@ type plan struct {
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
 		Name:     Backend,
-		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Service:  r.opts.Service,
 		Instance: r.instance,
 		Reap:     "dsh-sandbox reap --backend containerd",
 	}

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +70,6 @@ type Executor struct {
 	opts     Options
 	cli      *client.Client
 	probe    *client.Client // never reuses a connection: see engineGone
-	log      *slog.Logger
 	instance string
 	lock     *os.File
 
@@ -105,12 +103,7 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	if opts.StateDir, opts.InstanceID, err = reap.CheckExecutorIdentity("docker", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.LookupEnv
-	}
-	if opts.KillGrace <= 0 {
-		opts.KillGrace = sandbox.DefaultKillGrace
-	}
+	opts.Service = opts.Service.WithDefaults("backend", Backend, "instance", opts.InstanceID)
 	cli, err := newClient(opts.Host)
 	if err != nil {
 		return nil, err
@@ -141,7 +134,6 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 		opts:     opts,
 		cli:      cli,
 		probe:    probe,
-		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		instance: opts.InstanceID,
 		remap:    rm,
 	}
@@ -282,7 +274,7 @@ type plan struct {
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
 		Name:     Backend,
-		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Service:  r.opts.Service,
 		Instance: r.instance,
 		Reap:     "dsh-sandbox reap --backend docker",
 	}

@@ -93,7 +93,7 @@ func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string,
 func (e *Executor) removeImage(ctx context.Context, id string) {
 	_, err := e.cli.ImageRemove(ctx, id, image.RemoveOptions{})
 	if err != nil && !cerrdefs.IsConflict(err) && !isNotFound(err) {
-		e.log.Warn("could not remove an image without a name; `dsh-sandbox reap --backend docker` removes it", "error", err, "image", id)
+		e.opts.Logger.Warn("could not remove an image without a name; `dsh-sandbox reap --backend docker` removes it", "error", err, "image", id)
 	}
 }
 

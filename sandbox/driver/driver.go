@@ -47,8 +47,9 @@ const TeardownTimeout = 30 * time.Second
 // backend's Profile returns the same value for the executor's life.
 type Profile struct {
 	// Service is the executor's, with the backend's defaults applied
-	// (New sets Getenv and KillGrace; a nil Getenv here means an empty
-	// environment); Logger carries the backend's fields.
+	// (Service.WithDefaults, which a backend's New applies once; a nil
+	// Getenv here means an empty environment); Logger carries the
+	// backend's fields.
 	Service
 	// Name is the backend's name: the value of Policy.Backend it runs and
 	// the prefix of its errors ("oci", "docker", …). Required.

@@ -1,8 +1,12 @@
 package driver
 
 import (
+	"cmp"
 	"log/slog"
+	"os"
 	"time"
+
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Service is what every backend's executor takes from the service that
@@ -26,4 +30,20 @@ type Service struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+}
+
+// WithDefaults returns s with the default of each field whose zero value
+// means one (Getenv os.LookupEnv; KillGrace sandbox.DefaultKillGrace, also
+// for a negative one; Logger one that discards), its Logger carrying the
+// backend's fields attrs ("backend", name, "instance", id). A backend's
+// New applies it once to its Options and its Profile returns the result.
+func (s Service) WithDefaults(attrs ...any) Service {
+	if s.Getenv == nil {
+		s.Getenv = os.LookupEnv
+	}
+	if s.KillGrace <= 0 {
+		s.KillGrace = sandbox.DefaultKillGrace
+	}
+	s.Logger = cmp.Or(s.Logger, slog.New(slog.DiscardHandler)).With(attrs...)
+	return s
 }

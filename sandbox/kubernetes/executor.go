@@ -1,13 +1,11 @@
 package kubernetes
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,7 +101,6 @@ type Executor struct {
 	opts     Options
 	cfg      *rest.Config
 	cli      k8s.Interface
-	log      *slog.Logger
 	instance string
 	lock     *os.File
 	active   reap.ActiveCalls
@@ -156,7 +153,6 @@ func New(ctx context.Context, opts Options) (*Executor, error) {
 	}
 	e := &Executor{
 		opts: opts, cfg: cfg, cli: cli, instance: opts.InstanceID, lock: lock,
-		log:   cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", Backend, "instance", opts.InstanceID),
 		pools: map[string]*warmPool{},
 	}
 	if opts.SeccompDir != "" {
@@ -194,15 +190,10 @@ func withDefaults(opts Options) Options {
 	if opts.ImageEnv == nil {
 		opts.ImageEnv = []string{"PATH=" + images.DefaultPath}
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.LookupEnv
-	}
-	if opts.KillGrace == 0 {
-		opts.KillGrace = sandbox.DefaultKillGrace
-	}
 	if opts.InstanceID == "" {
 		opts.InstanceID = "i-" + randomHex(6)
 	}
+	opts.Service = opts.Service.WithDefaults("backend", Backend, "instance", opts.InstanceID)
 	return opts
 }
 
@@ -310,7 +301,7 @@ type runner Executor
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
 		Name:     Backend,
-		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.opts.Getenv, KillGrace: r.opts.KillGrace, Logger: r.log},
+		Service:  r.opts.Service,
 		Instance: r.instance,
 		Reap:     "dsh-sandbox reap --backend kubernetes",
 	}
@@ -442,7 +433,7 @@ func (e *Executor) deleteLater(name string) {
 		ctx, cancel := context.WithTimeout(context.Background(), driver.TeardownTimeout)
 		defer cancel()
 		if err := e.deletePod(ctx, name); err != nil {
-			e.log.Error("pod not deleted; `dsh-sandbox reap --backend kubernetes` removes it", "error", err, "pod", name)
+			e.opts.Logger.Error("pod not deleted; `dsh-sandbox reap --backend kubernetes` removes it", "error", err, "pod", name)
 		}
 	}()
 }

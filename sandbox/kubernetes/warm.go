@@ -99,7 +99,7 @@ func (p *warmPool) make() {
 		att.close()
 	}
 	if err != nil && p.ctx.Err() == nil {
-		p.e.log.Warn("warm pod did not start", "error", err, "pod", name)
+		p.e.opts.Logger.Warn("warm pod did not start", "error", err, "pod", name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -123,7 +123,7 @@ func (p *warmPool) expire(name string) {
 	defer cancel()
 	att.close()
 	if err := p.e.deletePod(ctx, name); err != nil {
-		p.e.log.Warn("expired warm pod not deleted", "error", err, "pod", name)
+		p.e.opts.Logger.Warn("expired warm pod not deleted", "error", err, "pod", name)
 	}
 }
 

@@ -12,11 +12,9 @@
 package local
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +49,6 @@ const drainTimeout = 2 * time.Second
 type Executor struct {
 	opts Options
 	bash string
-	log  *slog.Logger
 }
 
 var _ sandbox.Executor = (*Executor)(nil)
@@ -69,13 +66,8 @@ func New(opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "local: shell %q: %v", bash, err)
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.LookupEnv
-	}
-	if opts.KillGrace <= 0 {
-		opts.KillGrace = sandbox.DefaultKillGrace
-	}
-	return &Executor{opts: opts, bash: path, log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", "local")}, nil
+	opts.Service = opts.Service.WithDefaults("backend", "local")
+	return &Executor{opts: opts, bash: path}, nil
 }
 
 // BaseEnv is the base environment of a local call (layer 1 of DESIGN
@@ -98,7 +90,7 @@ type runner Executor
 func (b *runner) Profile() driver.Profile {
 	return driver.Profile{
 		Name:    "local",
-		Service: driver.Service{StateDir: b.opts.StateDir, Getenv: b.opts.Getenv, KillGrace: b.opts.KillGrace, Logger: b.log},
+		Service: b.opts.Service,
 	}
 }
 
