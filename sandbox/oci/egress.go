@@ -20,7 +20,7 @@ func (e *Executor) startEgress(p sandbox.Policy, hostImage bool, call *sandbox.C
 	if err := e.step("egress"); err != nil {
 		return nil, err
 	}
-	st, err := egress.StartCall("oci", p, egress.Options{Network: e.opts.Network, Logger: log}, e.getenv, e.opts.StateDir, call)
+	st, err := egress.StartCall("oci", p, egress.Options{Network: e.opts.Network, Logger: log}, e.opts.Getenv, e.opts.StateDir, call)
 	if err != nil {
 		return nil, err
 	}

@@ -195,7 +195,7 @@ func TestEgressRefusedOnRunsc(t *testing.T) {
 func boundExecutor(t *testing.T, bh *fixtures.BoundHost) (*Executor, sandbox.Policy) {
 	t.Helper()
 	e := newEgressExecutor(t, RuntimeRunc, egress.Network{LookupNetIP: bh.LookupNetIP, DialContext: bh.DialContext})
-	e.getenv = fixtures.BoundGetenv
+	e.opts.Getenv = fixtures.BoundGetenv
 	p := testPolicy(t, RuntimeRunc)
 	p.Network = policy.NetworkAllowlist
 	p.NetworkAllow = []string{fixtures.BoundHostName}

@@ -2,11 +2,9 @@ package oci
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,9 +83,6 @@ type Options struct {
 type Executor struct {
 	opts     Options
 	rt       *runtimeCLI
-	log      *slog.Logger
-	getenv   func(string) (string, bool)
-	grace    time.Duration
 	instance string
 	layout   cgroupLayout
 	lock     *os.File
@@ -123,12 +118,7 @@ func New(opts Options) (*Executor, error) {
 	if opts.StateDir, opts.InstanceID, err = reap.CheckExecutorIdentity("oci", opts.StateDir, opts.InstanceID); err != nil {
 		return nil, err
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.LookupEnv
-	}
-	if opts.KillGrace <= 0 {
-		opts.KillGrace = sandbox.DefaultKillGrace
-	}
+	opts.Service = opts.Service.WithDefaults("backend", "oci", "runtime", opts.Runtime, "instance", opts.InstanceID)
 	if os.Geteuid() != 0 {
 		return nil, sandbox.Errorf(sandbox.ErrUnavailable, "oci: runtime %q needs root (running as uid %d)", opts.Runtime, os.Geteuid())
 	}
@@ -140,9 +130,6 @@ func New(opts Options) (*Executor, error) {
 		opts:     opts,
 		stub:     stubPath,
 		stubErr:  stubErr,
-		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("backend", "oci", "runtime", opts.Runtime, "instance", opts.InstanceID),
-		getenv:   opts.Getenv,
-		grace:    opts.KillGrace,
 		instance: opts.InstanceID,
 		layout:   layout,
 		rt: &runtimeCLI{
@@ -287,7 +274,7 @@ type plan struct {
 func (r *runner) Profile() driver.Profile {
 	return driver.Profile{
 		Name:     "oci",
-		Service:  driver.Service{StateDir: r.opts.StateDir, Getenv: r.getenv, KillGrace: r.grace, Logger: r.log},
+		Service:  r.opts.Service,
 		Instance: r.instance,
 	}
 }
@@ -446,7 +433,7 @@ func (e *Executor) createBundle(ctx context.Context, call *sandbox.Call, req *sa
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.TeardownTimeout)
 		defer cancel()
 		if cerr := cu.Clean(tctx); cerr != nil {
-			e.log.Error("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them", "call", call.ID, "error", cerr)
+			e.opts.Logger.Error("undoing a failed bundle left objects behind; `dsh-sandbox reap` removes them", "call", call.ID, "error", cerr)
 		}
 	}()
 	b, err := e.buildBundle(ctx, &cu, call, req, img, bash, opts, ids)

@@ -337,7 +337,7 @@ func (s *slot) Bind(ctx context.Context, call *driver.Running, stdio driver.Stdi
 			Argv:     commandLine(call.Request, s.bash),
 			Env:      call.Env,
 			Dir:      call.Workdir,
-			Deadline: stubDeadline(call.Timeout, s.e.grace),
+			Deadline: stubDeadline(call.Timeout, s.e.opts.KillGrace),
 			Terminal: s.tty != nil,
 			Stdio:    s.tty == nil,
 		}).Encode()
