@@ -452,7 +452,8 @@ func (e *Executor) stageCall(call *driver.Running, spec *specs.Spec, ids idmap.I
 	// Removed after the container (pushed before its removal).
 	var staged []string
 	call.Cleanup.Add("staging mounts", func(context.Context) error {
-		return e.markLeftover(removeCallDir(callDir, staged))
+		_, err := idmap.RemoveCallDir(callDir, staged)
+		return e.markLeftover(err)
 	})
 	// Every bind source becomes a staging mount: the shim's runc must
 	// not follow a link swapped in since prepare.Paths.

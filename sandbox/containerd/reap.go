@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	cerrdefs "github.com/containerd/errdefs"
 
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -81,7 +82,8 @@ func (e *Executor) Reap(ctx context.Context) (reap.Report, error) {
 	// Mounts of user-namespaced calls (their containers are gone now).
 	idmapRoot := filepath.Join(e.opts.StateDir, idmapDir)
 	s.EachCall(reap.Mounts, func(inst string, keep func(string) bool) ([]string, error) {
-		return removeCallDirs(filepath.Join(idmapRoot, inst), inst != e.instance, keep)
+		calls, _, err := idmap.RemoveCallDirs(filepath.Join(idmapRoot, inst), inst != e.instance, keep)
+		return calls, err
 	})
 	// Cgroup directories of dead instances (their tasks are gone now).
 	s.EachDead(reap.Cgroups, func(inst string) ([]string, error) {

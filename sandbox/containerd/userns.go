@@ -42,49 +42,6 @@ func (e *Executor) makeCallDir(callID string) (string, error) {
 	return dir, nil
 }
 
-// removeCallDirs removes the call directories in dir (an instance's
-// directory under StateDir/containerd-idmap) for which keep is false,
-// detaching what is mounted in them, and with all, dir itself. Their
-// containers must be gone. It returns the call ids it removed, with
-// every failure joined.
-func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, ent := range entries {
-		if keep(ent.Name()) {
-			continue
-		}
-		call := filepath.Join(dir, ent.Name())
-		inner, err := os.ReadDir(call)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		mounts := make([]string, len(inner))
-		for i, m := range inner {
-			mounts[i] = filepath.Join(call, m.Name())
-		}
-		if err := removeCallDir(call, mounts); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, ent.Name())
-	}
-	if all && len(errs) == 0 {
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return removed, errors.Join(errs...)
-}
-
 // stageBinds replaces the source of every bind of spec by a staging
 // mount in dir, the call's directory (idmap.Stage): a clone of the
 // source opened without following links, so the shim's runc, which
@@ -94,32 +51,10 @@ func removeCallDirs(dir string, all bool, keep func(callID string) bool) ([]stri
 // session directory and policy mounts of an id-mapped call) are
 // id-mapped. The daemon and its runc shim run in this process's mount
 // namespace, so the runc that bind-mounts them sees them. The staging
-// mounts made are returned, also with an error; removeCallDir removes
-// them.
+// mounts made are returned, also with an error; idmap.RemoveCallDir
+// removes them.
 func stageBinds(spec *specs.Spec, how idmap.Staging, dir string) ([]string, error) {
 	return idmap.Stage(spec, how, dir, func(f func() error) error { return f() })
-}
-
-// removeCallDir detaches the mounts staged in dir, then removes dir with
-// the mount points.
-func removeCallDir(dir string, staged []string) error {
-	var errs []error
-	for i := len(staged) - 1; i >= 0; i-- {
-		if err := mount.UnmountAll(staged[i], unix.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", staged[i], err))
-			continue
-		}
-		if err := os.Remove(staged[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // rootfsDir is the mount point of a user-namespaced call's snapshot in

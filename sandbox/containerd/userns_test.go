@@ -15,6 +15,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/idmap"
 )
 
 // usernsScript prints the call's uid map, its uid, and whether a plain
@@ -141,7 +142,7 @@ func TestReapCallMountsCases(t *testing.T) {
 		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = removeCallDir(dir, []string{target}) })
+		t.Cleanup(func() { _, _ = idmap.RemoveCallDir(dir, []string{target}) })
 	}
 	dead, live := insts[0], insts[1]
 	defer live.Close()

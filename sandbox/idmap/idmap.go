@@ -4,6 +4,13 @@
 // seen as owned by the host id k maps to), which stage the binds of a
 // call running as container root; and the decision which calls get a
 // user namespace and which of their binds are staged that way.
+//
+// It also owns bind staging as such, id-mapped or not (stage.go): the
+// one stager every backend that stages binds uses (StageAt: oci,
+// containerd and docker), their undo (Unstage, RemoveCallDir) and the
+// walk of an instance's per-call staging directories that Reap removes
+// (RemoveCallDirs). The backends import it; it imports policy and
+// sandbox.
 package idmap
 
 import (
@@ -74,104 +81,6 @@ func sysIDMap(m []specs.LinuxIDMapping) []syscall.SysProcIDMap {
 		out[i] = syscall.SysProcIDMap{ContainerID: int(e.ContainerID), HostID: int(e.HostID), Size: int(e.Size)}
 	}
 	return out
-}
-
-// Mount attaches at target (an empty directory, or an empty file
-// for a file source) a non-recursive
-// clone of the mount tree at source, with the id mapping of the user
-// namespace usernsFD and nosuid, nodev: a file owned on disk by id k is
-// seen through it as owned by the host id the namespace maps k to, and a
-// file a process with host id h creates gets the on-disk owner the
-// namespace maps to h. source is opened without following any link (it
-// is the path prepare.Paths resolved).
-func Mount(source, target string, usernsFD int) error {
-	return mount(source, target, usernsFD, 0)
-}
-
-// mount is Mount with the mount attributes attrs on top (MountFD).
-func mount(source, target string, usernsFD int, attrs uint64) error {
-	dfd, err := openSource(source)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	if err := MountFD(dfd, target, usernsFD, attrs); err != nil {
-		return fmt.Errorf("staging mount of %s: %w", source, err)
-	}
-	return nil
-}
-
-// openSource opens the staging source at source as an O_PATH descriptor,
-// without following any link.
-func openSource(source string) (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
-	if err != nil {
-		return -1, fmt.Errorf("staging mount of %s: open: %w", source, err)
-	}
-	return fd, nil
-}
-
-// StageAt creates target (an empty directory, or an empty file when
-// source is not a directory) and attaches there the mount of source that
-// Mount makes, with the mount attributes attrs on top (MountFD); with
-// usernsFD < 0 it is a plain clone. On failure target is removed again.
-func StageAt(source, target string, usernsFD int, attrs uint64) error {
-	var err error
-	if fi, lerr := os.Lstat(source); lerr == nil && !fi.IsDir() {
-		err = os.WriteFile(target, nil, 0o600)
-	} else {
-		err = os.Mkdir(target, 0o700)
-	}
-	if err != nil {
-		return fmt.Errorf("staging mount point: %w", err)
-	}
-	if err := mount(source, target, usernsFD, attrs); err != nil {
-		_ = os.Remove(target)
-		return err
-	}
-	return nil
-}
-
-// MountFD is Mount of the file or directory open at fd (an O_PATH
-// descriptor is enough), with the mount attributes attrs
-// (unix.MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOEXEC, …) on top of nosuid and
-// nodev. With usernsFD < 0 the clone keeps the ids as they are on disk
-// (no id mapping): a plain, non-recursive bind of what fd names.
-func MountFD(fd int, target string, usernsFD int, attrs uint64) error {
-	tfd, err := CloneFD(fd, usernsFD, attrs)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(tfd)
-	if err := unix.MoveMount(tfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount to %s: %w", target, err)
-	}
-	return nil
-}
-
-// CloneFD is the detached mount MountFD attaches: a non-recursive clone
-// of what fd names, nosuid and nodev with attrs on top, id-mapped with
-// the user namespace at usernsFD unless it is < 0. The caller attaches
-// it with move_mount (in any mount namespace it may enter) and closes
-// it; closed unattached, it is gone.
-func CloneFD(fd, usernsFD int, attrs uint64) (int, error) {
-	tfd, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return -1, fmt.Errorf("open_tree: %w", err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | attrs}
-	if usernsFD >= 0 {
-		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
-		attr.Userns_fd = uint64(usernsFD)
-	}
-	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		unix.Close(tfd)
-		return -1, fmt.Errorf("mount_setattr: %w", err)
-	}
-	return tfd, nil
 }
 
 // IDs is how a call's identity is mapped to the host.

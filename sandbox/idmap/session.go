@@ -120,15 +120,11 @@ func StageSession(source, target string, uid, gid uint32, attrs uint64) error {
 // a directory.
 func SessionClone(source string, uid, gid uint32, attrs uint64) (tfd int, dir bool, err error) {
 	attrs |= unix.MOUNT_ATTR_RDONLY
-	fd, err := openSource(source)
+	fd, st, err := openSource(source)
 	if err != nil {
 		return -1, false, err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return -1, false, fmt.Errorf("staging mount of %s: %w", source, err)
-	}
 	dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
 	fail := func(err error) (int, bool, error) {
 		return -1, false, fmt.Errorf("staging mount of %s: %w", source, err)
