@@ -172,6 +172,17 @@ func (a ACL) WithUser(uid uint32, perm uint16) ACL {
 	return out.sorted()
 }
 
+// NamedUser is the permission bits of the named-user entry of uid in a
+// (before the mask), and whether a has one.
+func (a ACL) NamedUser(uid uint32) (uint16, bool) {
+	for _, e := range a {
+		if e.Tag == User && e.ID == uid {
+			return e.Perm, true
+		}
+	}
+	return 0, false
+}
+
 // Permits reports whether a process running as uid:gid, with no
 // supplementary groups and no capabilities, gets the permission bits
 // want on a file owned by owner:group that carries a, by the POSIX.1e
@@ -197,10 +208,8 @@ func (a ACL) Permits(owner, group, uid, gid uint32, want uint16) bool {
 		p, _ := get(UserObj)
 		return p&want == want
 	}
-	for _, e := range a {
-		if e.Tag == User && e.ID == uid {
-			return e.Perm&mask&want == want
-		}
+	if p, ok := a.NamedUser(uid); ok {
+		return p&mask&want == want
 	}
 	matched := false
 	for _, e := range a {

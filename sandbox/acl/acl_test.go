@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -115,29 +116,7 @@ func TestACLPermitsCase(t *testing.T) {
 // readACL reads the access ACL attribute of path without getfacl.
 func readACL(t *testing.T, path string) ACL {
 	t.Helper()
-	buf := make([]byte, 512)
-	n, err := syscall.Getxattr(path, aclXattr, buf)
-	if errors.Is(err, syscall.ENODATA) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("getxattr %s: %v", path, err)
-	}
-	a, err := Parse(buf[:n])
-	if err != nil {
-		t.Fatalf("Parse(%s) = %v", path, err)
-	}
-	return a
-}
-
-// userEntry is the named-user entry of uid in a, if any.
-func userEntry(a ACL, uid uint32) (uint16, bool) {
-	for _, e := range a {
-		if e.Tag == User && e.ID == uid {
-			return e.Perm, true
-		}
-	}
-	return 0, false
+	return fixtures.Xattr(t, path, aclXattr, Parse)
 }
 
 func TestGrantUserOnDisk(t *testing.T) {

@@ -1,7 +1,6 @@
 package prepare
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -42,29 +41,7 @@ func ownerOf(t *testing.T, path string) (uint32, uint32, os.FileMode) {
 // readACL reads the access ACL attribute of path without getfacl.
 func readACL(t *testing.T, path string) acl.ACL {
 	t.Helper()
-	buf := make([]byte, 512)
-	n, err := syscall.Getxattr(path, "system.posix_acl_access", buf)
-	if errors.Is(err, syscall.ENODATA) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("getxattr %s: %v", path, err)
-	}
-	a, err := acl.Parse(buf[:n])
-	if err != nil {
-		t.Fatalf("Parse(%s) = %v", path, err)
-	}
-	return a
-}
-
-// userEntry is the named-user entry of uid in a, if any.
-func userEntry(a acl.ACL, uid uint32) (uint16, bool) {
-	for _, e := range a {
-		if e.Tag == acl.User && e.ID == uid {
-			return e.Perm, true
-		}
-	}
-	return 0, false
+	return fixtures.Xattr(t, path, "system.posix_acl_access", acl.Parse)
 }
 
 // requireRootACL skips (never under CI=true) when the test cannot give

@@ -152,7 +152,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 		if uid, gid, _ := ownerOf(t, td); uid != 1000 || gid != 1001 {
 			t.Errorf("the harness's directory became %d:%d; it must not be chowned", uid, gid)
 		}
-		if perm, ok := userEntry(readACL(t, td), 4321); !ok || perm != acl.Read|acl.Execute {
+		if perm, ok := readACL(t, td).NamedUser(4321); !ok || perm != acl.Read|acl.Execute {
 			t.Errorf("no user:4321:r-x entry on the harness's directory")
 		}
 	})
@@ -197,7 +197,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 			if uid, _, _ := ownerOf(t, d); uid != 1000 {
 				t.Errorf("%s is owned by %d, want 1000 kept", d, uid)
 			}
-			if perm, ok := userEntry(readACL(t, d), 4321); !ok || perm != acl.Read|acl.Execute {
+			if perm, ok := readACL(t, d).NamedUser(4321); !ok || perm != acl.Read|acl.Execute {
 				t.Errorf("%s: no user:4321:r-x entry", d)
 			}
 		}
@@ -255,7 +255,7 @@ func TestPreparePathsOwnerCase(t *testing.T) {
 					t.Errorf("%s is owned by %d:%d, want the harness 1000:1000", d, uid, gid)
 				}
 				a := readACL(t, d)
-				perm, has := userEntry(a, callUID)
+				perm, has := a.NamedUser(callUID)
 				switch {
 				case callUID == 1000 && a != nil:
 					t.Errorf("%s has ACL %v; the call runs as the harness user and needs none", d, a)
