@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	"sandbox/docker":          {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub", "sandbox/prepare", "sandbox/process", "sandbox/doctor"},
 	"sandbox/containerd":      {"sandbox/reap", "sandbox/daemon", "sandbox/driver", "sandbox", "images", "images/registry", "policy", "sandbox/idmap", "sandbox/sandboxtest", "sandbox/backend", "sandbox/stub", "sandbox/process", "sandbox/doctor", "sandbox/cgroup"},
 	"sandbox/backend":         {"sandbox", "images", "sandbox/pool", "sandbox/reap", "sandbox/doctor", "sandbox/driver"},
-	"sandbox/driver":          {"sandbox", "sandbox/sandboxtest", "sandbox/stub", "sandbox/reap", "sandbox/capture", "sandbox/prepare", "sandbox/process"},
+	"sandbox/driver":          {"sandbox", "images", "sandbox/sandboxtest", "sandbox/stub", "sandbox/reap", "sandbox/capture", "sandbox/prepare", "sandbox/process"},
 	"sandbox/idmap":           {"sandbox", "policy", "sandbox/prepare", "sandbox/doctor"},
 	"sandbox/console":         {"sandbox"},
 	"sandbox/sandboxtest":     {"sandbox", "sandbox/childenv", "sandbox/jobs", "sandbox/render", "sandbox/doctor"},

@@ -21,6 +21,7 @@ import (
 
 	dshimages "github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -32,7 +33,7 @@ import (
 // backend names it; policies may use any spelling. An image of that name
 // is replaced.
 func (e *Executor) ImportRootfs(ctx context.Context, r io.Reader, name string, env []string) error {
-	canon, err := canonicalImage("image name", name)
+	canon, err := driver.CanonicalImage(Backend, "image name", name)
 	if err != nil {
 		return err
 	}
@@ -167,30 +168,6 @@ func (e *Executor) Images(ctx context.Context) ([]dshimages.Image, error) {
 	return out, nil
 }
 
-// canonicalRef is canonicalImage for a name that may end in a digest
-// (images.CanonicalReference): policy images and pulled images.
-func canonicalRef(field, name string) (string, error) {
-	canon, err := dshimages.CanonicalReference(name)
-	if err != nil {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s: %w", field, err)
-	}
-	return canon, nil
-}
-
-// canonicalImage returns name in its canonical form
-// (images.CanonicalName); an invalid name, or the host image's, is an
-// error wrapping sandbox.ErrInvalid that names field.
-func canonicalImage(field, name string) (string, error) {
-	canon, err := dshimages.CanonicalName(name)
-	if err != nil {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s: %w", field, err)
-	}
-	if canon == dshimages.HostName {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "containerd: %s %q: the host image exists only for the oci backend", field, name)
-	}
-	return canon, nil
-}
-
 // qualifiedName is the fully qualified form ctr and the CRI use for a
 // canonical name on Docker Hub ("bb2:latest" is
 // "docker.io/library/bb2:latest"); "" for a name with a registry.
@@ -210,7 +187,7 @@ func qualifiedName(canon string) string {
 // canonical name dsh-sandbox imports under, else the fully qualified
 // Docker Hub name other clients of the namespace use.
 func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Image, error) {
-	canon, err := canonicalRef("policy.image", name)
+	canon, err := driver.CanonicalRef(Backend, "policy.image", name)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +216,7 @@ func (e *Executor) policyImage(ctx context.Context, name string) (containerd.Ima
 // (a running call, or one a crash left behind) is refused with
 // sandbox.ErrUnavailable naming the container.
 func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
-	canon, err := canonicalRef("image name", name)
+	canon, err := driver.CanonicalRef(Backend, "image name", name)
 	if err != nil {
 		return "", err
 	}

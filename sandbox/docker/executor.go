@@ -414,7 +414,7 @@ func containerName(callID string) string { return "dsh-sandbox-" + callID }
 
 // imageEnv returns the environment of the engine's image name.
 func (e *Executor) imageEnv(ctx context.Context, name string) ([]string, error) {
-	if _, err := canonicalRef("policy.image", name); err != nil {
+	if _, err := driver.CanonicalRef(Backend, "policy.image", name); err != nil {
 		return nil, err
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)

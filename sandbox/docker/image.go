@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 )
 
@@ -34,7 +35,7 @@ import (
 // still uses it; Reap removes that one once it is unused. Imports
 // through one Executor run one at a time.
 func (e *Executor) ImportRootfs(ctx context.Context, tar io.Reader, name string, env []string) error {
-	name, err := canonicalImage("image name", name)
+	name, err := driver.CanonicalImage(Backend, "image name", name)
 	if err != nil {
 		return err
 	}
@@ -159,30 +160,6 @@ func (e *Executor) Images(ctx context.Context) ([]images.Image, error) {
 	return append(out, e.pulledImages(ctx)...), nil
 }
 
-// canonicalRef is canonicalImage for a name that may end in a digest
-// (images.CanonicalReference): policy images and pulled images.
-func canonicalRef(field, name string) (string, error) {
-	canon, err := images.CanonicalReference(name)
-	if err != nil {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s: %w", field, err)
-	}
-	return canon, nil
-}
-
-// canonicalImage returns name in its canonical form
-// (images.CanonicalName); an invalid name, or the host image's, is an
-// error wrapping sandbox.ErrInvalid that names field.
-func canonicalImage(field, name string) (string, error) {
-	canon, err := images.CanonicalName(name)
-	if err != nil {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s: %w", field, err)
-	}
-	if canon == images.HostName {
-		return "", sandbox.Errorf(sandbox.ErrInvalid, "docker: %s %q: the host image exists only for the oci backend", field, name)
-	}
-	return canon, nil
-}
-
 // RemoveImage removes the image called name (any spelling of it:
 // "bb2" is "bb2:latest"; a pulled one also by "NAME@sha256:…") that
 // dsh-sandbox imported or pulled into the engine, and returns its
@@ -193,14 +170,14 @@ func canonicalImage(field, name string) (string, error) {
 // with sandbox.ErrUnavailable naming the container. When the image has
 // other names too, only this name goes.
 func (e *Executor) RemoveImage(ctx context.Context, name string) (string, error) {
-	canon, err := canonicalRef("image name", name)
+	canon, err := driver.CanonicalRef(Backend, "image name", name)
 	if err != nil {
 		return "", err
 	}
 	if pulled, err := e.removePulled(ctx, canon); pulled || err != nil {
 		return canon, err
 	}
-	if canon, err = canonicalImage("image name", name); err != nil {
+	if canon, err = driver.CanonicalImage(Backend, "image name", name); err != nil {
 		return "", err
 	}
 	img, err := e.cli.ImageInspect(ctx, canon)
