@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
 )
@@ -47,7 +48,7 @@ func untilCancelled(out string) func(ctx context.Context, req *sandbox.Request) 
 }
 
 func jobRequest(cmd string) *sandbox.Request {
-	r := testRequest()
+	r := calls.Request()
 	r.Command = cmd
 	return r
 }
@@ -303,10 +304,10 @@ func TestJobsStartInvalid(t *testing.T) {
 	j := New(f)
 	for _, req := range []*sandbox.Request{
 		nil,
-		{Command: "", Policy: testPolicy()},
-		{Command: "x", Policy: testPolicy(), TimeoutMs: -1},
-		{Command: "x", Policy: testPolicy(), Env: []string{"A=\x00"}},
-		{Command: "x", Policy: testPolicy(), Workdir: "rel"},
+		{Command: "", Policy: calls.Policy()},
+		{Command: "x", Policy: calls.Policy(), TimeoutMs: -1},
+		{Command: "x", Policy: calls.Policy(), Env: []string{"A=\x00"}},
+		{Command: "x", Policy: calls.Policy(), Workdir: "rel"},
 	} {
 		if id, err := j.Start(t.Context(), "s", req); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("Start(%+v) = %q, %v, want ErrInvalid", req, id, err)
@@ -496,29 +497,3 @@ func TestJobsWaitCancelled(t *testing.T) {
 }
 
 func exit(n int) *int { return &n }
-
-func testPolicy() sandbox.Policy {
-	return sandbox.Policy{
-		Name:       "workspace-write",
-		Backend:    "oci",
-		Runtime:    "runc",
-		Image:      "host",
-		User:       "auto",
-		Network:    "none",
-		Workspace:  "rw",
-		Transcript: "ro",
-	}
-}
-
-func testRequest() *sandbox.Request {
-	return &sandbox.Request{
-		Command: "echo hi",
-		Session: sandbox.Session{
-			ID:            "0190a1b2-c3d4",
-			Cwd:           "/srv/project",
-			TranscriptDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4",
-		},
-		DSHEnv: []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4", "DSH_SHELL=1"},
-		Policy: testPolicy(),
-	}
-}

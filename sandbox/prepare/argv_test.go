@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/process"
 )
@@ -30,7 +31,7 @@ func TestPrepareArgvCase(t *testing.T) {
 		{"NUL in the first word", "", []string{"ec\x00ho"}, "argv[0] contains a NUL byte"},
 	}
 	for _, tt := range tests {
-		req := testRequest()
+		req := calls.Request()
 		req.Command, req.Argv = tt.command, tt.argv
 		_, err := Call(req, nil, nil)
 		switch {
@@ -41,7 +42,7 @@ func TestPrepareArgvCase(t *testing.T) {
 		}
 	}
 	// The other checks still run when argv is set.
-	req := testRequest()
+	req := calls.Request()
 	req.Command, req.Argv, req.TimeoutMs = "", []string{"true"}, -1
 	if _, err := Call(req, nil, nil); err == nil || !strings.Contains(err.Error(), "timeoutMs") {
 		t.Errorf("Call(argv, timeoutMs -1) = %v, want an error naming timeoutMs", err)

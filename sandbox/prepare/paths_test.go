@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/acl"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
@@ -20,7 +21,7 @@ func TestPreparePaths(t *testing.T) {
 	ws := filepath.Join(base, "ws")
 	sessions := filepath.Join(base, "sessions")
 	good := func() *sandbox.Request {
-		r := testRequest()
+		r := calls.Request()
 		r.Policy.Workspace = "rw"
 		r.Policy.Transcript = "ro"
 		r.Session.Cwd = ws
@@ -122,7 +123,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 	requireRootACL(t)
 	harness := sandbox.Owner{UID: 1000, GID: 1000, Set: true}
 	prepare := func(t *testing.T, td string, transcript sandbox.TranscriptMode) error {
-		req := testRequest()
+		req := calls.Request()
 		req.Session.Cwd, req.Workdir = "", ""
 		req.Policy.Transcript = transcript
 		req.Session.TranscriptDir = td
@@ -178,7 +179,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 		// Root acting for a user (sudo): the directory's owner stands for
 		// the harness; spill files go to it, the call reads through the ACL.
 		td := mk(t, 1000, 1000, 0o700)
-		req := testRequest()
+		req := calls.Request()
 		req.Session.Cwd, req.Workdir = "", ""
 		req.Policy.Transcript = "ro"
 		req.Session.TranscriptDir = td
@@ -237,7 +238,7 @@ func TestPreparePathsOwnerCase(t *testing.T) {
 	for _, callUID := range []uint32{1000, 4321, 0} {
 		t.Run(fmt.Sprint("call uid ", callUID), func(t *testing.T) {
 			base := t.TempDir()
-			req := testRequest()
+			req := calls.Request()
 			req.Session.Cwd, req.Workdir = "", ""
 			req.Policy.Transcript = "ro"
 			req.Session.TranscriptDir = filepath.Join(base, "sessions", "proj", "s1")

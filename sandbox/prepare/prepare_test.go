@@ -9,34 +9,9 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
-
-func testPolicy() sandbox.Policy {
-	return sandbox.Policy{
-		Name:       "workspace-write",
-		Backend:    "oci",
-		Runtime:    "runc",
-		Image:      "host",
-		User:       "auto",
-		Network:    "none",
-		Workspace:  "rw",
-		Transcript: "ro",
-	}
-}
-
-func testRequest() *sandbox.Request {
-	return &sandbox.Request{
-		Command: "echo hi",
-		Session: sandbox.Session{
-			ID:            "0190a1b2-c3d4",
-			Cwd:           "/srv/project",
-			TranscriptDir: "/home/u/.dsh/sessions/--work-project--/0190a1b2-c3d4",
-		},
-		DSHEnv: []string{"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4", "DSH_SHELL=1"},
-		Policy: testPolicy(),
-	}
-}
 
 func TestPrepareInvalid(t *testing.T) {
 	tests := []struct {
@@ -79,7 +54,7 @@ func TestPrepareInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := testRequest()
+			req := calls.Request()
 			tt.mutate(req)
 			c, err := Call(req, nil, nil)
 			if !errors.Is(err, sandbox.ErrInvalid) {
@@ -189,7 +164,7 @@ func TestPrepareResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := testRequest()
+			req := calls.Request()
 			tt.mutate(req)
 			c, err := Call(req, []string{"PATH=/bin", "HOME=/tmp"},
 				fixtures.MapEnv("LANG=C.UTF-8", "OPENAI_API_KEY=sk", "DSH_STALE=1"))
@@ -207,7 +182,7 @@ func TestPrepareResolve(t *testing.T) {
 func TestPrepareRandomIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		c, err := Call(testRequest(), nil, nil)
+		c, err := Call(calls.Request(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +196,7 @@ func TestPrepareRandomIDs(t *testing.T) {
 // BenchmarkPrepare is the per-call preparation of env, snapshot and mount
 // inputs (target ≤ 1 ms).
 func BenchmarkPrepare(b *testing.B) {
-	req := testRequest()
+	req := calls.Request()
 	req.Env = []string{"GOFLAGS=-mod=mod", "CI=1"}
 	req.Policy.EnvInherit = []string{"LANG", "TZ", "OPENAI_API_KEY"}
 	req.Policy.EnvSet = map[string]string{"A": "1", "B": "2"}
