@@ -276,20 +276,10 @@ func TestIsDSHName(t *testing.T) {
 	}
 }
 
-// benchEnvInput is a realistic call: an image env, a few inherited names,
-// policy env and a full snapshot.
+// benchEnvInput is a realistic call (fixtures.BenchEnv).
 func benchEnvInput() Input {
-	return Input{
-		Base:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
-		Inherit:  []string{"LANG", "TZ", "LC_ALL", "HTTP_PROXY", "OPENAI_API_KEY", "DSH_STALE"},
-		Getenv:   fixtures.MapEnv("LANG=en_US.UTF-8", "TZ=UTC", "OPENAI_API_KEY=sk", "DSH_STALE=1"),
-		Ordinary: []string{"GOFLAGS=-mod=mod", "CI=1", "DSH_SESSION_ID=fake"},
-		Snapshot: []string{
-			"DSH_HOME=/home/u/.dsh", "DSH_SESSION_ID=0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
-			"DSH_SESSION_JSONL=/home/u/.dsh/sessions/--home-u-work--/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/session.jsonl",
-			"DSH_SHELL=1",
-		},
-	}
+	e := fixtures.BenchEnv()
+	return Input{Base: e.Base, Inherit: e.Inherit, Getenv: e.Getenv, Ordinary: e.Ordinary, Snapshot: e.Snapshot}
 }
 
 func BenchmarkBuildEnv(b *testing.B) {

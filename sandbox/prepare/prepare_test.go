@@ -200,7 +200,7 @@ func BenchmarkPrepare(b *testing.B) {
 	req.Env = []string{"GOFLAGS=-mod=mod", "CI=1"}
 	req.Policy.EnvInherit = []string{"LANG", "TZ", "OPENAI_API_KEY"}
 	req.Policy.EnvSet = map[string]string{"A": "1", "B": "2"}
-	env := benchEnvInput()
+	env := fixtures.BenchEnv()
 	req.DSHEnv = env.Snapshot
 	b.ReportAllocs()
 	for b.Loop() {
