@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
@@ -56,6 +57,11 @@ func TestPreparePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	fifo := filepath.Join(ws, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	tests := []struct {
 		name    string
 		mutate  func(r *sandbox.Request)
@@ -73,6 +79,8 @@ func TestPreparePaths(t *testing.T) {
 		{"transcript dir inside rw workspace", func(r *sandbox.Request) { r.Session.TranscriptDir = ws + "/.dsh/sessions/p/s" }, "session.transcriptDir"},
 		{"mount source link", func(r *sandbox.Request) { r.Policy.Mounts[0].Source = ws + "/link-root" }, "policy.mounts[0].source"},
 		{"rw mount of a system dir", func(r *sandbox.Request) { r.Policy.Mounts = []sandbox.Mount{{Source: "/etc", Target: "/x"}} }, "policy.mounts[0].source"},
+		{"mount source a fifo", func(r *sandbox.Request) { r.Policy.Mounts[0].Source = fifo }, "policy.mounts[0].source"},
+		{"mount source a device", func(r *sandbox.Request) { r.Policy.Mounts[0].Source = "/dev/null" }, "neither a directory nor a regular file"},
 	}
 	for _, tt := range tests {
 		req := good()

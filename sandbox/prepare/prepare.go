@@ -413,13 +413,22 @@ func checkWorkdir(req *sandbox.Request, call *sandbox.Call, mounted bool) error 
 }
 
 // checkMountSources refuses a policy mount whose source has a symbolic
-// link in any component, and a read-write mount of a system directory.
+// link in any component, one that is neither a directory nor a regular
+// file (a socket, FIFO or device: the backends' stager binds neither),
+// and a read-write mount of a system directory.
 func checkMountSources(mounts []sandbox.Mount) error {
 	for i, m := range mounts {
 		field := fmt.Sprintf("policy.mounts[%d].source", i)
 		src, err := hostpath.ResolvePath(field, m.Source)
 		if err != nil {
 			return err
+		}
+		fi, err := os.Lstat(src)
+		if err != nil {
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q: %v", field, src, err)
+		}
+		if t := fi.Mode().Type(); t != 0 && t != fs.ModeDir {
+			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is neither a directory nor a regular file (%v): only those can be mounted", field, src, t)
 		}
 		if !m.ReadOnly && hostpath.SystemDir(src) {
 			return sandbox.Errorf(sandbox.ErrInvalid, "sandbox: %s %q is a system directory and may not be mounted read-write", field, src)
