@@ -323,8 +323,6 @@ func TestKubernetesServeKillReap(t *testing.T) {
 func BenchmarkKubernetesCall(b *testing.B) {
 	k := requireKube(b)
 	importKube(b, k)
-	// cmd/dsh-sandbox's registry does this for the program.
-	sandbox.RegisterBackend(kubernetes.Backend)
 	base := b.TempDir()
 	for _, d := range []string{filepath.Dir(base), base} { // searchable for the oci backend's mapped root
 		if err := os.Chmod(d, 0o711); err != nil {

@@ -96,7 +96,7 @@ func TestParseCredentialsRefused(t *testing.T) {
 // the backends that inject them (oci, docker, containerd) and refused
 // on every other, naming network.credentials, the backend and why.
 func TestCredentialsBackends(t *testing.T) {
-	for _, b := range sandbox.Backends {
+	for _, b := range defaultBackends {
 		doc := "backend: " + string(b) + "\nnetwork:\n  mode: allowlist\n  allow: [api.github.com]\n  credentials: [{name: gh, host: api.github.com, value: {env: A}}]"
 		p, err := Parse([]byte(doc))
 		if b == sandbox.BackendOCI || b == sandbox.BackendDocker || b == sandbox.BackendContainerd {

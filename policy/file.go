@@ -218,13 +218,16 @@ var (
 // keys, null values and documents over MaxFileSize are errors; every error
 // wraps sandbox.ErrInvalid and names the field path, e.g.
 // `limits.memroy` or `mounts[0].source`.
+// Its backend must be one of those package sandbox names (oci, docker,
+// containerd, local); LoadChecked takes a program's own list.
 func Parse(data []byte) (sandbox.Policy, error) {
-	return parse(data, "custom", "policy")
+	return parse(data, "custom", "policy", defaultBackends)
 }
 
-// parse is Parse with the name a nameless document gets and the words
-// that start every error message ("policy", "policy file x.yaml").
-func parse(data []byte, defaultName, where string) (sandbox.Policy, error) {
+// parse is Parse with the name a nameless document gets, the words that
+// start every error message ("policy", "policy file x.yaml") and the
+// backends it may name.
+func parse(data []byte, defaultName, where string, backends []sandbox.Backend) (sandbox.Policy, error) {
 	if len(data) > MaxFileSize {
 		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInvalid, "%s: document is %d bytes; the limit is %d", where, len(data), MaxFileSize)
 	}
@@ -251,7 +254,7 @@ func parse(data []byte, defaultName, where string) (sandbox.Policy, error) {
 		// checkShape accepted the tree, so this is not the user's fault.
 		return sandbox.Policy{}, sandbox.Errorf(sandbox.ErrInternal, "%s: decoding a checked document: %v", where, err)
 	}
-	return fromDocument(&doc, defaultName, where)
+	return fromDocument(&doc, defaultName, where, backends)
 }
 
 // checkShape compares a decoded JSON tree with the schema type t and
@@ -404,8 +407,15 @@ func kindOf(v any) string {
 var fileExtensions = []string{".yaml", ".yml", ".json"}
 
 // FileChecks are the checks LoadChecked makes on a policy file beyond
-// those every policy file gets. The zero value adds none.
+// those every policy file gets. The zero value adds none and accepts the
+// backends package sandbox names.
 type FileChecks struct {
+	// Backends are the backends the file may name, in the order an error
+	// lists them: the program's backend registry's
+	// (backend.Registry.Names), so that a backend known only by its
+	// registration (kubernetes) is one a policy may name. Nil means those
+	// package sandbox names: oci, docker, containerd and local.
+	Backends []sandbox.Backend
 	// OperatorOwned requires a policy file that only the operator could
 	// have written: owned by root or the invoking user and writable by
 	// nobody else. A file named on the command line needs it.
@@ -444,5 +454,9 @@ func LoadChecked(nameOrFile string, fc FileChecks) (sandbox.Policy, error) {
 	if validName(name) != nil {
 		name = "custom"
 	}
-	return parse(data, name, "policy file "+nameOrFile)
+	backends := fc.Backends
+	if backends == nil {
+		backends = defaultBackends
+	}
+	return parse(data, name, "policy file "+nameOrFile, backends)
 }

@@ -545,3 +545,39 @@ func TestParseAllowSecretsCase(t *testing.T) {
 		}
 	}
 }
+
+// TestFileChecksBackends: a policy file may name exactly the backends its
+// reader passes (a program's registry, kubernetes included), and the
+// error for another lists them; a resolved policy (Normalize, Plan) needs
+// only a backend's name, and an empty or malformed one is refused naming
+// the field.
+func TestFileChecksBackends(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "k.yaml")
+	if err := os.WriteFile(f, []byte("backend: kubernetes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	registry := []sandbox.Backend{"oci", "kubernetes"}
+	if p, err := LoadChecked(f, FileChecks{Backends: registry}); err != nil || p.Backend != "kubernetes" {
+		t.Errorf("LoadChecked(backend: kubernetes, Backends %q) = %q, %v; want the policy", registry, p.Backend, err)
+	}
+	want := `backend: "kubernetes" is not allowed; want one of oci, docker, containerd, local`
+	if _, err := LoadChecked(f, FileChecks{}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("LoadChecked(backend: kubernetes, no Backends) = %v, want an error containing %q", err, want)
+	}
+	want = `backend: "kubernetes" is not allowed; want one of oci, docker`
+	if _, err := LoadChecked(f, FileChecks{Backends: []sandbox.Backend{"oci", "docker"}}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("LoadChecked(backend: kubernetes, Backends oci, docker) = %v, want an error containing %q", err, want)
+	}
+	base, _ := Builtin(WorkspaceWrite)
+	base.Backend = "kubernetes"
+	if _, err := Normalize(base); err != nil {
+		t.Errorf("Normalize(backend kubernetes) = %v, want it accepted", err)
+	}
+	for _, b := range []sandbox.Backend{"", "../oci", "a b"} {
+		base.Backend = b
+		if _, err := Normalize(base); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "backend: ") {
+			t.Errorf("Normalize(backend %q) = %v, want an invalid-argument error naming backend", b, err)
+		}
+	}
+}

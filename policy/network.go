@@ -22,9 +22,10 @@ var networkBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendConta
 
 // checkNetworkRules checks network.allow and network.deny: lists only
 // with mode allowlist, each entry an egress rule (egress.ParseRule), and
-// mode allowlist only on a backend that enforces it.
-func checkNetworkRules(backend sandbox.Backend, mode sandbox.NetworkMode, allow, deny []string, ps *problems) {
-	if mode == NetworkAllowlist && !slices.Contains(networkBackends, backend) && backend.Valid() {
+// mode allowlist only on a backend that enforces it (of a known backend:
+// an unknown one is reported as such).
+func checkNetworkRules(backend sandbox.Backend, known bool, mode sandbox.NetworkMode, allow, deny []string, ps *problems) {
+	if mode == NetworkAllowlist && !slices.Contains(networkBackends, backend) && known {
 		ps.add("network", "mode %q is not supported by backend %s (no egress proxy there yet); use backend %s", mode, backend, sandbox.JoinModes(networkBackends, " or "))
 	}
 	if mode != NetworkAllowlist {
@@ -208,8 +209,9 @@ func credentialsFromDocument(in []documentCredential, ps *problems) []sandbox.Cr
 // checkCredentials checks network.credentials: mode allowlist on a
 // backend that injects them, each entry named (unique), its host a name
 // the allow list reaches on its port, a header name, a format with {},
-// an optional variable name, and exactly one value source.
-func checkCredentials(p sandbox.Policy, ps *problems) {
+// an optional variable name, and exactly one value source. knownBackend
+// says whether p.Backend passed its own check.
+func checkCredentials(p sandbox.Policy, knownBackend bool, ps *problems) {
 	if len(p.Credentials) == 0 {
 		return
 	}
@@ -217,7 +219,7 @@ func checkCredentials(p sandbox.Policy, ps *problems) {
 	case p.Network != NetworkAllowlist:
 		ps.add("network.credentials", "need mode %q (mode is %q)", NetworkAllowlist, p.Network)
 		return
-	case !slices.Contains(credentialBackends, p.Backend) && p.Backend.Valid():
+	case !slices.Contains(credentialBackends, p.Backend) && knownBackend:
 		ps.add("network.credentials", "backend %s cannot inject credentials: it serves no egress proxy for its calls; use backend %s", p.Backend, sandbox.JoinModes(credentialBackends, " or "))
 	case len(p.Credentials) > MaxCredentials:
 		ps.add("network.credentials", "has %d entries; the limit is %d", len(p.Credentials), MaxCredentials)

@@ -56,7 +56,7 @@ func checkForCall(p *sandbox.Policy) error {
 	}
 	p.Limits = LimitsOrDefault(p.Limits)
 	var ps problems
-	validate(p, &ps)
+	validate(p, nil, &ps)
 	return ps.err("policy")
 }
 

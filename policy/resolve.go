@@ -84,8 +84,9 @@ func LimitsOrDefault(l sandbox.Limits) sandbox.Limits {
 }
 
 // fromDocument overlays a decoded document on the defaults, validates the
-// result and returns it normalized and digested.
-func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, error) {
+// result (its backend one of backends) and returns it normalized and
+// digested.
+func fromDocument(doc *document, defaultName, where string, backends []sandbox.Backend) (sandbox.Policy, error) {
 	p := defaults()
 	p.Name = defaultName
 	var ps problems
@@ -132,7 +133,7 @@ func fromDocument(doc *document, defaultName, where string) (sandbox.Policy, err
 		p.RedactDetectors = r.Detectors != nil && *r.Detectors
 	}
 
-	validate(&p, &ps)
+	validate(&p, backends, &ps)
 	if err := ps.err(where); err != nil {
 		return sandbox.Policy{}, err
 	}
@@ -293,8 +294,10 @@ func retentionField(field, v string, ps *problems) int64 {
 // list when missing, mounts and tmpfs are sorted parents first (the order
 // they are mounted in), env.inherit is sorted, and Digest is recomputed.
 // It returns an invalid-argument error naming every field that fails
-// validation. Call it after changing any field of a resolved policy.
-// p is not modified.
+// validation; the backend needs only to be a name here (which backends
+// exist is the program's registry's, checked where a policy file is read,
+// FileChecks.Backends, and where its executor is resolved). Call it after
+// changing any field of a resolved policy. p is not modified.
 func Normalize(p sandbox.Policy) (sandbox.Policy, error) {
 	q := clonePolicy(p)
 	if q.Runtime == "" {
@@ -302,7 +305,7 @@ func Normalize(p sandbox.Policy) (sandbox.Policy, error) {
 	}
 	q.Limits = LimitsOrDefault(q.Limits)
 	var ps problems
-	validate(&q, &ps)
+	validate(&q, nil, &ps)
 	if err := ps.err("policy"); err != nil {
 		return sandbox.Policy{}, err
 	}

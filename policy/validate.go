@@ -43,10 +43,14 @@ var reservedTargets = []string{"/proc", "/dev", "/sys"}
 // validate checks a policy whose zero limits have been filled in and
 // records every problem, naming fields the way a policy file spells them.
 // Mounts and tmpfs are checked in the order given, so list indices match
-// the document.
-func validate(p *sandbox.Policy, ps *problems) {
+// the document. The backend must be one of backends, when they are given
+// (a policy document entering: FileChecks.Backends); a policy already
+// resolved (nil: Normalize, Plan) needs only a backend's name, since which
+// backends exist is the program's registry's, which refuses any other
+// when it resolves the executor.
+func validate(p *sandbox.Policy, backends []sandbox.Backend, ps *problems) {
 	checkName(p.Name, ps)
-	checkEnum("backend", p.Backend, sandbox.Backends, ps)
+	known := checkBackend(p.Backend, backends, ps)
 	checkEnum("runtime", p.Runtime, sandbox.Runtimes, ps)
 	checkImage(p.Image, ps)
 	checkPull(p, ps)
@@ -54,8 +58,8 @@ func validate(p *sandbox.Policy, ps *problems) {
 		ps.add("user", "%v", err)
 	}
 	checkEnum("network", p.Network, sandbox.NetworkModes, ps)
-	checkNetworkRules(p.Backend, p.Network, p.NetworkAllow, p.NetworkDeny, ps)
-	checkCredentials(*p, ps)
+	checkNetworkRules(p.Backend, known, p.Network, p.NetworkAllow, p.NetworkDeny, ps)
+	checkCredentials(*p, known, ps)
 	checkEnum("workspace", p.Workspace, sandbox.WorkspaceModes, ps)
 	checkEnum("transcript", p.Transcript, sandbox.TranscriptModes, ps)
 	checkMounts(p.Mounts, p.Tmpfs, ps)
@@ -85,6 +89,25 @@ func validName(name string) error {
 		}
 	}
 	return nil
+}
+
+// defaultBackends are the backends a policy document may name when its
+// reader gives none (FileChecks.Backends): those package sandbox names.
+var defaultBackends = []sandbox.Backend{sandbox.BackendOCI, sandbox.BackendDocker, sandbox.BackendContainerd, sandbox.BackendLocal}
+
+// checkBackend checks that backend is one of backends or, with none
+// given, a name (validName); it reports whether it is.
+func checkBackend(backend sandbox.Backend, backends []sandbox.Backend, ps *problems) bool {
+	if backends != nil {
+		ok := slices.Contains(backends, backend)
+		checkEnum("backend", backend, backends, ps)
+		return ok
+	}
+	if err := validName(string(backend)); err != nil {
+		ps.add("backend", "%v", err)
+		return false
+	}
+	return true
 }
 
 func isAlnum(r rune) bool {

@@ -101,42 +101,21 @@ func ParseNetworkMode(s string) (NetworkMode, error) {
 }
 
 // Backend names the backend that runs a call. The zero value is not
-// valid.
+// valid. Which names are backends is the program's choice: a policy may
+// name the backends of the registry the program builds (sandbox/backend,
+// cmd/dsh-sandbox's builtins.go), which policy.FileChecks.Backends passes
+// to a policy file's validation, and an executor is only ever resolved
+// from that registry.
 type Backend string
 
-// Backends.
+// The backends this module names here; a backend may also name itself
+// (kubernetes.Backend).
 const (
 	BackendOCI        Backend = "oci"
 	BackendDocker     Backend = "docker"
 	BackendContainerd Backend = "containerd"
 	BackendLocal      Backend = "local"
 )
-
-// Backends are the valid backends, in the order messages list them.
-var Backends = []Backend{BackendOCI, BackendDocker, BackendContainerd, BackendLocal}
-
-// Valid reports whether b is one of Backends.
-func (b Backend) Valid() bool { return slices.Contains(Backends, b) }
-
-// RegisterBackend adds b to Backends unless it is there. The backend
-// registry (sandbox/backend) calls it for every backend it registers, so
-// that a policy may name a backend known only by its registration: a new
-// backend is its package plus one registry line. Registration happens
-// when the program starts; RegisterBackend must not run concurrently
-// with Valid or ParseBackend.
-func RegisterBackend(b Backend) {
-	if !slices.Contains(Backends, b) {
-		Backends = append(slices.Clip(Backends), b)
-	}
-}
-
-// Contained reports whether b runs calls in containers (every backend
-// but local).
-func (b Backend) Contained() bool { return b.Valid() && b != BackendLocal }
-
-// ParseBackend returns s as a backend; anything but Backends is an error
-// wrapping ErrInvalid.
-func ParseBackend(s string) (Backend, error) { return parseEnum("backend", s, Backends) }
 
 // Runtime names the OCI runtime of the backends that use one. The zero
 // value means the default, RuntimeRunc, where a policy is normalized.

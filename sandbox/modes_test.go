@@ -12,7 +12,6 @@ func TestParseModesCase(t *testing.T) {
 		"workspace":  func(s string) error { _, err := ParseWorkspaceMode(s); return err },
 		"transcript": func(s string) error { _, err := ParseTranscriptMode(s); return err },
 		"network":    func(s string) error { _, err := ParseNetworkMode(s); return err },
-		"backend":    func(s string) error { _, err := ParseBackend(s); return err },
 		"runtime":    func(s string) error { _, err := ParseRuntime(s); return err },
 		"user":       func(s string) error { _, err := ParseUser(s); return err },
 	}
@@ -24,7 +23,6 @@ func TestParseModesCase(t *testing.T) {
 		{"workspace", "RW", false}, {"workspace", "", false}, {"workspace", "rw ", false},
 		{"transcript", "ro", true}, {"transcript", "none", true}, {"transcript", "rw", false},
 		{"network", "none", true}, {"network", "loopback", true}, {"network", "allowlist", true}, {"network", "host", false},
-		{"backend", "oci", true}, {"backend", "docker", true}, {"backend", "containerd", true}, {"backend", "local", true}, {"backend", "OCI", false},
 		{"runtime", "runc", true}, {"runtime", "crun", true}, {"runtime", "runsc", true}, {"runtime", "kata", false}, {"runtime", "", false},
 		{"user", "auto", true}, {"user", "host-root", true}, {"user", "1000:1000", true}, {"user", "0:0", true},
 		{"user", "4294967295:0", false}, {"user", "1000", false}, {"user", "-1:0", false}, {"user", "root", false}, {"user", "1:2:3", false},
@@ -50,9 +48,6 @@ func TestModeMethodsCase(t *testing.T) {
 	}
 	if !(NetworkNone.Rank() < NetworkLoopback.Rank() && NetworkLoopback.Rank() < NetworkAllowlist.Rank()) || NetworkMode("host").Rank() != -1 {
 		t.Errorf("NetworkMode.Rank: want none < loopback < allowlist, -1 for others")
-	}
-	if !BackendDocker.Contained() || BackendLocal.Contained() || Backend("x").Contained() {
-		t.Errorf("Backend.Contained: every valid backend but local")
 	}
 	if uid, gid, auto, err := User("1000:1001").IDs(); uid != 1000 || gid != 1001 || auto || err != nil {
 		t.Errorf("User(1000:1001).IDs() = %d, %d, %v, %v", uid, gid, auto, err)

@@ -149,7 +149,9 @@ type Policy struct {
 	// Name is the policy's name; Digest the sha256 of its normalized form.
 	Name   string `json:"name"`
 	Digest string `json:"digest,omitempty"`
-	// Backend is "oci", "docker", "containerd" or "local" (Backends).
+	// Backend names the backend of the program's registry that runs the
+	// policy's calls: "oci", "docker", "containerd", "local",
+	// "kubernetes".
 	Backend Backend `json:"backend"`
 	// Runtime is "runc", "crun" or "runsc" (Runtimes) for OCI-speaking
 	// backends.

@@ -40,7 +40,7 @@ Examples:
 				if err != nil {
 					return err
 				}
-				p, err := policy.Load(c.Args().First())
+				p, err := policy.LoadChecked(c.Args().First(), policy.FileChecks{Backends: backends.Names(nil)})
 				if err != nil {
 					return err
 				}

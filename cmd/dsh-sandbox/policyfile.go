@@ -26,7 +26,7 @@ func (s *settings) operatorPolicy(flag, nameOrFile string, withCwd bool) (sandbo
 	for _, r := range s.workspaceRoots {
 		outside = append(outside, safefile.Dir{What: "workspace root", Path: r})
 	}
-	p, err := policy.LoadChecked(nameOrFile, policy.FileChecks{OperatorOwned: true, Outside: outside})
+	p, err := policy.LoadChecked(nameOrFile, policy.FileChecks{OperatorOwned: true, Outside: outside, Backends: backends.Names(nil)})
 	if err != nil {
 		return sandbox.Policy{}, usageError("--%s: %v", flag, err)
 	}

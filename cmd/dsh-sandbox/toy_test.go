@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -80,20 +81,20 @@ func (b *toyBackend) descriptor() backend.Descriptor {
 
 // registerToy adds the toy backend to the CLI's registry for the test:
 // the one line a new backend adds to builtins.go, which also makes its
-// name one a policy may name (sandbox.Backends). The cleanup takes both
+// name one a policy file may name (operatorPolicy). The cleanup takes it
 // back, for the tests that compare the registry with the built-ins.
 func registerToy(t *testing.T) *toyBackend {
 	t.Helper()
 	b := &toyBackend{}
-	names := slices.Clone(sandbox.Backends)
 	backends.Register(b.descriptor())
-	if !slices.Contains(sandbox.Backends, toyName) {
-		t.Fatalf("registering %q did not make it a backend a policy may name: %q", toyName, sandbox.Backends)
+	t.Cleanup(func() { backends.Unregister(toyName) })
+	f := filepath.Join(t.TempDir(), "toy.yaml")
+	if err := os.WriteFile(f, []byte("backend: toy\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		backends.Unregister(toyName)
-		sandbox.Backends = names
-	})
+	if p, err := (&settings{}).operatorPolicy("policy", f, false); err != nil || p.Backend != toyName {
+		t.Fatalf("registering %q did not make it a backend a policy may name: %v", toyName, err)
+	}
 	return b
 }
 

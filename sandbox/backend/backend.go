@@ -231,7 +231,6 @@ func (r *Registry) Register(d Descriptor) {
 		panic(fmt.Sprintf("backend: %q is registered twice", d.Name))
 	}
 	r.list = append(r.list, &d)
-	sandbox.RegisterBackend(d.Name)
 }
 
 // Unregister removes the backend name, if registered (for tests that

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
-	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // The tests that need a cluster need root and the environment
@@ -19,7 +18,6 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	sandbox.RegisterBackend(Backend)
 	dir, err := os.MkdirTemp("", "dsh-sandbox-kube-stub-")
 	if err == nil {
 		// The pods' users must reach the stub through its directory.
