@@ -19,7 +19,7 @@ func TestAuditRecordRedacts(t *testing.T) {
 	t.Setenv("AUDITTEST_API_TOKEN", secret)
 	req := &sandbox.Request{Command: "curl https://" + secret + ".example", Policy: sandbox.Policy{Name: "p", Backend: "oci"}}
 	res := &sandbox.Result{Egress: []sandbox.Connection{{Host: secret + ".example", Port: 443, Verdict: "denied", Reason: "host " + secret + ".example is not allowed"}}}
-	rres, rerr := secrets.RedactOutcome(req.Policy, res, sandbox.Errorf(sandbox.ErrUnavailable, "runtime said %s", secret))
+	rres, rerr := secrets.RedactOutcome(req.Policy, nil, res, sandbox.Errorf(sandbox.ErrUnavailable, "runtime said %s", secret))
 	if !errors.Is(rerr, sandbox.ErrUnavailable) {
 		t.Errorf("RedactOutcome's error %v lost its class", rerr)
 	}
@@ -40,7 +40,7 @@ func TestAuditRecordRedacts(t *testing.T) {
 
 	// A redact file that cannot be read leaves the free text out.
 	req.Policy.RedactFiles = []string{"/nonexistent/secret"}
-	rres, rerr = secrets.RedactOutcome(req.Policy, res, errors.New("failed near "+secret))
+	rres, rerr = secrets.RedactOutcome(req.Policy, nil, res, errors.New("failed near "+secret))
 	rec = auditRecord(req, "", false, 0, rres, rerr)
 	if strings.Contains(rec.Error, secret) || rec.Egress != nil {
 		t.Errorf("without the secrets, audit record error = %q, egress %v, want neither to show anything", rec.Error, rec.Egress)

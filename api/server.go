@@ -21,6 +21,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/overlay"
 	"github.com/dsh-sandbox/dsh-sandbox/persistence"
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/request"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
@@ -112,6 +113,11 @@ type Options struct {
 	// the zero value logs nothing. Env values and command text are never
 	// logged.
 	Logger zerolog.Logger
+	// Detector is the pattern detector that also redacts the outcome
+	// (error text, egress record) of a call whose policy sets
+	// RedactDetectors (secrets.RedactOutcome), the one the executors
+	// redact its output with (driver.Service.Detector); nil means none.
+	Detector redact.Detector
 }
 
 // Server is the HTTP/JSON service. Create it with NewServer, serve
@@ -579,7 +585,7 @@ func (o observed) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Resul
 	ev.Msg("call")
 	// Every front end (JSON, NDJSON, jobs) and the audit log get the
 	// outcome from here, redacted once.
-	res, err = secrets.RedactOutcome(req.Policy, res, err)
+	res, err = secrets.RedactOutcome(req.Policy, o.s.opts.Detector, res, err)
 	if a := o.s.opts.Audit; a != nil {
 		rec := auditRecord(req, meta.callID, o.background, meta.queue, res, err)
 		if cl, ok := ClientFrom(ctx); ok {

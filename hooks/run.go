@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/secrets"
 )
@@ -33,6 +34,10 @@ type RunOptions struct {
 	// 0 means the policy's (default 64 000). Whatever a hook prints,
 	// memory stays bounded by it.
 	StdoutMaxBytes int
+	// Detector is the pattern detector that also redacts the payload
+	// when Policy sets RedactDetectors, the one the Runner redacts the
+	// hooks' output with (secrets.Redactor); nil means none.
+	Detector redact.Detector
 }
 
 // Run runs every invocation of p concurrently, each through o.Runner in
@@ -59,7 +64,7 @@ func (p *Dispatch) Run(ctx context.Context, o RunOptions) (*Outcome, error) {
 	}
 	// The payload loses the secrets the hook's output would lose
 	// (secrets.Redactor); when they cannot be known, no hook runs.
-	redactor, redactErr := secrets.Redactor(o.Policy, os.Environ(), os.LookupEnv)
+	redactor, redactErr := secrets.Redactor(o.Policy, os.Environ(), os.LookupEnv, o.Detector)
 	stdin := redactor.Bytes(p.Stdin)
 	results := make([]HookResult, len(p.Invocations))
 	var wg sync.WaitGroup

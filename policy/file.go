@@ -111,7 +111,7 @@ type documentRedact struct {
 	// call start.
 	Files []string `json:"files,omitempty"`
 	// Detectors also redacts the base64 forms of the secrets and what
-	// the registered pattern detector finds (redact.Options.Detect).
+	// the program's pattern detector finds (redact.Options.Detector).
 	Detectors *bool `json:"detectors,omitempty"`
 }
 

@@ -167,7 +167,7 @@ func TestPlanCase(t *testing.T) {
 				t.Errorf("Plan() spill %q inside %v dirs %+v, want %q %v %+v", got.SpillDir, got.SpillInside, got.Dirs, wantSpill, inside, wantDirs)
 			}
 			// Prepare reads the same plan for the workdir and the spill.
-			call, err := prepare.Call(&sandbox.Request{Command: "true", Policy: sh.p, Session: sh.s}, nil, nil)
+			call, err := prepare.Call(&sandbox.Request{Command: "true", Policy: sh.p, Session: sh.s}, nil, nil, nil)
 			if err != nil {
 				t.Fatalf("Prepare() = %v", err)
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
-	"sync"
 )
 
 // MaxLine bounds how many bytes a Writer of a Set with a Detector holds
@@ -13,9 +12,10 @@ import (
 const MaxLine = 4 << 10
 
 // Detector finds secrets by their shape (tokens, keys) rather than by
-// their value. Implementations live outside this package (redact/detect)
-// and are registered by the command, so that this package and its
-// importers do not link a detector's dependencies.
+// their value. Implementations live outside this package (redact/detect);
+// the command builds one and passes it down to where Sets are made
+// (Options.Detector), so that this package and its importers do not link
+// a detector's dependencies.
 type Detector interface {
 	// Find returns the secrets in text, which holds whole lines. It must
 	// be safe for concurrent use.
@@ -28,32 +28,6 @@ type Finding struct {
 	Rule string
 	// Secret is the text to replace.
 	Secret string
-}
-
-var (
-	detectorMu sync.Mutex
-	detector   Detector
-)
-
-// RegisterDetector makes d the Detector of Sets made with
-// Options.Detect from now on. It panics if d is nil or a Detector is
-// registered already (as database/sql.Register does).
-func RegisterDetector(d Detector) {
-	detectorMu.Lock()
-	defer detectorMu.Unlock()
-	if d == nil {
-		panic("redact: RegisterDetector of a nil Detector")
-	}
-	if detector != nil {
-		panic("redact: RegisterDetector called twice")
-	}
-	detector = d
-}
-
-func registered() Detector {
-	detectorMu.Lock()
-	defer detectorMu.Unlock()
-	return detector
 }
 
 // detected returns p with what the Detector finds replaced; p itself

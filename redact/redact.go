@@ -46,11 +46,10 @@ type Options struct {
 	// value can have inside a longer base64 text), under the value's
 	// name.
 	Base64 bool
-	// Detect also replaces what the registered Detector (RegisterDetector)
-	// finds, by "[REDACTED:<rule>]"; a Writer then holds its output back
-	// until a newline or MaxLine bytes. Without a registered Detector it
-	// adds nothing.
-	Detect bool
+	// Detector, when set, also replaces what it finds, by
+	// "[REDACTED:<rule>]"; a Writer then holds its output back until a
+	// newline or MaxLine bytes. Nil finds nothing by its shape.
+	Detector Detector
 }
 
 // Set is a compiled list of secrets. The nil *Set redacts nothing. A Set
@@ -62,7 +61,7 @@ type Set struct {
 	pairs   [1 << 13]byte // bit set of the patterns' first two bytes
 	maxLen  int
 	skipped []string
-	detect  Detector // nil unless Options.Detect and one is registered
+	detect  Detector // Options.Detector
 }
 
 type pattern struct {
@@ -78,10 +77,7 @@ type pattern struct {
 func New(secrets []Secret, o Options) *Set {
 	sorted := slices.Clone(secrets)
 	slices.SortStableFunc(sorted, func(a, b Secret) int { return strings.Compare(a.Name, b.Name) })
-	s := &Set{}
-	if o.Detect {
-		s.detect = registered()
-	}
+	s := &Set{detect: o.Detector}
 	seen := map[string]bool{}
 	add := func(v, marker string) {
 		if len(v) < MinLen || seen[v] {

@@ -217,9 +217,9 @@ type Policy struct {
 	// secrets.Of). Nil adds none.
 	RedactFiles []string `json:"redactFiles,omitempty"`
 	// RedactDetectors also redacts the base64 forms of every secret and
-	// what the registered pattern detector finds (policy
-	// redact.detectors; redact.Options.Detect). False redacts the values
-	// as they are.
+	// what the program's pattern detector finds (policy
+	// redact.detectors; driver.Service.Detector). False redacts the
+	// values as they are.
 	RedactDetectors bool `json:"redactDetectors,omitempty"`
 	// DenyTTY refuses calls that ask for a terminal (Request.Terminal;
 	// policy file tty: false). The zero value allows them.

@@ -39,7 +39,7 @@ func (s *settings) backendConfig(d *backend.Descriptor) (backend.Config, error) 
 	}
 	log := logbridge.New(s.log)
 	cfg := backend.Config{
-		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: log},
+		Service: driver.Service{StateDir: s.stateDir, Getenv: os.LookupEnv, Logger: log, Detector: detector},
 		Options: opts,
 	}
 	if s.pool != nil {
@@ -267,5 +267,5 @@ type redacting struct{ sandbox.Executor }
 
 func (r redacting) Run(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
 	res, err := r.Executor.Run(ctx, req)
-	return secrets.RedactOutcome(req.Policy, res, err)
+	return secrets.RedactOutcome(req.Policy, detector, res, err)
 }

@@ -138,7 +138,7 @@ func runExec(c *cli.Context) error {
 	res, err := ex.Run(c.Context, req)
 	// The output was redacted as it was captured; the egress record and
 	// the error text are redacted here, as the service does.
-	res, err = secrets.RedactOutcome(req.Policy, res, err)
+	res, err = secrets.RedactOutcome(req.Policy, detector, res, err)
 	restore()
 	if err != nil {
 		return err

@@ -143,7 +143,7 @@ func runHooks(c *cli.Context) error {
 		return err
 	}
 	defer closeEx()
-	out, err := disp.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol, Session: call.Session})
+	out, err := disp.Run(c.Context, hooks.RunOptions{Runner: ex, Policy: pol, Session: call.Session, Detector: detector})
 	if err != nil {
 		return err
 	}

@@ -178,6 +178,7 @@ func (s *settings) serve(c *cli.Context, f serveFlags, listeners []serveListener
 		LeakedObjects:     func() float64 { return float64(leaked) },
 		Collectors:        f.pm.collectors(),
 		Logger:            s.log,
+		Detector:          detector,
 	})
 	if err != nil {
 		return err

@@ -1,8 +1,9 @@
 // Package detect is the pattern detector of policy redact.detectors:
 // gitleaks's default rules (tokens of GitHub, AWS, Slack, private keys
-// and some 200 more), as a redact.Detector. Register installs it; only
-// the command (cmd/dsh-sandbox) imports this package, so that sandbox
-// and the client do not link gitleaks.
+// and some 200 more), as a redact.Detector. Only the command
+// (cmd/dsh-sandbox) imports this package: it makes one Gitleaks and
+// passes it down to where Sets are made (redact.Options.Detector), so
+// that sandbox and the client do not link gitleaks.
 package detect
 
 import (
@@ -54,12 +55,4 @@ func (g *Gitleaks) Find(text []byte) []redact.Finding {
 		out = append(out, redact.Finding{Rule: f.RuleID, Secret: secret})
 	}
 	return out
-}
-
-var registerOnce sync.Once
-
-// Register makes a Gitleaks the redact package's detector; later calls
-// do nothing.
-func Register() {
-	registerOnce.Do(func() { redact.RegisterDetector(&Gitleaks{}) })
 }

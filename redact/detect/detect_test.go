@@ -16,10 +16,15 @@ const (
 	awsKey      = "AKIAZ7QW4RT2YU6IO3PL"
 )
 
-func TestMain(m *testing.M) {
-	Register()
-	Register() // a second call does nothing
-	m.Run()
+// gitleaks is the detector of the tests, one for all as in the command.
+var gitleaks = &Gitleaks{}
+
+// detectorIf returns gitleaks when on, else none.
+func detectorIf(on bool) redact.Detector {
+	if on {
+		return gitleaks
+	}
+	return nil
 }
 
 // TestWriterDetects writes output holding a GitHub token and an AWS key
@@ -34,7 +39,7 @@ func TestWriterDetects(t *testing.T) {
 		{false, text},
 	} {
 		var out bytes.Buffer
-		w := redact.New(nil, redact.Options{Detect: tc.detect}).Writer(&out)
+		w := redact.New(nil, redact.Options{Detector: detectorIf(tc.detect)}).Writer(&out)
 		for i := 0; i < len(text); i += 7 {
 			if _, err := w.Write([]byte(text[i:min(i+7, len(text))])); err != nil {
 				t.Fatal(err)
@@ -52,7 +57,7 @@ func TestWriterDetects(t *testing.T) {
 // TestStringDetectsAfterValues: known values are replaced first, under
 // their names, and the detector sees what is left.
 func TestStringDetectsAfterValues(t *testing.T) {
-	s := redact.New([]redact.Secret{{Name: "MY_TOKEN", Value: githubToken}}, redact.Options{Detect: true})
+	s := redact.New([]redact.Secret{{Name: "MY_TOKEN", Value: githubToken}}, redact.Options{Detector: gitleaks})
 	got := s.String("a " + githubToken + " b " + awsKey)
 	if want := "a [REDACTED:MY_TOKEN] b [REDACTED:aws-access-token]"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
@@ -63,7 +68,7 @@ func TestStringDetectsAfterValues(t *testing.T) {
 // newline comes.
 func TestLongLineBounded(t *testing.T) {
 	var out bytes.Buffer
-	w := redact.New(nil, redact.Options{Detect: true}).Writer(&out)
+	w := redact.New(nil, redact.Options{Detector: gitleaks}).Writer(&out)
 	if _, err := w.Write([]byte(strings.Repeat("x", redact.MaxLine+10))); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +88,7 @@ func BenchmarkWriter(b *testing.B) {
 			name = "values+detector"
 		}
 		b.Run(name, func(b *testing.B) {
-			s := redact.New([]redact.Secret{{Name: "T", Value: "s3cr3t-value-xyz"}}, redact.Options{Detect: detect})
+			s := redact.New([]redact.Secret{{Name: "T", Value: "s3cr3t-value-xyz"}}, redact.Options{Detector: detectorIf(detect)})
 			w := s.Writer(io.Discard)
 			b.SetBytes(int64(len(chunk)))
 			for range b.N {
@@ -119,7 +124,7 @@ func TestFindConcurrent(t *testing.T) {
 // TestGitleaksAllowStillRedacts: a "gitleaks:allow" comment on the line
 // does not keep a secret in the output.
 func TestGitleaksAllowStillRedacts(t *testing.T) {
-	s := redact.New(nil, redact.Options{Detect: true})
+	s := redact.New(nil, redact.Options{Detector: gitleaks})
 	got := s.String("token=" + githubToken + " # gitleaks:allow")
 	if want := "token=[REDACTED:github-pat] # gitleaks:allow"; got != want {
 		t.Errorf("String = %q, want %q", got, want)

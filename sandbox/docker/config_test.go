@@ -26,7 +26,7 @@ func TestContainerConfigHardening(t *testing.T) {
 	e := &Executor{instance: "i-test"}
 	p := testPolicy(t)
 	req := &sandbox.Request{Command: "true", Policy: p, Session: sandbox.Session{Cwd: "/srv/ws", TranscriptDir: "/srv/sessions/s1"}}
-	call, err := prepare.Call(req, nil, func(string) (string, bool) { return "", false })
+	call, err := prepare.Call(req, nil, func(string) (string, bool) { return "", false }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func PrepareSlot[S any](ctx context.Context, b Backend[S], req *sandbox.Request)
 	if err != nil {
 		return nil, nil, err
 	}
-	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv)
+	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv, cfg.Detector)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -347,7 +347,7 @@ func prepareCall[S any](ctx context.Context, b Backend[S], cfg Profile, req *san
 	if err != nil {
 		return Resolution{}, none, nil, err
 	}
-	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv)
+	sc, err := prepare.Call(req, tgt.ImageEnv, cfg.Getenv, cfg.Detector)
 	if err != nil {
 		return Resolution{}, none, nil, err
 	}

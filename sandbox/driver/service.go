@@ -6,14 +6,16 @@ import (
 	"os"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
 // Service is what every backend's executor takes from the service that
-// runs it, whatever the backend: its state directory, logger, environment
-// and kill grace. Each backend's Options embed it, as do backend.Config
-// (what a program opens a backend with) and Profile (what the driver runs
-// a backend's calls with). It is a plain value, safe to copy.
+// runs it, whatever the backend: its state directory, logger, environment,
+// kill grace and pattern detector. Each backend's Options embed it, as do
+// backend.Config (what a program opens a backend with) and Profile (what
+// the driver runs a backend's calls with). It is a plain value, safe to
+// copy.
 type Service struct {
 	// StateDir is an absolute directory owned by the service: spill files
 	// of calls without a session directory go to StateDir/spill, and a
@@ -30,6 +32,12 @@ type Service struct {
 	// KillGrace is how long a timed-out or cancelled call has between
 	// SIGTERM and SIGKILL; 0 means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
+	// Detector finds secrets by their shape in the output of calls whose
+	// policy sets RedactDetectors (redact.Options.Detector); the program
+	// builds it (cmd/dsh-sandbox: gitleaks's rules). Nil means none: such
+	// a policy's calls have only their known values redacted. It must be
+	// safe for concurrent use.
+	Detector redact.Detector
 }
 
 // WithDefaults returns s with the default of each field whose zero value

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/sandboxtest"
@@ -19,13 +20,16 @@ import (
 // per call, no isolation. It is all a new backend has to write; the
 // driver does the rest (validation, env, session directories, capture,
 // spill, redaction, supervision, exit decoding, cleanup, timings).
-type toy struct{ stateDir string }
+type toy struct {
+	stateDir string
+	detector redact.Detector // nil: none
+}
 
 // toyEnv is the toy's image environment (layer 1 of DESIGN §3.6).
 var toyEnv = []string{"HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin"}
 
 func (b *toy) Profile() driver.Profile {
-	return driver.Profile{Name: "local", Service: driver.Service{StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second}}
+	return driver.Profile{Name: "local", Service: driver.Service{StateDir: b.stateDir, Getenv: os.LookupEnv, KillGrace: time.Second, Detector: b.detector}}
 }
 
 func (b *toy) Resolve(_ context.Context, req *sandbox.Request) (driver.Resolution, struct{}, error) {

@@ -100,7 +100,7 @@ func newJobID() string {
 // Runner stay bounded by MaxLivePerOwner and TTL. req is copied; its
 // Stdout and Stderr, when set, still receive the output live.
 func (j *Runner) Start(ctx context.Context, owner string, req *sandbox.Request) (id string, err error) {
-	call, err := prepare.Call(req, nil, nil)
+	call, err := prepare.Call(req, nil, nil, nil)
 	if err != nil {
 		return "", err
 	}

@@ -322,7 +322,7 @@ func TestJobsRequestPassedOn(t *testing.T) {
 	// The deadline a backend applies is Prepare's Call.Timeout.
 	var deadline time.Duration
 	f := &fakeExecutor{run: func(ctx context.Context, req *sandbox.Request) (*sandbox.Result, error) {
-		c, err := prepare.Call(req, nil, nil)
+		c, err := prepare.Call(req, nil, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -364,7 +364,7 @@ func TestJobsRequestPassedOn(t *testing.T) {
 			if !got.Background || deadline != tt.wantDeadline {
 				t.Errorf("executor got Background %t and a deadline of %v, want a background call with %v", got.Background, deadline, tt.wantDeadline)
 			}
-			if fg, _ := prepare.Call(&orig, nil, nil); fg.Timeout == 0 {
+			if fg, _ := prepare.Call(&orig, nil, nil, nil); fg.Timeout == 0 {
 				t.Errorf("the same request in the foreground has no deadline")
 			}
 			if !sandbox.ValidCallID(got.CallID) {

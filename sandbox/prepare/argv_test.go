@@ -33,7 +33,7 @@ func TestPrepareArgvCase(t *testing.T) {
 	for _, tt := range tests {
 		req := calls.Request()
 		req.Command, req.Argv = tt.command, tt.argv
-		_, err := Call(req, nil, nil)
+		_, err := Call(req, nil, nil, nil)
 		switch {
 		case tt.mention == "" && err != nil:
 			t.Errorf("%s: Call(command %q, argv %q) = %v, want it valid", tt.name, tt.command, tt.argv, err)
@@ -44,7 +44,7 @@ func TestPrepareArgvCase(t *testing.T) {
 	// The other checks still run when argv is set.
 	req := calls.Request()
 	req.Command, req.Argv, req.TimeoutMs = "", []string{"true"}, -1
-	if _, err := Call(req, nil, nil); err == nil || !strings.Contains(err.Error(), "timeoutMs") {
+	if _, err := Call(req, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "timeoutMs") {
 		t.Errorf("Call(argv, timeoutMs -1) = %v, want an error naming timeoutMs", err)
 	}
 }

@@ -32,7 +32,7 @@ func TestPreparePaths(t *testing.T) {
 		return r
 	}
 	req := good()
-	call, err := Call(req, nil, nil)
+	call, err := Call(req, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPreparePaths(t *testing.T) {
 	for _, tt := range tests {
 		req := good()
 		tt.mutate(req)
-		call, err := Call(req, nil, nil)
+		call, err := Call(req, nil, nil, nil)
 		if err != nil {
 			t.Fatalf("Call(%s) = %v", tt.name, err)
 		}
@@ -105,7 +105,7 @@ func TestPreparePaths(t *testing.T) {
 	// call would read every session's transcript).
 	ro := good()
 	ro.Policy.Workspace, ro.Session.TranscriptDir = "ro", ws+"/sub/s"
-	if call, err := Call(ro, nil, nil); err != nil {
+	if call, err := Call(ro, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	} else if err := Paths(ro, call, 0); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "session.transcriptDir") {
 		t.Errorf("Paths(ro workspace holding the transcript dir) = %v, want ErrInvalid naming session.transcriptDir", err)
@@ -117,7 +117,7 @@ func TestPreparePaths(t *testing.T) {
 	} {
 		req := good()
 		mutate(req)
-		call, err := Call(req, nil, nil)
+		call, err := Call(req, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 		req.Policy.Transcript = transcript
 		req.Session.TranscriptDir = td
 		req.Session.Owner = harness
-		call, err := Call(req, nil, nil)
+		call, err := Call(req, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestPreparePathsExistingSessionDir(t *testing.T) {
 		req.Policy.Transcript = "ro"
 		req.Session.TranscriptDir = td
 		req.Session.Owner = sandbox.Owner{UID: 0, GID: 0, Set: true}
-		call, err := Call(req, nil, nil)
+		call, err := Call(req, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestPreparePathsOwnerCase(t *testing.T) {
 			req.Policy.Transcript = "ro"
 			req.Session.TranscriptDir = filepath.Join(base, "sessions", "proj", "s1")
 			req.Session.Owner = harness
-			call, err := Call(req, nil, nil)
+			call, err := Call(req, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

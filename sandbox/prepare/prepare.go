@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/childenv"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/hostpath"
@@ -36,7 +37,9 @@ const maxCallIDLen = 64
 // Policy.EnvInherit and Policy.RedactEnv; nil means empty). It does no
 // I/O apart from reading random bytes for a call id and the files of
 // Policy.RedactFiles, and is safe for concurrent use. The Call's Redact holds
-// the secrets of secrets.Redactor over the process's environment (os.Environ).
+// the secrets of secrets.Redactor over the process's environment (os.Environ)
+// and, under Policy.RedactDetectors, the pattern detector d (the
+// program's; nil means none).
 //
 // Errors wrap ErrInvalid and name the offending field: an empty command
 // (without argv) or one with a NUL byte; an argv set together with a
@@ -57,7 +60,7 @@ const maxCallIDLen = 64
 // childenv.Build of imageEnv; Policy.EnvInherit; Policy.EnvSet (sorted) then
 // Env as the ordinary layer; DSHEnv as the snapshot. DSH_* names in Env
 // and Policy.EnvSet are dropped, as the Request documents, not rejected.
-func Call(req *sandbox.Request, imageEnv []string, getenv func(string) (string, bool)) (*sandbox.Call, error) {
+func Call(req *sandbox.Request, imageEnv []string, getenv func(string) (string, bool), d redact.Detector) (*sandbox.Call, error) {
 	if req == nil {
 		return nil, sandbox.Errorf(sandbox.ErrInvalid, "sandbox: request is nil")
 	}
@@ -116,7 +119,7 @@ func Call(req *sandbox.Request, imageEnv []string, getenv func(string) (string, 
 		return nil, err
 	}
 	c.Env = env
-	if c.Redact, err = secrets.Redactor(req.Policy, os.Environ(), getenv); err != nil {
+	if c.Redact, err = secrets.Redactor(req.Policy, os.Environ(), getenv, d); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -56,7 +56,7 @@ func TestPrepareInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req := calls.Request()
 			tt.mutate(req)
-			c, err := Call(req, nil, nil)
+			c, err := Call(req, nil, nil, nil)
 			if !errors.Is(err, sandbox.ErrInvalid) {
 				t.Fatalf("Call(%s) = %+v, %v, want an error wrapping ErrInvalid", tt.name, c, err)
 			}
@@ -65,7 +65,7 @@ func TestPrepareInvalid(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Call(nil, nil, nil); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := Call(nil, nil, nil, nil); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("Call(nil) error = %v, want ErrInvalid", err)
 	}
 }
@@ -167,7 +167,7 @@ func TestPrepareResolve(t *testing.T) {
 			req := calls.Request()
 			tt.mutate(req)
 			c, err := Call(req, []string{"PATH=/bin", "HOME=/tmp"},
-				fixtures.MapEnv("LANG=C.UTF-8", "OPENAI_API_KEY=sk", "DSH_STALE=1"))
+				fixtures.MapEnv("LANG=C.UTF-8", "OPENAI_API_KEY=sk", "DSH_STALE=1"), nil)
 			if err != nil {
 				t.Fatalf("Call(%s) error: %v", tt.name, err)
 			}
@@ -182,7 +182,7 @@ func TestPrepareResolve(t *testing.T) {
 func TestPrepareRandomIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		c, err := Call(calls.Request(), nil, nil)
+		c, err := Call(calls.Request(), nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func BenchmarkPrepare(b *testing.B) {
 	req.DSHEnv = env.Snapshot
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Call(req, env.Base, env.Getenv); err != nil {
+		if _, err := Call(req, env.Base, env.Getenv, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -115,34 +115,39 @@ func CredentialValue(c sandbox.Credential, getenv func(string) (string, bool)) (
 	return v, nil
 }
 
-// Redactor compiles the Of of p, with their base64 forms and
-// the registered pattern detector (redact.RegisterDetector) when
+// Redactor compiles the Of of p, with their base64 forms and the pattern
+// detector d (the program's, redact.Options.Detector; nil: none) when
 // p.RedactDetectors is set; nil when there is nothing to redact. Errors
 // are those of Of.
-func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, bool)) (*redact.Set, error) {
+func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, bool), d redact.Detector) (*redact.Set, error) {
 	secrets, err := Of(p, environ, getenv)
 	if err != nil {
 		return nil, err
 	}
-	s := redact.New(secrets, redact.Options{Base64: p.RedactDetectors, Detect: p.RedactDetectors})
+	o := redact.Options{Base64: p.RedactDetectors}
+	if p.RedactDetectors {
+		o.Detector = d
+	}
+	s := redact.New(secrets, o)
 	if s.Len() == 0 {
 		return nil, nil
 	}
 	return s, nil
 }
 
-// RedactOutcome replaces the call's secrets (Redactor: the
-// service's secret-looking env, the policy's EnvSet and redact section)
+// RedactOutcome replaces the call's secrets (Redactor with the pattern
+// detector d: the service's secret-looking env, the policy's EnvSet and
+// redact section, what d finds)
 // in the free text of a call's outcome, the error and the egress hosts
 // and reasons, before a client, the CLI's output or the audit log sees it (the output was
 // redacted as it was captured). res is not changed: the result returned
 // is a copy. The error keeps its class and field. When the secrets cannot
 // be known, that text is left out.
-func RedactOutcome(p sandbox.Policy, res *sandbox.Result, err error) (*sandbox.Result, error) {
+func RedactOutcome(p sandbox.Policy, d redact.Detector, res *sandbox.Result, err error) (*sandbox.Result, error) {
 	if err == nil && (res == nil || len(res.Egress) == 0) {
 		return res, err
 	}
-	s, rerr := Redactor(p, os.Environ(), os.LookupEnv)
+	s, rerr := Redactor(p, os.Environ(), os.LookupEnv, d)
 	if res != nil && len(res.Egress) > 0 {
 		out := *res
 		out.Egress = nil

@@ -51,14 +51,14 @@ func TestCallSecretsCase(t *testing.T) {
 		t.Errorf("Of = %q, want %q", got, want)
 	}
 
-	s, err := Redactor(sandbox.Policy{RedactDetectors: true}, environ, getenv)
+	s, err := Redactor(sandbox.Policy{RedactDetectors: true}, environ, getenv, nil)
 	if err != nil || s == nil {
 		t.Fatalf("Redactor = %v, %v, want a set", s, err)
 	}
 	if out := s.String("token ghp_abcdef0123456789 and Z2hwX2FiY2RlZjAxMjM0NTY3ODk="); out != "token [REDACTED:GITHUB_TOKEN] and [REDACTED:GITHUB_TOKEN]" {
 		t.Errorf("Redactor with detectors redacts to %q", out)
 	}
-	if s, err := Redactor(sandbox.Policy{}, []string{"PATH=/bin"}, nil); s != nil || err != nil {
+	if s, err := Redactor(sandbox.Policy{}, []string{"PATH=/bin"}, nil, nil); s != nil || err != nil {
 		t.Errorf("Redactor with no secrets = %v, %v, want nil, nil", s, err)
 	}
 }
@@ -114,7 +114,7 @@ func TestCallSecretsCredentials(t *testing.T) {
 		{Name: "api", Host: "api.example.com", ValueEnv: "SVC_TOKEN"},
 		{Name: "git", Host: "git.example.com", ValueFile: file},
 	}}
-	s, err := Redactor(p, nil, getenv)
+	s, err := Redactor(p, nil, getenv, nil)
 	if err != nil || s == nil {
 		t.Fatalf("Redactor = %v, %v, want a set", s, err)
 	}
@@ -122,7 +122,7 @@ func TestCallSecretsCredentials(t *testing.T) {
 		t.Errorf("the redactor turns the credentials into %q", out)
 	}
 	p.Credentials[0].ValueEnv = "UNSET_TOKEN"
-	if _, err := Redactor(p, nil, getenv); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
+	if _, err := Redactor(p, nil, getenv, nil); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
 		t.Errorf("Redactor with an unset credential variable = %v, want an invalid-argument error naming the credential", err)
 	}
 }
