@@ -9,7 +9,7 @@ import (
 )
 
 // WithTerminal makes the spec's process run on a pseudo-terminal of the
-// runtime, size (or sandbox.DefaultWindowSize) at start. Apply it after
+// runtime, size (size.OrDefault()) at start. Apply it after
 // WithProcess, which resets Terminal.
 func WithTerminal(size sandbox.WindowSize) SpecOpt {
 	return func(s *specs.Spec) error {

@@ -12,8 +12,8 @@ import (
 // output, one stream with no separate stderr. A policy with DenyTTY
 // refuses it. It is a plain value; Resize is read by one call only.
 type Terminal struct {
-	// Size is the window size at start; a zero Rows or Cols means
-	// DefaultWindowSize.
+	// Size is the window size at start; a zero Rows or Cols means 24
+	// rows of 80 columns (WindowSize.OrDefault).
 	Size WindowSize
 	// Resize delivers later window sizes (SIGWINCH on the caller's
 	// terminal); nil means the size never changes. The backend reads it
@@ -27,14 +27,14 @@ type WindowSize struct {
 	Rows, Cols uint16
 }
 
-// DefaultWindowSize is the size of a Terminal that gives none: 24 rows of
-// 80 columns.
-var DefaultWindowSize = WindowSize{Rows: 24, Cols: 80}
+// defaultWindowSize is the size of a Terminal that gives none.
+var defaultWindowSize = WindowSize{Rows: 24, Cols: 80}
 
-// OrDefault returns s, or DefaultWindowSize when s has a zero dimension.
+// OrDefault returns s, or the size of a Terminal that gives none, 24 rows
+// of 80 columns, when s has a zero dimension.
 func (s WindowSize) OrDefault() WindowSize {
 	if s.Rows == 0 || s.Cols == 0 {
-		return DefaultWindowSize
+		return defaultWindowSize
 	}
 	return s
 }
@@ -46,7 +46,7 @@ const resizeTimeout = 5 * time.Second
 // KeepSize calls apply with t's start size, then with every size
 // t.Resize delivers, until done is closed (or Resize is closed); it
 // returns then. Each call gets ctx bounded by a few seconds, and a size
-// with a zero dimension is DefaultWindowSize. Errors of apply are
+// with a zero dimension is the default (OrDefault). Errors of apply are
 // ignored: a resize that fails leaves the old size, and the call goes
 // on. A nil t returns at once. Run it on its own goroutine once the
 // command has started.

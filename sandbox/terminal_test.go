@@ -9,9 +9,9 @@ import (
 
 func TestWindowSizeOrDefault(t *testing.T) {
 	tests := []struct{ in, want WindowSize }{
-		{WindowSize{}, DefaultWindowSize},
-		{WindowSize{Rows: 40}, DefaultWindowSize},
-		{WindowSize{Cols: 120}, DefaultWindowSize},
+		{WindowSize{}, defaultWindowSize},
+		{WindowSize{Rows: 40}, defaultWindowSize},
+		{WindowSize{Cols: 120}, defaultWindowSize},
 		{WindowSize{Rows: 40, Cols: 120}, WindowSize{Rows: 40, Cols: 120}},
 	}
 	for _, tt := range tests {
@@ -42,7 +42,7 @@ func TestKeepSize(t *testing.T) {
 		})
 		close(ended)
 	}()
-	for _, want := range []WindowSize{{Rows: 5, Cols: 6}, {Rows: 10, Cols: 20}, DefaultWindowSize} {
+	for _, want := range []WindowSize{{Rows: 5, Cols: 6}, {Rows: 10, Cols: 20}, defaultWindowSize} {
 		if s := <-got; s != want {
 			t.Errorf("KeepSize applied %+v, want %+v", s, want)
 		}

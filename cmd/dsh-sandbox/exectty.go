@@ -33,7 +33,7 @@ func execTTY(c *cli.Context, req *sandbox.Request) error {
 	}
 	size, err := console.Size(in)
 	if err != nil {
-		size = sandbox.DefaultWindowSize
+		size = sandbox.WindowSize{}.OrDefault()
 	}
 	req.StdinReader = in
 	req.Terminal = &sandbox.Terminal{Size: size}

@@ -32,7 +32,8 @@ type Pair struct {
 	Master, Slave *os.File
 }
 
-// Open opens a pair whose window is size (or sandbox.DefaultWindowSize).
+// Open opens a pair whose window is size (a zero dimension: the default,
+// sandbox.WindowSize.OrDefault).
 // With raw, the slave is put in raw mode: no echo, no line editing, no
 // signal keys, no output processing, so that a terminal behind it (the
 // runtime's copy of the container's own) sees every byte unchanged.
@@ -63,7 +64,7 @@ func Open(size sandbox.WindowSize, raw bool) (*Pair, error) {
 	return p, nil
 }
 
-// Resize sets the window size (or sandbox.DefaultWindowSize); the kernel
+// Resize sets the window size (size.OrDefault()); the kernel
 // sends SIGWINCH to the foreground process group of a session the slave
 // controls.
 func (p *Pair) Resize(size sandbox.WindowSize) error {

@@ -39,8 +39,8 @@ func TestOpenSizeAndResize(t *testing.T) {
 	if err := p.Resize(sandbox.WindowSize{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := Size(p.Slave); got != sandbox.DefaultWindowSize {
-		t.Errorf("Size after Resize(zero) = %+v, want %+v", got, sandbox.DefaultWindowSize)
+	if got, _ := Size(p.Slave); got != (sandbox.WindowSize{Rows: 24, Cols: 80}) {
+		t.Errorf("Size after Resize(zero) = %+v, want %+v", got, sandbox.WindowSize{Rows: 24, Cols: 80})
 	}
 }
 
