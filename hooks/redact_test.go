@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -42,5 +43,46 @@ func TestPlanRunRedactsPayload(t *testing.T) {
 	}
 	if len(r.reqs) != 0 || len(out.Hooks) != 1 || out.Decision != Block {
 		t.Errorf("with an unreadable redact file: %d hooks ran, outcome %+v, want none and a blocking result", len(r.reqs), out)
+	}
+}
+
+// tokDetector finds every word starting with "tok_".
+type tokDetector struct{}
+
+func (tokDetector) Find(text []byte) []redact.Finding {
+	var out []redact.Finding
+	for _, w := range strings.FieldsFunc(string(text), func(r rune) bool { return r == ' ' || r == '"' }) {
+		if strings.HasPrefix(w, "tok_") {
+			out = append(out, redact.Finding{Rule: "tok", Secret: w})
+		}
+	}
+	return out
+}
+
+// TestPlanRunDetectorRedactsPayload: under a policy with
+// RedactDetectors, what RunOptions.Detector finds in the payload does not
+// reach the hook's stdin; without it, the payload is as it was.
+func TestPlanRunDetectorRedactsPayload(t *testing.T) {
+	zero := 0
+	p := &Dispatch{
+		Event:       Event{Name: PreToolUse},
+		Stdin:       []byte(`{"tool_input":{"command":"echo tok_0123456789"}}`),
+		Invocations: []Invocation{{Hook: Hook{Command: "check", Timeout: time.Second, Place: "hooks.PreToolUse[0].hooks[0]"}}},
+	}
+	for _, tc := range []struct {
+		detectors bool
+		want      string
+	}{{true, `{"tool_input":{"command":"echo [REDACTED:tok]"}}`}, {false, string(p.Stdin)}} {
+		r := &recordingRunner{answers: map[string]*sandbox.Result{"check": {ExitCode: &zero}}}
+		pol := sandbox.Policy{Name: "p", Backend: "local", RedactDetectors: tc.detectors}
+		if _, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: pol, Detector: tokDetector{}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.reqs) != 1 {
+			t.Fatalf("RedactDetectors %v: ran %d hooks, want 1", tc.detectors, len(r.reqs))
+		}
+		if got := string(r.reqs[0].Stdin); got != tc.want {
+			t.Errorf("RedactDetectors %v: hook stdin %q, want %q", tc.detectors, got, tc.want)
+		}
 	}
 }
