@@ -13,6 +13,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -107,5 +108,50 @@ func TestServerRedactsOutcome(t *testing.T) {
 	}
 	if strings.Contains(string(log), egressSecret) || strings.Count(string(log), marker) < 6 {
 		t.Errorf("audit log = %s, want markers and not the secret", log)
+	}
+}
+
+// tokDetector finds every word starting with "tok_".
+type tokDetector struct{}
+
+func (tokDetector) Find(text []byte) []redact.Finding {
+	var out []redact.Finding
+	for _, w := range strings.Fields(string(text)) {
+		if strings.HasPrefix(w, "tok_") {
+			out = append(out, redact.Finding{Rule: "tok", Secret: w})
+		}
+	}
+	return out
+}
+
+// tokExec fails every call with an error naming a token of tokDetector's
+// shape.
+type tokExec struct{}
+
+func (tokExec) Run(context.Context, *sandbox.Request) (*sandbox.Result, error) {
+	return nil, sandbox.Errorf(sandbox.ErrUnavailable, "failed near tok_0123456789 here")
+}
+
+// TestServerDetectorRedactsOutcome: Options.Detector also redacts the
+// outcome of a call whose policy sets redact.detectors, and of no other.
+func TestServerDetectorRedactsOutcome(t *testing.T) {
+	p, _ := policy.Builtin(policy.WorkspaceWrite)
+	p.Name, p.RedactDetectors = "detecting", true
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, &fakeExec{}, func(o *api.Options) {
+		o.Executor, o.Detector = tokExec{}, tokDetector{}
+		o.Policies[p.Name] = p
+	})
+	for _, tc := range []struct{ policy, want string }{
+		{"detecting", "failed near [REDACTED:tok] here"},
+		{policy.WorkspaceWrite, "failed near tok_0123456789 here"},
+	} {
+		_, err := f.cl.Run(context.Background(), types.RunRequest{Policy: tc.policy, Command: "true", Cwd: f.work})
+		if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run under %s = %v, want ErrUnavailable saying %q", tc.policy, err, tc.want)
+		}
 	}
 }
