@@ -75,7 +75,26 @@ die() {
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
-alive() { [ -s "$dir/pids/$1" ] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+# started_at PID: the process's start time in clock ticks since boot
+# (field 22 of /proc/PID/stat), which tells it from a later process that
+# was given the same PID; nothing when PID is gone or a zombie.
+started_at() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	# shellcheck disable=SC2086
+	set -- ${stat##*) }
+	[ "$1" != Z ] || return 1
+	echo "${20}"
+}
+# pid_of NAME: the PID in NAME's pid file when that process still runs
+# and is the one launch started (same start time); nothing otherwise.
+pid_of() {
+	local pid start
+	[ -s "$dir/pids/$1" ] || return 1
+	read -r pid start <"$dir/pids/$1" || [ -n "$pid" ] || return 1
+	[ -n "$start" ] && [ "$(started_at "$pid")" = "$start" ] && echo "$pid"
+}
+alive() { pid_of "$1" >/dev/null; }
 
 wait_for() {
 	local what=$1
@@ -166,7 +185,7 @@ launch() {
 	local name=$1
 	shift
 	setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
-	echo $! >"$dir/pids/$name"
+	echo "$! $(started_at $!)" >"$dir/pids/$name"
 }
 
 pki() {
@@ -390,7 +409,14 @@ start() {
 		print_env
 		return 0
 	fi
-	[ -e "$dir" ] && die "$dir exists but its cluster does not run: run scripts/kube.sh stop first"
+	if [ -e "$dir" ]; then
+		# Left by a run that was killed before its stop (a session or CI
+		# job that ended with the cluster up): its processes are gone or
+		# half gone, its mounts, cgroups, bridge and rules remain.
+		log "$dir is left from a cluster that no longer runs; cleaning it up first"
+		stop
+		[ -e "$dir" ] && die "cannot clean up $dir (see above); not starting over it"
+	fi
 	build
 	install_packages
 	local t0 t1
@@ -451,9 +477,9 @@ start() {
 # GRACE seconds (default 10).
 stop_pid() {
 	local name=$1 grace=${2:-10} pid i
-	[ -s "$dir/pids/$name" ] || return 0
-	pid=$(cat "$dir/pids/$name")
-	if kill -0 "$pid" 2>/dev/null; then
+	# Only the process launch started: a PID file left by a run that was
+	# killed may name a PID that is someone else's by now.
+	if pid=$(pid_of "$name"); then
 		kill -TERM "$pid" 2>/dev/null || true
 		for ((i = 0; i < grace * 10; i++)); do
 			kill -0 "$pid" 2>/dev/null || break

@@ -25,7 +25,9 @@ echo "== daemons"
 # containerd for the docker and containerd backend tests; stopped again at
 # the end, whatever happens (only what daemons.sh started).
 trap 'scripts/daemons.sh stop' EXIT
-eval "$(scripts/daemons.sh start)"
+# Assigned first: `eval "$(cmd)"` would go on after a failed start.
+daemons_env=$(scripts/daemons.sh start)
+eval "$daemons_env"
 
 echo "== kubernetes test cluster"
 # A real single-node cluster (scripts/kube.sh: Kubernetes built from the
@@ -38,7 +40,8 @@ if ! scripts/kube.sh status; then
 	kube_started=1
 fi
 trap '[ "$kube_started" = 1 ] && scripts/kube.sh stop; scripts/daemons.sh stop' EXIT
-eval "$(scripts/kube.sh start)"
+kube_env=$(scripts/kube.sh start)
+eval "$kube_env"
 
 echo "== go test -race (every package, the backends against real runtimes and daemons)"
 # TestHostMemoryBounded measures the host process's resident set, which

@@ -22,7 +22,7 @@ var backends = newBackends(
 )
 
 // backendOptions are the settings of the backend name that come from
-// global flags, as that backend's own Options (backend.Config.Options);
+// the command's daemon flags (daemonflags.go), as that backend's own Options (backend.Config.Options);
 // nil for a backend that has none.
 func (s *settings) backendOptions(name sandbox.Backend) any {
 	switch name {
