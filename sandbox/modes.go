@@ -10,9 +10,9 @@ import (
 
 // The enumerated settings of a Policy are named string types: each is
 // spelled in policy files, JSON and digests exactly as its constant's
-// value, is checked once where it enters (its Parse function, or
-// policy.Validate for a whole policy) and is compared through its methods
-// rather than as a literal string.
+// value, is checked once where it enters (policy.Validate, with its Valid
+// method) and is compared through its methods rather than as a literal
+// string.
 
 // WorkspaceMode says whether and how a call sees its session's workspace
 // (Session.Cwd), at the same path. The zero value is not valid.
@@ -39,12 +39,6 @@ func (m WorkspaceMode) Mounted() bool { return m == WorkspaceRW || m == Workspac
 // Writable reports whether m mounts the workspace read-write.
 func (m WorkspaceMode) Writable() bool { return m == WorkspaceRW }
 
-// ParseWorkspaceMode returns s as a workspace mode; anything but
-// WorkspaceModes is an error wrapping ErrInvalid.
-func ParseWorkspaceMode(s string) (WorkspaceMode, error) {
-	return parseEnum("workspace", s, WorkspaceModes)
-}
-
 // TranscriptMode says whether a call sees its session directory
 // (Session.TranscriptDir), read-only at the same path. The zero value is
 // not valid.
@@ -64,12 +58,6 @@ func (m TranscriptMode) Valid() bool { return slices.Contains(TranscriptModes, m
 
 // Mounted reports whether m mounts the session directory (read-only).
 func (m TranscriptMode) Mounted() bool { return m == TranscriptRO }
-
-// ParseTranscriptMode returns s as a transcript mode; anything but
-// TranscriptModes is an error wrapping ErrInvalid.
-func ParseTranscriptMode(s string) (TranscriptMode, error) {
-	return parseEnum("transcript", s, TranscriptModes)
-}
 
 // NetworkMode is the network a call has. The zero value is not valid.
 type NetworkMode string
@@ -93,12 +81,6 @@ func (m NetworkMode) Valid() bool { return slices.Contains(NetworkModes, m) }
 // Rank orders network modes by what they allow: 0 for none, 1 for
 // loopback, 2 for allowlist; -1 for an invalid mode.
 func (m NetworkMode) Rank() int { return slices.Index(NetworkModes, m) }
-
-// ParseNetworkMode returns s as a network mode; anything but NetworkModes
-// is an error wrapping ErrInvalid.
-func ParseNetworkMode(s string) (NetworkMode, error) {
-	return parseEnum("network", s, NetworkModes)
-}
 
 // Backend names the backend that runs a call. The zero value is not
 // valid. Which names are backends is the program's choice: a policy may
@@ -133,10 +115,6 @@ var Runtimes = []Runtime{RuntimeRunc, RuntimeCrun, RuntimeRunsc}
 
 // Valid reports whether r is one of Runtimes.
 func (r Runtime) Valid() bool { return slices.Contains(Runtimes, r) }
-
-// ParseRuntime returns s as a runtime; anything but Runtimes is an error
-// wrapping ErrInvalid.
-func ParseRuntime(s string) (Runtime, error) { return parseEnum("runtime", s, Runtimes) }
 
 // User is the policy's user: UserAuto, UserHostRoot or "uid:gid" with
 // decimal ids (policy.ResolveUser reads it). The zero value is not valid.
@@ -177,15 +155,6 @@ func (u User) Valid() bool {
 	return err == nil
 }
 
-// ParseUser returns s as a user; one that IDs refuses is an error
-// wrapping ErrInvalid.
-func ParseUser(s string) (User, error) {
-	if _, _, _, err := User(s).IDs(); err != nil {
-		return "", Errorf(ErrInvalid, "sandbox: user: %v", err)
-	}
-	return User(s), nil
-}
-
 // parseID reads a decimal id below 4294967295.
 func parseID(s string) (uint32, error) {
 	if s == "" || strings.Trim(s, "0123456789") != "" {
@@ -203,15 +172,6 @@ func (u User) Auto() bool { return u == UserAuto }
 
 // HostRoot reports whether u is UserHostRoot.
 func (u User) HostRoot() bool { return u == UserHostRoot }
-
-// parseEnum returns s as a T when it is one of all, else an error
-// wrapping ErrInvalid that names field and lists all.
-func parseEnum[T ~string](field, s string, all []T) (T, error) {
-	if slices.Contains(all, T(s)) {
-		return T(s), nil
-	}
-	return "", Errorf(ErrInvalid, "sandbox: %s %q is not allowed; want one of %s", field, s, JoinModes(all, ", "))
-}
 
 // JoinModes lists modes separated by sep, for messages: "rw, ro, none".
 func JoinModes[T ~string](modes []T, sep string) string {
