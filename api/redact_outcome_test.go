@@ -12,8 +12,8 @@ import (
 
 	"github.com/dsh-sandbox/dsh-sandbox/api"
 	"github.com/dsh-sandbox/dsh-sandbox/api/types"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
-	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -111,20 +111,7 @@ func TestServerRedactsOutcome(t *testing.T) {
 	}
 }
 
-// tokDetector finds every word starting with "tok_".
-type tokDetector struct{}
-
-func (tokDetector) Find(text []byte) []redact.Finding {
-	var out []redact.Finding
-	for _, w := range strings.Fields(string(text)) {
-		if strings.HasPrefix(w, "tok_") {
-			out = append(out, redact.Finding{Rule: "tok", Secret: w})
-		}
-	}
-	return out
-}
-
-// tokExec fails every call with an error naming a token of tokDetector's
+// tokExec fails every call with an error naming a token of calls.Detector's
 // shape.
 type tokExec struct{}
 
@@ -142,7 +129,7 @@ func TestServerDetectorRedactsOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, &fakeExec{}, func(o *api.Options) {
-		o.Executor, o.Detector = tokExec{}, tokDetector{}
+		o.Executor, o.Detector = tokExec{}, calls.Detector{}
 		o.Policies[p.Name] = p
 	})
 	for _, tc := range []struct{ policy, want string }{

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
 
@@ -46,19 +46,6 @@ func TestPlanRunRedactsPayload(t *testing.T) {
 	}
 }
 
-// tokDetector finds every word starting with "tok_".
-type tokDetector struct{}
-
-func (tokDetector) Find(text []byte) []redact.Finding {
-	var out []redact.Finding
-	for _, w := range strings.FieldsFunc(string(text), func(r rune) bool { return r == ' ' || r == '"' }) {
-		if strings.HasPrefix(w, "tok_") {
-			out = append(out, redact.Finding{Rule: "tok", Secret: w})
-		}
-	}
-	return out
-}
-
 // TestPlanRunDetectorRedactsPayload: under a policy with
 // RedactDetectors, what RunOptions.Detector finds in the payload does not
 // reach the hook's stdin; without it, the payload is as it was.
@@ -75,7 +62,7 @@ func TestPlanRunDetectorRedactsPayload(t *testing.T) {
 	}{{true, `{"tool_input":{"command":"echo [REDACTED:tok]"}}`}, {false, string(p.Stdin)}} {
 		r := &recordingRunner{answers: map[string]*sandbox.Result{"check": {ExitCode: &zero}}}
 		pol := sandbox.Policy{Name: "p", Backend: "local", RedactDetectors: tc.detectors}
-		if _, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: pol, Detector: tokDetector{}}); err != nil {
+		if _, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: pol, Detector: calls.Detector{}}); err != nil {
 			t.Fatal(err)
 		}
 		if len(r.reqs) != 1 {

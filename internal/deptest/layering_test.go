@@ -72,7 +72,7 @@ var allowed = map[string][]string{
 	"interop/...":             {"*"},
 	"internal/deptest":        {},
 	"internal/fixtures":       {},
-	"internal/fixtures/calls": {"sandbox"},
+	"internal/fixtures/calls": {"sandbox", "redact"},
 	"internal/logbridge":      {},
 	"internal/safefile":       {},
 }

@@ -3,25 +3,11 @@ package driver_test
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"testing"
 
-	"github.com/dsh-sandbox/dsh-sandbox/redact"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
-
-// tokDetector finds every word starting with "tok_".
-type tokDetector struct{}
-
-func (tokDetector) Find(text []byte) []redact.Finding {
-	var out []redact.Finding
-	for _, w := range strings.Fields(string(text)) {
-		if strings.HasPrefix(w, "tok_") {
-			out = append(out, redact.Finding{Rule: "tok", Secret: w})
-		}
-	}
-	return out
-}
 
 // TestServiceDetector: the detector of the backend's driver.Service
 // redacts the output of a call whose policy sets RedactDetectors, and of
@@ -30,7 +16,7 @@ func TestServiceDetector(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skipf("bash is not installed: %v", err)
 	}
-	ex := toyExecutor{&toy{stateDir: t.TempDir(), detector: tokDetector{}}}
+	ex := toyExecutor{&toy{stateDir: t.TempDir(), detector: calls.Detector{}}}
 	for _, tc := range []struct {
 		detectors bool
 		want      string
