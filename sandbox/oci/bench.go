@@ -99,7 +99,7 @@ func benchBundle(cu *driver.Cleanup, rt *runtimeCLI, layout cgroupLayout, stateD
 	cu.Add("container", func(ctx context.Context) error {
 		err := errors.Join(rt.remove(ctx, id), removeCgroupDirs(ctx, layout.dirsFor(cgPath)))
 		for _, d := range layout.dirsFor("/" + cgroupParent + "/" + tag) {
-			removeEmptyParents(d, cgroupParent)
+			removeEmptyParents(d, tag) // not cgroupParent: see Executor.release
 		}
 		return err
 	})

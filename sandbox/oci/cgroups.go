@@ -361,7 +361,7 @@ func (l cgroupLayout) prepareOOMAccounting(p string, spec *specs.Spec) (*oomWatc
 	if dir == "" {
 		return nil, nil // no memory hierarchy: the runtime has none to limit either
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirCgroup(dir); err != nil {
 		return nil, fmt.Errorf("memory cgroup %s: %w", dir, err)
 	}
 	limit := strconv.FormatInt(*mem.Limit, 10)
@@ -383,6 +383,20 @@ func (l cgroupLayout) prepareOOMAccounting(p string, spec *specs.Spec) (*oomWatc
 		return nil, fmt.Errorf("memory cgroup %s: %w", dir, err)
 	}
 	return w, nil
+}
+
+// mkdirCgroup creates the cgroup directory dir and its parents. A parent
+// that vanishes meanwhile (Reap removing the empty cgroupParent between
+// two of MkdirAll's steps) is made again, a few times: once dir exists,
+// its parents are not empty and stay.
+func mkdirCgroup(dir string) error {
+	var err error
+	for range 20 {
+		if err = os.MkdirAll(dir, 0o755); !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
 
 // writeCgroupFile writes value to an existing cgroup file (a cgroup

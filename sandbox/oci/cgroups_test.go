@@ -1,8 +1,13 @@
 package oci
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseCgroupMountinfoCases(t *testing.T) {
@@ -107,4 +112,53 @@ func TestCgroupsPathShape(t *testing.T) {
 	if got, want := cgroupsPath("i-1", "call-2"), "/dsh-sandbox/i-1/call-2"; got != want {
 		t.Errorf("cgroupsPath(%q, %q) = %q, want %q", "i-1", "call-2", got, want)
 	}
+}
+
+// TestMkdirCgroupParentRemovedMeanwhile: while another process removes
+// the shared parent whenever it is empty (as Reap does, here every few
+// microseconds), mkdirCgroup still makes the first call's directory of an
+// instance each time; plain MkdirAll is the variant that loses the race.
+func TestMkdirCgroupParentRemovedMeanwhile(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), cgroupParent)
+	inst := filepath.Join(parent, "i-test")
+	call := filepath.Join(inst, "call-1")
+	race := func(mkdir func(string) error) (failures, removals int, first error) {
+		stop := make(chan struct{})
+		done := make(chan int)
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				if syscall.Rmdir(parent) == nil {
+					n++
+				}
+				time.Sleep(20 * time.Microsecond)
+			}
+		}()
+		for range 2000 {
+			if err := mkdir(call); err != nil {
+				if failures == 0 {
+					first = err
+				}
+				failures++
+				continue
+			}
+			if err := errors.Join(syscall.Rmdir(call), syscall.Rmdir(inst)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(stop)
+		return failures, <-done, first
+	}
+	plain := func(dir string) error { return os.MkdirAll(dir, 0o755) }
+	if failures, removals, err := race(mkdirCgroup); failures != 0 || removals == 0 {
+		t.Errorf("mkdirCgroup: %d of 2000 failed (first: %v) while the parent was removed %d times, want none failed (and some removals)", failures, err, removals)
+	}
+	failures, removals, err := race(plain)
+	t.Logf("plain MkdirAll: %d of 2000 failed (first: %v), the parent removed %d times", failures, err, removals)
 }

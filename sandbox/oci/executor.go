@@ -189,7 +189,7 @@ func (e *Executor) PoolSize() pool.Size {
 func (e *Executor) Runtime() string { return e.rt.name }
 
 // Close waits for running calls, then releases the instance lock, the
-// crun mount namespace and the instance's (now empty) cgroup parents.
+// crun mount namespace and the instance's (now empty) cgroup directories.
 // Runs after Close fail with sandbox.ErrUnavailable. Close is idempotent.
 func (e *Executor) Close() error { return e.gate.Close(e.release) }
 
@@ -208,7 +208,10 @@ func (e *Executor) release() error {
 	}
 	leftover := false
 	for _, d := range e.layout.dirsFor("/" + cgroupParent + "/" + e.instance) {
-		removeEmptyParents(d, cgroupParent)
+		// The instance's own directory only: the shared cgroupParent may
+		// be empty for a moment while another instance creates its first
+		// call's cgroup below it (Reap removes it when empty).
+		removeEmptyParents(d, e.instance)
 		if _, err := os.Stat(d); err == nil {
 			leftover = true
 		}
