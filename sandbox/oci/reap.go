@@ -21,10 +21,13 @@ import (
 const unmarkedBundleAge = 10 * time.Minute
 
 // unmarkedBundleSettle is how old a bundle without a marker must be
-// before Reap removes it even when no instance can be making it: the
-// marker follows the directory at once, so only a crash leaves one
-// older, and a slot being prepared in the background that the lock
-// check cannot see is given time too.
+// before the Reap of an executor with a warm pool removes it when no
+// other instance can be making it: the marker follows the directory at
+// once, so only a crash leaves one older, and a slot the pool is
+// preparing in the background (which the executor's gate does not hold
+// back) is given time. An executor without a pool that is alone on the
+// state directory makes no bundle while it reaps, so it waits for none
+// (`dsh-sandbox reap` right after a crash removes them all).
 const unmarkedBundleSettle = 5 * time.Second
 
 // cgroupReapWait bounds the wait for one busy cgroup directory during Reap.
@@ -145,9 +148,9 @@ func (e *Executor) reapContainer(ctx context.Context, s *reap.Sweep, inst, id st
 // with a torn one (an instance died between making it and writing the
 // marker), belongs to no
 // known instance: it goes when no instance can be making it right now
-// (alone: no other live instance, no call of this one) and it is older
-// than unmarkedBundleSettle, or else once it is older than
-// unmarkedBundleAge.
+// (alone: no other live instance, no call of this one) at once, or after
+// unmarkedBundleSettle when this executor's pool may be preparing a
+// slot, or else once it is older than unmarkedBundleAge.
 func (e *Executor) reapBundles(ctx context.Context, s *reap.Sweep, foreign func() bool, alone bool) {
 	entries, err := os.ReadDir(e.bundlesDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -181,8 +184,14 @@ func (e *Executor) leftoverBundle(s *reap.Sweep, dir string, foreign func() bool
 		if err != nil {
 			return m, false // removed since it was listed
 		}
-		age := time.Since(fi.ModTime())
-		if age < unmarkedBundleSettle || (!alone && age < unmarkedBundleAge) {
+		wait := unmarkedBundleAge
+		switch {
+		case alone && e.warm == nil:
+			wait = 0
+		case alone:
+			wait = unmarkedBundleSettle
+		}
+		if time.Since(fi.ModTime()) < wait {
 			return m, false
 		}
 		return marker{Container: filepath.Base(dir)}, true

@@ -18,6 +18,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
+	"github.com/dsh-sandbox/dsh-sandbox/sandbox/pool"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/reap"
 	"golang.org/x/sys/unix"
 )
@@ -394,8 +395,9 @@ func TestReapSpillOfDeadCall(t *testing.T) {
 
 // TestReapUnmarkedBundles: a bundle an instance made and died before its
 // marker was written (none, or a torn one) is young; while another live
-// instance could be making it right now it stays, and once the reaper
-// is alone on the state directory it goes.
+// instance could be making it right now it stays; a reaper alone on the
+// state directory with a warm pool (which may be preparing one) waits
+// for unmarkedBundleSettle, one without a pool removes it at once.
 func TestReapUnmarkedBundles(t *testing.T) {
 	requireRuntime(t, RuntimeRunc)
 	state := testStateDir(t)
@@ -403,17 +405,44 @@ func TestReapUnmarkedBundles(t *testing.T) {
 	defer e.Close()
 	bare := filepath.Join(e.bundlesDir(), "call-00000000000000000000000a")
 	torn := filepath.Join(e.bundlesDir(), "call-00000000000000000000000b")
-	for _, d := range []string{bare, torn} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+	unmarked := func() {
+		t.Helper()
+		for _, d := range []string{bare, torn} {
+			if err := os.MkdirAll(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(torn, bundleMarker), []byte(`{"instance":"i-`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(torn, bundleMarker), []byte(`{"instance":"i-`), 0o600); err != nil {
+	removed := func(what string, rep reap.Report, err error) {
+		t.Helper()
+		if err != nil || !slices.Equal(rep.Bundles, []string{bare, torn}) {
+			t.Errorf("Reap() %s = %+v, %v; want bundles %q and %q", what, rep, err, bare, torn)
+		}
+		for _, d := range []string{bare, torn} {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Errorf("%s after Reap %s: %v, want removed", d, what, err)
+			}
+		}
+	}
+	unmarked()
+
+	pooled, err := New(Options{Runtime: RuntimeRunc, Service: driver.Service{StateDir: state, Logger: testLogger(t)}, Pool: &pool.Options{}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Just made: not even a reaper alone touches them.
+	defer pooled.Close()
 	if rep, err := e.Reap(t.Context()); err != nil || len(rep.Bundles) != 0 {
-		t.Errorf("Reap() of bundles made just now = %+v, %v; want them kept", rep, err)
+		t.Errorf("Reap() with another live instance = %+v, %v; want the young unmarked bundles kept", rep, err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Alone, but with a pool: just made, so they stay for now.
+	if rep, err := pooled.Reap(t.Context()); err != nil || len(rep.Bundles) != 0 {
+		t.Errorf("Reap() alone with a pool, of bundles made just now = %+v, %v; want them kept", rep, err)
 	}
 	settled := time.Now().Add(-2 * unmarkedBundleSettle)
 	for _, d := range []string{bare, torn} {
@@ -421,24 +450,18 @@ func TestReapUnmarkedBundles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
-	other := newRuncExecutor(t, state)
-	rep, err := e.Reap(t.Context())
-	if err != nil || len(rep.Bundles) != 0 {
-		t.Errorf("Reap() with another live instance = %+v, %v; want the young unmarked bundles kept", rep, err)
-	}
-	if err := other.Close(); err != nil {
+	rep, err := pooled.Reap(t.Context())
+	removed("alone with a pool, once settled", rep, err)
+	if err := pooled.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = e.Reap(t.Context())
-	if err != nil || !slices.Equal(rep.Bundles, []string{bare, torn}) {
-		t.Errorf("Reap() alone = %+v, %v; want bundles %q and %q", rep, err, bare, torn)
-	}
-	for _, d := range []string{bare, torn} {
-		if _, err := os.Stat(d); !os.IsNotExist(err) {
-			t.Errorf("%s after Reap alone: %v, want removed", d, err)
-		}
-	}
+
+	// Alone without a pool: nothing can be making them, so they go at once.
+	unmarked()
+	plain := newRuncExecutor(t, state)
+	defer plain.Close()
+	rep, err = plain.Reap(t.Context())
+	removed("alone without a pool, made just now", rep, err)
 }
 
 // TestReapBundleRemovalCutShort: a bundle whose removal stopped half way
