@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,13 +86,42 @@ func run() int {
 	return awaitCommand(ctl, pid, chld, expired)
 }
 
+// spareThreads is how many idle OS threads the stub keeps from its
+// start (reserveThreads).
+const spareThreads = 4
+
+// reserveThreads makes the Go runtime start n more OS threads now, which
+// then stay idle in its pool: when the command has used up the call's
+// task limit, a runtime that wants one more thread (to run a goroutine
+// while another waits in a system call) takes an idle one instead of
+// failing to create it, which is fatal ("failed to create new OS
+// thread", seen on docker under limits.pids). Each goroutine holds its
+// own thread (LockOSThread) until all n have one, then lets it go back
+// to the pool.
+func reserveThreads(n int) {
+	var started, release sync.WaitGroup
+	release.Add(1)
+	for range n {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	started.Wait()
+	release.Done()
+}
+
 // prepareStub sets up the stub's own process before anything else: one
-// processor, not dumpable, every inherited descriptor past stdio
+// processor, spare threads, not dumpable, every inherited descriptor past stdio
 // close-on-exec, and the signals meant for the command kept from it.
 func prepareStub() {
 	// One processor: the stub's goroutines mostly wait, and the runtime
 	// then starts no threads to run them in parallel.
 	runtime.GOMAXPROCS(1)
+	reserveThreads(spareThreads)
 	// Nobody in the container may read this process through /proc or
 	// ptrace it: not its memory, descriptors or environment.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -281,5 +282,37 @@ func BenchmarkStubStart(b *testing.B) {
 		}
 		cmd.Wait()
 		ours.Close()
+	}
+}
+
+// TestReserveThreadsKept: after reserveThreads the process has at least
+// that many threads beside the one running the test, and still has them
+// a moment later (the runtime keeps idle threads; it does not end them).
+func TestReserveThreadsKept(t *testing.T) {
+	threads := func() int {
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatal("no Threads line in /proc/self/status")
+		return 0
+	}
+	const n = 12 // more than the test binary starts on its own
+	before := threads()
+	reserveThreads(n)
+	after := threads()
+	time.Sleep(100 * time.Millisecond)
+	later := threads()
+	if after < n+1 || later < after {
+		t.Errorf("threads: %d before, %d after reserveThreads(%d), %d a moment later; want at least %d, kept", before, after, n, later, n+1)
 	}
 }

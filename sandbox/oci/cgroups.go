@@ -197,7 +197,8 @@ func (l cgroupLayout) controllerDir(p, controller string) string {
 
 // stubTaskReserve is how many tasks above the call's limit the container
 // of a stub may hold until Bind: room for the stub's own threads (a Go
-// program's; 7 or 8 of them measured when it reports Ready).
+// program's: 7 or 8 measured when it reports Ready, before it kept
+// spareThreads idle ones, so about 12 now).
 const stubTaskReserve = 32
 
 // reserveStubTasks raises the task limit of spec, the spec of a stub's
