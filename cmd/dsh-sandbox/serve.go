@@ -526,29 +526,41 @@ func (r *executorRouter) poolSize() pool.Size {
 
 // reapAll creates the executor of every policy's backend that reaps and
 // removes what dead instances left; it returns how many objects it
-// removed. A backend without a daemon (an OCI runtime) that cannot be
-// used is an error; a daemon that does not answer is a warning (its
-// policies fail with "unavailable" until it does).
+// removed. A backend that is unavailable here (a daemon that does not
+// answer, an OCI runtime that is not installed) is a warning: its
+// policies' calls fail with "unavailable". Any other error, or no usable
+// backend at all, is an error.
 func (r *executorRouter) reapAll(ctx context.Context, policies map[string]sandbox.Policy) (int, error) {
-	n := 0
+	n, opened := 0, 0
+	var unusable error
 	for _, p := range policies {
 		d, known := backends.Lookup(p.Backend)
 		if known && !d.Reaps {
+			opened++
 			continue
 		}
 		ex, err := r.get(p)
 		if err != nil {
-			if !known || d.Needs.Daemon == nil {
+			// A backend that is missing here (a daemon down, a runtime not
+			// installed: serve in a Kubernetes pod runs no runc) leaves its
+			// policies' calls failing as unavailable; anything else, or no
+			// usable backend at all, stops the service.
+			if !known || !errors.Is(err, sandbox.ErrUnavailable) && d.Needs.Daemon == nil {
 				return n, err
 			}
+			unusable = err
 			r.s.log.Warn().Err(err).Str("backend", string(p.Backend)).Str("policy", p.Name).Msg("backend not usable at start-up; its calls fail until it is")
 			continue
 		}
+		opened++
 		rep, err := reapExecutor(ctx, ex)
 		n += rep.Removed()
 		if err != nil {
 			r.s.log.Warn().Err(err).Str("backend", string(p.Backend)).Str("runtime", string(p.Runtime)).Msg("reaping leftovers of earlier instances failed")
 		}
+	}
+	if opened == 0 && unusable != nil {
+		return n, fmt.Errorf("no backend of the service's policies is usable: %w", unusable)
 	}
 	return n, nil
 }
