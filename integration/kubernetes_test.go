@@ -19,10 +19,8 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -503,43 +501,7 @@ func TestKubernetesRBAC(t *testing.T) {
 	e := newEnv(t)
 	importKube(t, k)
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join("..", "contrib", "kubernetes", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		if err != nil {
-			t.Fatalf("contrib/kubernetes/rbac.yaml: %v", err)
-		}
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			if o.Name != k.namespace {
-				t.Fatalf("rbac.yaml's namespace %q is not the test cluster's %q", o.Name, k.namespace)
-			}
-			continue // scripts/kube.sh made it
-		case *corev1.ServiceAccount:
-			_, err = k.cli.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = k.cli.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
-		case *rbacv1.Role:
-			_, err = k.cli.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = k.cli.RbacV1().Roles(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
-		case *rbacv1.RoleBinding:
-			_, err = k.cli.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = k.cli.RbacV1().RoleBindings(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
-		case *rbacv1.ClusterRole:
-			_, err = k.cli.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = k.cli.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{}) })
-		case *rbacv1.ClusterRoleBinding:
-			_, err = k.cli.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = k.cli.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{}) })
-		default:
-			t.Fatalf("contrib/kubernetes/rbac.yaml holds a %T this test does not apply", obj)
-		}
-		if err != nil {
-			t.Fatalf("apply %T: %v", obj, err)
-		}
-	}
+	applyManifest(t, k, "rbac.yaml", nil)
 	unbound := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "dsh-sandbox-unbound", Namespace: k.namespace}}
 	if _, err := k.cli.CoreV1().ServiceAccounts(k.namespace).Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -456,7 +456,7 @@ start() {
 		--bind-address 127.0.0.1 --secure-port 10259
 	launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$dir/kubeconfig" \
 		--leader-elect=false --bind-address 127.0.0.1 --secure-port 10257 \
-		--controllers serviceaccount-controller,node-lifecycle-controller,pod-garbage-collector-controller,namespace-controller,garbage-collector-controller \
+		--controllers serviceaccount-controller,node-lifecycle-controller,pod-garbage-collector-controller,namespace-controller,garbage-collector-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller \
 		--service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
 		--use-service-account-credentials=false
 	t1=$(now)
