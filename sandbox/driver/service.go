@@ -35,8 +35,9 @@ type Service struct {
 	// Detector finds secrets by their shape in the output of calls whose
 	// policy sets RedactDetectors (redact.Options.Detector); the program
 	// builds it (cmd/dsh-sandbox: gitleaks's rules). Nil means none: such
-	// a policy's calls have only their known values redacted. It must be
-	// safe for concurrent use.
+	// a policy's calls are then refused before anything runs, with an
+	// error wrapping sandbox.ErrUnavailable that names redact.detectors
+	// (secrets.CheckDetector). It must be safe for concurrent use.
 	Detector redact.Detector
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
@@ -142,7 +143,7 @@ func TestToyConformance(t *testing.T) {
 	}
 	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
-			return toyExecutor{&toy{stateDir: t.TempDir()}}
+			return toyExecutor{&toy{stateDir: t.TempDir(), detector: calls.Detector{}}}
 		},
 		Policy:   toyPolicy(),
 		ImageEnv: toyEnv,

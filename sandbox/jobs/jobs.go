@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/capture"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/prepare"
@@ -90,6 +91,15 @@ func newJobID() string {
 	return "bash-" + hex.EncodeToString(b)
 }
 
+// startCheck is the pattern detector Start validates a request with
+// (prepare.Call); it finds nothing. Start never redacts with that call:
+// the executor redacts the job's output with its own detector, and
+// refuses a policy that sets redact.detectors when it has none (the job
+// then ends with that error, having run nothing).
+type startCheck struct{}
+
+func (startCheck) Find([]byte) []redact.Finding { return nil }
+
 // Start validates req (as Prepare does, so a bad request fails here with
 // ErrInvalid and never becomes a job) and runs it in the background. The
 // job's context carries ctx's values but not its cancellation: the job
@@ -100,7 +110,7 @@ func newJobID() string {
 // Runner stay bounded by MaxLivePerOwner and TTL. req is copied; its
 // Stdout and Stderr, when set, still receive the output live.
 func (j *Runner) Start(ctx context.Context, owner string, req *sandbox.Request) (id string, err error) {
-	call, err := prepare.Call(req, nil, nil, nil)
+	call, err := prepare.Call(req, nil, nil, startCheck{})
 	if err != nil {
 		return "", err
 	}

@@ -318,6 +318,36 @@ func TestJobsStartInvalid(t *testing.T) {
 	}
 }
 
+// TestJobsStartLeavesDetectorsToExecutor: Start has no pattern detector
+// and needs none: a request whose policy sets RedactDetectors becomes a
+// job, which the executor redacts (with its detector) or refuses (having
+// none); its refusal is the job's end.
+func TestJobsStartLeavesDetectorsToExecutor(t *testing.T) {
+	refusal := sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: policy redact.detectors is set, but this program has no pattern detector")
+	for _, want := range []error{nil, refusal} {
+		f := &fakeExecutor{run: func(context.Context, *sandbox.Request) (*sandbox.Result, error) {
+			if want != nil {
+				return nil, want
+			}
+			return &sandbox.Result{ExitCode: exit(0)}, nil
+		}}
+		j := New(f)
+		req := jobRequest("x")
+		req.Policy.RedactDetectors = true
+		id, err := j.Start(t.Context(), "s", req)
+		if err != nil {
+			t.Fatalf("Start under redact.detectors = %v, want a job", err)
+		}
+		o, err := j.Wait(t.Context(), "s", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reqs := f.requests(); len(reqs) != 1 || !reqs[0].Policy.RedactDetectors || o.Err != want {
+			t.Errorf("the executor got %d requests; the job ended with %v, want %v", len(reqs), o.Err, want)
+		}
+	}
+}
+
 func TestJobsRequestPassedOn(t *testing.T) {
 	// The deadline a backend applies is Prepare's Call.Timeout.
 	var deadline time.Duration

@@ -39,9 +39,10 @@ const maxCallIDLen = 64
 // Policy.RedactFiles, and is safe for concurrent use. The Call's Redact holds
 // the secrets of secrets.Redactor over the process's environment (os.Environ)
 // and, under Policy.RedactDetectors, the pattern detector d (the
-// program's; nil means none).
+// program's; nil means none, and then such a policy is refused with
+// secrets.CheckDetector's error, which wraps ErrUnavailable).
 //
-// Errors wrap ErrInvalid and name the offending field: an empty command
+// Other errors wrap ErrInvalid and name the offending field: an empty command
 // (without argv) or one with a NUL byte; an argv set together with a
 // command, with an empty first word or with a NUL byte; a policy without a backend; a negative timeout,
 // tail size or policy limit, or a tail size above MaxTailBytes; a

@@ -118,8 +118,11 @@ func CredentialValue(c sandbox.Credential, getenv func(string) (string, bool)) (
 // Redactor compiles the Of of p, with their base64 forms and the pattern
 // detector d (the program's, redact.Options.Detector; nil: none) when
 // p.RedactDetectors is set; nil when there is nothing to redact. Errors
-// are those of Of.
+// are those of CheckDetector, then those of Of.
 func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, bool), d redact.Detector) (*redact.Set, error) {
+	if err := CheckDetector(p, d); err != nil {
+		return nil, err
+	}
 	secrets, err := Of(p, environ, getenv)
 	if err != nil {
 		return nil, err
@@ -135,6 +138,22 @@ func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, b
 	return s, nil
 }
 
+// CheckDetector refuses a policy that sets RedactDetectors when the
+// program has no pattern detector (d is nil): an error wrapping
+// ErrUnavailable that names redact.detectors. Redacting only the known
+// values then would weaken the policy without a word, so the call must
+// not run. The dsh-sandbox command always has one (gitleaks's); a
+// program using the library gives one to driver.Service.Detector,
+// api.Options.Detector and hooks.RunOptions.Detector.
+func CheckDetector(p sandbox.Policy, d redact.Detector) error {
+	if p.RedactDetectors && d == nil {
+		return sandbox.Errorf(sandbox.ErrUnavailable, "sandbox: policy redact.detectors is set, but this program has no pattern detector "+
+			"(the dsh-sandbox command passes gitleaks's; a program using the library sets driver.Service.Detector, "+
+			"api.Options.Detector or hooks.RunOptions.Detector): refusing the call rather than redacting only the known secrets")
+	}
+	return nil
+}
+
 // RedactOutcome replaces the call's secrets (Redactor with the pattern
 // detector d: the service's secret-looking env, the policy's EnvSet and
 // redact section, what d finds)
@@ -142,7 +161,8 @@ func Redactor(p sandbox.Policy, environ []string, getenv func(string) (string, b
 // and reasons, before a client, the CLI's output or the audit log sees it (the output was
 // redacted as it was captured). res is not changed: the result returned
 // is a copy. The error keeps its class and field. When the secrets cannot
-// be known, that text is left out.
+// be known, or p sets RedactDetectors and d is nil (CheckDetector), that
+// text is left out.
 func RedactOutcome(p sandbox.Policy, d redact.Detector, res *sandbox.Result, err error) (*sandbox.Result, error) {
 	if err == nil && (res == nil || len(res.Egress) == 0) {
 		return res, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/redact"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 )
@@ -51,7 +52,7 @@ func TestCallSecretsCase(t *testing.T) {
 		t.Errorf("Of = %q, want %q", got, want)
 	}
 
-	s, err := Redactor(sandbox.Policy{RedactDetectors: true}, environ, getenv, nil)
+	s, err := Redactor(sandbox.Policy{RedactDetectors: true}, environ, getenv, calls.Detector{})
 	if err != nil || s == nil {
 		t.Fatalf("Redactor = %v, %v, want a set", s, err)
 	}
@@ -124,5 +125,52 @@ func TestCallSecretsCredentials(t *testing.T) {
 	p.Credentials[0].ValueEnv = "UNSET_TOKEN"
 	if _, err := Redactor(p, nil, getenv, nil); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `credential "api"`) || strings.Contains(err.Error(), "secret-0123456789") {
 		t.Errorf("Redactor with an unset credential variable = %v, want an invalid-argument error naming the credential", err)
+	}
+}
+
+// TestRedactorDetectors: a policy with redact.detectors and no pattern
+// detector is refused (ErrUnavailable, naming redact.detectors), before
+// any redact file is read; with a detector its findings are redacted
+// with the known values; without redact.detectors no detector is needed.
+func TestRedactorDetectors(t *testing.T) {
+	p := sandbox.Policy{RedactDetectors: true, RedactFiles: []string{filepath.Join(t.TempDir(), "missing")}}
+	s, err := Redactor(p, nil, nil, nil)
+	if s != nil || !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "redact.detectors") ||
+		!strings.Contains(err.Error(), "no pattern detector") || strings.Contains(err.Error(), "redactFiles") {
+		t.Errorf("Redactor without a detector = %v, %v, want an unavailable error naming redact.detectors", s, err)
+	}
+
+	environ := []string{"API_TOKEN=known-secret-0123456789"}
+	p.RedactFiles = nil
+	s, err = Redactor(p, environ, nil, calls.Detector{})
+	if err != nil || s == nil {
+		t.Fatalf("Redactor with a detector = %v, %v, want a set", s, err)
+	}
+	if out := s.String("a known-secret-0123456789 b tok_0123456789 c"); out != "a [REDACTED:API_TOKEN] b [REDACTED:tok] c" {
+		t.Errorf("Redactor with a detector redacts to %q", out)
+	}
+
+	p.RedactDetectors = false
+	if s, err := Redactor(p, environ, nil, nil); err != nil || s == nil || s.String("tok_0123456789") != "tok_0123456789" {
+		t.Errorf("Redactor without redact.detectors and without a detector = %v, %v, want a set of the known values", s, err)
+	}
+}
+
+// TestRedactOutcomeWithoutDetector: the outcome of a call under a policy
+// with redact.detectors, redacted without a detector, keeps its class but
+// not its text (which may hold what only the detector would find), and
+// says why; the egress records are left out.
+func TestRedactOutcomeWithoutDetector(t *testing.T) {
+	p := sandbox.Policy{RedactDetectors: true}
+	in := sandbox.Errorf(sandbox.ErrNotFound, "failed near tok_0123456789")
+	res, err := RedactOutcome(p, nil, &sandbox.Result{Egress: []sandbox.Connection{{Host: "tok_0123456789.example"}}}, in)
+	if !errors.Is(err, sandbox.ErrNotFound) || strings.Contains(err.Error(), "tok_") || !strings.Contains(err.Error(), "redact.detectors") {
+		t.Errorf("RedactOutcome without a detector: error %v, want class not found, the text left out, naming redact.detectors", err)
+	}
+	if res == nil || res.Egress != nil {
+		t.Errorf("RedactOutcome without a detector: result %+v, want one with the egress left out", res)
+	}
+	if _, err := RedactOutcome(p, calls.Detector{}, nil, in); err == nil || err.Error() != "failed near [REDACTED:tok]" {
+		t.Errorf("RedactOutcome with a detector = %v, want the token redacted", err)
 	}
 }
