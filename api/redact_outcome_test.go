@@ -142,3 +142,33 @@ func TestServerDetectorRedactsOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestServerWithoutDetectorRefusesDetectors: a service without
+// Options.Detector refuses a call or a job whose policy sets
+// redact.detectors before it runs (class unavailable, 503, naming
+// redact.detectors), and runs the same call under a policy without it.
+func TestServerWithoutDetectorRefusesDetectors(t *testing.T) {
+	p, _ := policy.Builtin(policy.WorkspaceWrite)
+	p.Name, p.RedactDetectors = "detecting", true
+	p, err := policy.Normalize(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := &fakeExec{}
+	f := newFixture(t, exec, func(o *api.Options) { o.Policies[p.Name] = p })
+	rr := types.RunRequest{Policy: p.Name, Command: "true", Cwd: f.work}
+	_, runErr := f.cl.Run(context.Background(), rr)
+	_, jobErr := f.cl.StartJob(context.Background(), rr)
+	for what, err := range map[string]error{"Run": runErr, "StartJob": jobErr} {
+		if !errors.Is(err, sandbox.ErrUnavailable) || api.HTTPStatus(err) != 503 || !strings.Contains(err.Error(), "redact.detectors") {
+			t.Errorf("%s under redact.detectors without a detector = %v, want class unavailable naming redact.detectors", what, err)
+		}
+	}
+	if n := exec.calls.Load(); n != 0 {
+		t.Errorf("the executor ran %d calls, want none", n)
+	}
+	rr.Policy = policy.WorkspaceWrite
+	if _, err := f.cl.Run(context.Background(), rr); err != nil || exec.calls.Load() != 1 {
+		t.Errorf("Run under %s = %v after %d calls, want it run", policy.WorkspaceWrite, err, exec.calls.Load())
+	}
+}

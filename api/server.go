@@ -116,7 +116,10 @@ type Options struct {
 	// Detector is the pattern detector that also redacts the outcome
 	// (error text, egress record) of a call whose policy sets
 	// RedactDetectors (secrets.RedactOutcome), the one the executors
-	// redact its output with (driver.Service.Detector); nil means none.
+	// redact its output with (driver.Service.Detector); nil means none,
+	// and then a call or job under such a policy is refused before it
+	// runs (secrets.CheckDetector: class unavailable, 503, naming
+	// redact.detectors).
 	Detector redact.Detector
 }
 
@@ -443,6 +446,11 @@ func (s *Server) request(ctx context.Context, cl Client, rr *types.RunRequest) (
 	}
 	pol, err := narrowed(rr, pol, s.opts.ProtectedPaths)
 	if err != nil {
+		return nil, err
+	}
+	// Its outcome is redacted here (secrets.RedactOutcome): a policy this
+	// service cannot redact as it asks does not run.
+	if err := secrets.CheckDetector(pol, s.opts.Detector); err != nil {
 		return nil, err
 	}
 	field, cwd := "cwd", rr.Cwd

@@ -73,3 +73,25 @@ func TestPlanRunDetectorRedactsPayload(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRunDetectorsWithoutDetector: under a policy with
+// RedactDetectors and no RunOptions.Detector, no hook runs (its payload
+// could not be redacted as the policy asks) and the outcome blocks,
+// saying why: redact.detectors.
+func TestPlanRunDetectorsWithoutDetector(t *testing.T) {
+	zero := 0
+	p := &Dispatch{
+		Event:       Event{Name: PreToolUse},
+		Stdin:       []byte(`{"tool_input":{"command":"echo tok_0123456789"}}`),
+		Invocations: []Invocation{{Hook: Hook{Command: "check", Timeout: time.Second, Place: "hooks.PreToolUse[0].hooks[0]"}}},
+	}
+	r := &recordingRunner{answers: map[string]*sandbox.Result{"check": {ExitCode: &zero}}}
+	pol := sandbox.Policy{Name: "p", Backend: "local", RedactDetectors: true}
+	out, err := p.Run(t.Context(), RunOptions{Runner: r, Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.reqs) != 0 || len(out.Hooks) != 1 || out.Decision != Block || !strings.Contains(out.Reason, "redact.detectors") {
+		t.Errorf("redact.detectors without a detector: %d hooks ran, outcome %+v; want none and a blocking result naming redact.detectors", len(r.reqs), out)
+	}
+}

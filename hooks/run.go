@@ -36,14 +36,17 @@ type RunOptions struct {
 	StdoutMaxBytes int
 	// Detector is the pattern detector that also redacts the payload
 	// when Policy sets RedactDetectors, the one the Runner redacts the
-	// hooks' output with (secrets.Redactor); nil means none.
+	// hooks' output with (secrets.Redactor); nil means none, and then
+	// under such a policy no hook runs: each result fails with
+	// secrets.CheckDetector's error, naming redact.detectors.
 	Detector redact.Detector
 }
 
 // Run runs every invocation of p concurrently, each through o.Runner in
 // its own container, with p.Stdin as stdin (its secrets redacted as the
 // call's output is: secrets.Redactor of o.Policy; when a redact file
-// cannot be read, no hook runs and each result fails closed), p.Env as ordinary env, no
+// cannot be read, or o.Policy sets RedactDetectors and o.Detector is
+// nil, no hook runs and each result fails closed), p.Env as ordinary env, no
 // DSH_* snapshot, the session cwd as working directory and the hook's
 // timeout. The transcript directory is mounted read-only only when it
 // exists already, so running hooks never creates a session. It waits for all of them and returns their merged outcome; a
