@@ -16,6 +16,7 @@ import (
 	"github.com/dsh-sandbox/dsh-sandbox/images"
 	"github.com/dsh-sandbox/dsh-sandbox/images/registry"
 	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/console"
@@ -278,7 +279,7 @@ func TestConformancePulledImage(t *testing.T) {
 	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
 			var err error
-			inner, err = oci.New(oci.Options{Runtime: oci.RuntimeRunc, Service: driver.Service{StateDir: stateDir}, Images: st})
+			inner, err = oci.New(oci.Options{Runtime: oci.RuntimeRunc, Service: driver.Service{StateDir: stateDir, Detector: calls.Detector{}}, Images: st})
 			if err != nil {
 				t.Fatalf("oci.New = %v", err)
 			}

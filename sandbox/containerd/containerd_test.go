@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
@@ -84,7 +85,7 @@ func testStateDir(t testing.TB) string {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	addr := testAddress(t)
-	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, Service: driver.Service{StateDir: testStateDir(t), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
+	e, err := New(t.Context(), Options{Address: addr, Namespace: testNamespace, Service: driver.Service{StateDir: testStateDir(t), Detector: calls.Detector{}, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

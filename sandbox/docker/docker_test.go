@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
@@ -63,7 +64,7 @@ func requireEngine(t testing.TB) {
 func newTestExecutor(t testing.TB) *Executor {
 	t.Helper()
 	requireEngine(t)
-	e, err := New(t.Context(), Options{Service: driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
+	e, err := New(t.Context(), Options{Service: driver.Service{StateDir: t.TempDir(), Detector: calls.Detector{}, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/containerd"
@@ -126,7 +127,7 @@ func newTestExecutorWith(t testing.TB, set func(*Options)) *Executor {
 	opts := Options{
 		Config:     cfg,
 		Namespace:  os.Getenv(envNamespace),
-		Service:    driver.Service{StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))},
+		Service:    driver.Service{StateDir: t.TempDir(), Detector: calls.Detector{}, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))},
 		Stub:       stubPath,
 		SeccompDir: os.Getenv(envSeccompDir),
 		ImageEnv:   testImageEnv,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
@@ -36,7 +37,7 @@ func TestConformance(t *testing.T) {
 	requireBash(t)
 	sandboxtest.Run(t, sandboxtest.Subject{
 		New: func(t *testing.T) sandbox.Executor {
-			e, err := New(Options{Service: driver.Service{StateDir: t.TempDir()}})
+			e, err := New(Options{Service: driver.Service{StateDir: t.TempDir(), Detector: calls.Detector{}}})
 			if err != nil {
 				t.Fatalf("New = %v", err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsh-sandbox/dsh-sandbox/images"
+	"github.com/dsh-sandbox/dsh-sandbox/internal/fixtures/calls"
 	"github.com/dsh-sandbox/dsh-sandbox/policy"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox"
 	"github.com/dsh-sandbox/dsh-sandbox/sandbox/driver"
@@ -133,7 +134,7 @@ func TestConformance(t *testing.T) {
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)}})
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t), Detector: calls.Detector{}}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)
 					}
@@ -178,7 +179,7 @@ func TestConformancePooled(t *testing.T) {
 				New: func(t *testing.T) sandbox.Executor {
 					requireRuntime(t, rt)
 					var err error
-					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t)},
+					e, err = New(Options{Runtime: rt, Service: driver.Service{StateDir: testStateDir(t), Logger: testLogger(t), Detector: calls.Detector{}},
 						Pool: &pool.Options{Observer: counter}})
 					if err != nil {
 						t.Fatalf("New(%s) = %v", rt, err)

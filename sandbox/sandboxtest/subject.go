@@ -16,7 +16,10 @@ import (
 type Subject struct {
 	// New returns a fresh executor. Run calls it once per top-level run
 	// and shares the executor between cases; when the executor implements
-	// io.Closer, Run closes it in a t.Cleanup after the last case.
+	// io.Closer, Run closes it in a t.Cleanup after the last case. The
+	// executor needs a pattern detector (driver.Service.Detector; the
+	// tests' calls.Detector of internal/fixtures serves): the redaction
+	// cases set redact.detectors, which an executor without one refuses.
 	New func(t *testing.T) sandbox.Executor
 
 	// Policy is the base policy every case starts from, normally the
