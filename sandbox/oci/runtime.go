@@ -247,13 +247,35 @@ func (r *runtimeCLI) state(ctx context.Context, id string) (*containerState, err
 	return &st, nil
 }
 
+// listAttempts bounds the runs of `list` while it fails because a
+// container's state went away as it listed (vanishedDuringList).
+const listAttempts = 3
+
+// vanishedDuringList reports whether err, of a failed `list`, is a
+// container's state directory in the root removed between the runtime's
+// reading of the root and of that directory: runc 1.1 fails the whole
+// listing then ("stat <root>/<id>: no such file or directory"), as when a
+// call's foreground run deletes its container while reap lists (seen in
+// CI: TestReapDeadOnlyWhenDead). Listing again no longer sees it.
+func (r *runtimeCLI) vanishedDuringList(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "no such file or directory") && strings.Contains(msg, r.root+string(filepath.Separator))
+}
+
 // list returns every container in the runtime's state root. crun's list
 // omits annotations, so those are filled in from `state`.
 func (r *runtimeCLI) list(ctx context.Context) ([]containerState, error) {
 	if _, err := os.Stat(r.root); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := r.output(ctx, "list", "--format=json")
+	var out []byte
+	var err error
+	for attempt := 1; ; attempt++ {
+		out, err = r.output(ctx, "list", "--format=json")
+		if err == nil || attempt == listAttempts || !r.vanishedDuringList(err) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

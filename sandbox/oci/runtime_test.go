@@ -68,3 +68,68 @@ func TestRemoveRetriesDelete(t *testing.T) {
 		}
 	}
 }
+
+// fakeList is a stand-in runtime for the logic of list: `list` fails
+// its first $FAILS runs with $MESSAGE (runc 1.1's, for a container whose
+// state directory was removed while it listed) and then prints an empty
+// list. Its runs are counted in the state root.
+const fakeList = `#!/bin/sh
+root=$2
+case " $* " in
+*" list "*)
+	n=$(cat "$root/lists" 2>/dev/null || echo 0)
+	n=$((n + 1))
+	echo "$n" > "$root/lists"
+	if [ "$n" -le FAILS ]; then
+		echo "MESSAGE" >&2
+		exit 1
+	fi
+	echo "[]"
+	;;
+esac
+exit 0
+`
+
+// TestListRetriesVanishedContainer: a list that fails because a
+// container's state directory went away while it listed is run again,
+// up to listAttempts times; any other failure is reported at once, with
+// the runtime's message.
+func TestListRetriesVanishedContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fails     int
+		vanished  bool
+		wantErr   bool
+		wantLists string
+	}{
+		{"clean", 0, true, false, "1"},
+		{"vanished-then-clean", listAttempts - 1, true, false, "3"},
+		{"vanished-every-time", listAttempts, true, true, "3"},
+		{"other-failure", 1, false, true, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			root := filepath.Join(dir, "root")
+			if err := os.MkdirAll(root, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			msg := "permission denied"
+			if tc.vanished {
+				msg = "stat " + filepath.Join(root, "call-00000000000000000000000e") + ": no such file or directory"
+			}
+			script := strings.NewReplacer("FAILS", string(rune('0'+tc.fails)), "MESSAGE", msg).Replace(fakeList)
+			bin := filepath.Join(dir, "runtime")
+			if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			r := &runtimeCLI{name: RuntimeRunc, path: bin, root: root}
+			all, err := r.list(t.Context())
+			if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), msg)) || (err == nil && len(all) != 0) {
+				t.Errorf("list() = %v, %v; want error %v (naming the runtime's message) or an empty list", all, err, tc.wantErr)
+			}
+			if data, _ := os.ReadFile(filepath.Join(root, "lists")); strings.TrimSpace(string(data)) != tc.wantLists {
+				t.Errorf("list ran %q times, want %s", strings.TrimSpace(string(data)), tc.wantLists)
+			}
+		})
+	}
+}
