@@ -49,45 +49,33 @@ func StateDir(dir string) Check {
 	return Check{Name: "state", OK: true, Detail: dir + " is writable, " + fileSystem(dir)}
 }
 
-// Magic numbers of statfs(2)'s f_type for the file systems fileSystem
-// names.
-const (
-	tmpfsMagic = 0x01021994
-	ramfsMagic = 0x858458f6
-	ext4Magic  = 0xef53 // ext2, ext3 and ext4
-	xfsMagic   = 0x58465342
-	btrfsMagic = 0x9123683e
-	ovlMagic   = 0x794c7630
-)
+// fileSystems names file systems by statfs(2)'s f_type.
+var fileSystems = map[uint32]string{
+	0x01021994: "tmpfs",
+	0x858458f6: "ramfs",
+	0xef53:     "ext4", // ext2, ext3 and ext4
+	0x58465342: "xfs",
+	0x9123683e: "btrfs",
+	0x794c7630: "overlayfs",
+}
 
 // fileSystem says which file system holds dir and, when it is not held
 // in memory, what that costs: every call of the oci backend makes and
 // removes some 50 files and directories there (its bundle, mount points,
 // the runtime's state). On an ext4 without a journal the kernel looks for
 // each new inode past every inode removed in the last half minute, so under
-// a steady load that cost grows with the call rate (docs/pool.md,
-// Measurements).
+// a steady load that cost grows with the call rate (docs/operations.md).
 func fileSystem(dir string) string {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return fmt.Sprintf("file system unknown: %v", err)
 	}
-	var name string
-	switch uint32(st.Type) {
-	case tmpfsMagic:
-		return "on tmpfs"
-	case ramfsMagic:
-		return "on ramfs"
-	case ext4Magic:
-		name = "ext4"
-	case xfsMagic:
-		name = "xfs"
-	case btrfsMagic:
-		name = "btrfs"
-	case ovlMagic:
-		name = "overlayfs"
-	default:
+	name, ok := fileSystems[uint32(st.Type)]
+	if !ok {
 		name = fmt.Sprintf("a file system of type %#x", uint32(st.Type))
+	}
+	if name == "tmpfs" || name == "ramfs" { // in memory
+		return "on " + name
 	}
 	return "on " + name + ", not tmpfs: calls make and remove files there (some 50 each on the oci backend); a tmpfs (the usual /run) costs less CPU per call"
 }
