@@ -72,7 +72,7 @@ func applyManifest(t *testing.T, k kubeTest, name string, edit func(runtime.Obje
 			t.Cleanup(func() {
 				fg := metav1.DeletePropagationForeground
 				_ = k.cli.AppsV1().Deployments(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{PropagationPolicy: &fg})
-				k.waitNoPods(t, "app="+o.Spec.Selector.MatchLabels["app"])
+				k.waitPodsMatching(t, "pods of the deleted Deployment", "app="+o.Spec.Selector.MatchLabels["app"], func(p []string) bool { return len(p) == 0 })
 			})
 		default:
 			t.Fatalf("contrib/kubernetes/%s holds a %T this test does not apply", name, obj)
@@ -80,24 +80,6 @@ func applyManifest(t *testing.T, k kubeTest, name string, edit func(runtime.Obje
 		if err != nil {
 			t.Fatalf("apply %T from %s: %v", obj, name, err)
 		}
-	}
-}
-
-// waitNoPods waits (90 s at most) until no pod of the test namespace
-// matches selector.
-func (k kubeTest) waitNoPods(t *testing.T, selector string) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		l, err := k.cli.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		if err == nil && len(l.Items) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("after 90 s, pods %s remain (%v)", selector, err)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -138,9 +138,14 @@ func importKube(t testing.TB, k kubeTest) {
 // pods lists the pods dsh-sandbox made in the test namespace.
 func (k kubeTest) pods(t testing.TB) []string {
 	t.Helper()
-	l, err := k.cli.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{
-		LabelSelector: reap.LabelOwner + "=" + reap.LabelOwnerValue,
-	})
+	return k.podsMatching(t, reap.LabelOwner+"="+reap.LabelOwnerValue)
+}
+
+// podsMatching lists the pods of the test namespace that selector
+// selects, each with its phase.
+func (k kubeTest) podsMatching(t testing.TB, selector string) []string {
+	t.Helper()
+	l, err := k.cli.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatalf("list pods: %v", err)
 	}
@@ -155,9 +160,16 @@ func (k kubeTest) pods(t testing.TB) []string {
 // made in the namespace, and returns them.
 func (k kubeTest) waitPods(t *testing.T, what string, ok func([]string) bool) []string {
 	t.Helper()
+	return k.waitPodsMatching(t, what, reap.LabelOwner+"="+reap.LabelOwnerValue, ok)
+}
+
+// waitPodsMatching waits (60 s at most) until ok accepts the pods of the
+// namespace that selector selects, and returns them.
+func (k kubeTest) waitPodsMatching(t *testing.T, what, selector string, ok func([]string) bool) []string {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		pods := k.pods(t)
+		pods := k.podsMatching(t, selector)
 		if ok(pods) {
 			return pods
 		}

@@ -30,6 +30,22 @@ esac
 exit 0
 `
 
+// fakeRuntime writes script as a stand-in runtime into a new directory
+// and returns it with its state root, which exists.
+func fakeRuntime(t *testing.T, script string) (*runtimeCLI, string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runtime")
+	if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &runtimeCLI{name: RuntimeRunc, path: bin, root: root}, root
+}
+
 // TestRemoveRetriesDelete: a delete that fails while the container's
 // state remains is run again, up to deleteAttempts times; the container
 // is then gone and remove succeeds. A delete that fails every time is
@@ -44,18 +60,11 @@ func TestRemoveRetriesDelete(t *testing.T) {
 		{deleteAttempts - 1, false, "3"},
 		{deleteAttempts, true, "3"},
 	} {
-		dir := t.TempDir()
-		bin := filepath.Join(dir, "runtime")
-		script := strings.Replace(fakeDelete, "FAILS", string(rune('0'+tc.fails)), 1)
-		if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		root := filepath.Join(dir, "root")
+		r, root := fakeRuntime(t, strings.Replace(fakeDelete, "FAILS", string(rune('0'+tc.fails)), 1))
 		id := "call-00000000000000000000000e"
-		if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+		if err := os.Mkdir(filepath.Join(root, id), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		r := &runtimeCLI{name: RuntimeRunc, path: bin, root: root}
 		err := r.remove(t.Context(), id)
 		if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), "unexpected end of JSON input")) {
 			t.Errorf("remove() with %d failed deletes = %v, want error %v (naming the runtime's message)", tc.fails, err, tc.wantErr)
@@ -70,9 +79,10 @@ func TestRemoveRetriesDelete(t *testing.T) {
 }
 
 // fakeList is a stand-in runtime for the logic of list: `list` fails
-// its first $FAILS runs with $MESSAGE (runc 1.1's, for a container whose
-// state directory was removed while it listed) and then prints an empty
-// list. Its runs are counted in the state root.
+// its first $FAILS runs with the message in the state root's file
+// "message" (runc 1.1's, for a container whose state directory was
+// removed while it listed, or another) and then prints an empty list.
+// Its runs are counted in the state root.
 const fakeList = `#!/bin/sh
 root=$2
 case " $* " in
@@ -81,7 +91,7 @@ case " $* " in
 	n=$((n + 1))
 	echo "$n" > "$root/lists"
 	if [ "$n" -le FAILS ]; then
-		echo "MESSAGE" >&2
+		cat "$root/message" >&2
 		exit 1
 	fi
 	echo "[]"
@@ -108,21 +118,16 @@ func TestListRetriesVanishedContainer(t *testing.T) {
 		{"other-failure", 1, false, true, "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			root := filepath.Join(dir, "root")
-			if err := os.MkdirAll(root, 0o700); err != nil {
-				t.Fatal(err)
-			}
+			// The message names the state root, which fakeRuntime makes:
+			// the script reads it from a file there.
+			r, root := fakeRuntime(t, strings.Replace(fakeList, "FAILS", string(rune('0'+tc.fails)), 1))
 			msg := "permission denied"
 			if tc.vanished {
 				msg = "stat " + filepath.Join(root, "call-00000000000000000000000e") + ": no such file or directory"
 			}
-			script := strings.NewReplacer("FAILS", string(rune('0'+tc.fails)), "MESSAGE", msg).Replace(fakeList)
-			bin := filepath.Join(dir, "runtime")
-			if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
+			if err := os.WriteFile(filepath.Join(root, "message"), []byte(msg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			r := &runtimeCLI{name: RuntimeRunc, path: bin, root: root}
 			all, err := r.list(t.Context())
 			if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), msg)) || (err == nil && len(all) != 0) {
 				t.Errorf("list() = %v, %v; want error %v (naming the runtime's message) or an empty list", all, err, tc.wantErr)
