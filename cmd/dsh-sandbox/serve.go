@@ -545,7 +545,8 @@ func (r *executorRouter) reapAll(ctx context.Context, policies map[string]sandbo
 			// installed: serve in a Kubernetes pod runs no runc) leaves its
 			// policies' calls failing as unavailable; anything else, or no
 			// usable backend at all, stops the service.
-			if !known || !errors.Is(err, sandbox.ErrUnavailable) && d.Needs.Daemon == nil {
+			missing := errors.Is(err, sandbox.ErrUnavailable) || d.Needs.Daemon != nil
+			if !known || !missing {
 				return n, err
 			}
 			unusable = err
